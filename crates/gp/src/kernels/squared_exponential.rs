@@ -1,0 +1,749 @@
+//! Squared-exponential (RBF) kernel.
+//!
+//! Because `mod.rs` is fixed, this file also hosts the machinery shared by the other kernels:
+//! - a partition of an N1×N2 output into column blocks that depends only on the shape, with
+//!   ordered (hence bit-deterministic) parallel reductions over those blocks;
+//! - [`Stationary`], the engine of stationary kernels k = s² f(r²), also used by `Matern`;
+//! - (tests only) `test_support`, the finite-difference harness used by every kernel's tests.
+
+use super::{Bounds, Kernel, KernelGrad};
+use nalgebra::{DMatrix, DMatrixView, DVector, DVectorView};
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+use std::ops::Range;
+
+// ------------------------------------------------------------------------------------------
+// Column blocks
+// ------------------------------------------------------------------------------------------
+
+/// Outputs with more entries than this are evaluated in parallel.
+const PAR_MIN_ENTRIES: usize = 200_000;
+/// Smallest block (in entries) worth a task of its own.
+const BLOCK_MIN_ENTRIES: usize = 16_384;
+/// At most this many column blocks (bounds the memory held by partial results).
+const MAX_BLOCKS: usize = 64;
+
+/// Columns per block. Depends only on the shape, never on the number of threads.
+fn cols_per_block(n1: usize, n2: usize) -> usize {
+    BLOCK_MIN_ENTRIES
+        .div_ceil(n1.max(1))
+        .max(n2.div_ceil(MAX_BLOCKS))
+        .max(1)
+}
+
+fn is_parallel(n1: usize, n2: usize) -> bool {
+    n1.saturating_mul(n2) > PAR_MIN_ENTRIES
+}
+
+/// Builds an N1×N2 matrix block by block: `fill(j0, block)` writes `block`, the contiguous
+/// column-major storage of the columns j0, j0+1, … (its length is a multiple of N1).
+pub(super) fn fill_columns<F>(n1: usize, n2: usize, fill: F) -> DMatrix<f64>
+where
+    F: Fn(usize, &mut [f64]) + Sync,
+{
+    let mut data = vec![0.0; n1 * n2];
+    if n1 > 0 && n2 > 0 {
+        let cpb = cols_per_block(n1, n2);
+        if is_parallel(n1, n2) {
+            let chunks = data.par_chunks_mut(n1 * cpb);
+            chunks.enumerate().for_each(|(b, c)| fill(b * cpb, c));
+        } else {
+            let chunks = data.chunks_mut(n1 * cpb);
+            chunks.enumerate().for_each(|(b, c)| fill(b * cpb, c));
+        }
+    }
+    DMatrix::from_vec(n1, n2, data)
+}
+
+/// Deterministic map-reduce over the column blocks of an N1×N2 output: `map` turns a range of
+/// columns into a partial result and `fold` consumes the partial results strictly in block
+/// order, so the result is bit-identical whatever the number of threads.
+pub(super) fn reduce_column_blocks<T, M, F>(n1: usize, n2: usize, map: M, mut fold: F)
+where
+    T: Send,
+    M: Fn(Range<usize>) -> T + Sync,
+    F: FnMut(T),
+{
+    if n1 == 0 || n2 == 0 {
+        return;
+    }
+    let cpb = cols_per_block(n1, n2);
+    let n_blocks = n2.div_ceil(cpb);
+    let cols = |b: usize| b * cpb..((b + 1) * cpb).min(n2);
+    if !is_parallel(n1, n2) {
+        (0..n_blocks).for_each(|b| fold(map(cols(b))));
+        return;
+    }
+    // Waves bound the memory of pending partial results; they do not change the fold order.
+    let wave = 4 * rayon::current_num_threads().max(1);
+    for b0 in (0..n_blocks).step_by(wave) {
+        let blocks = b0..(b0 + wave).min(n_blocks);
+        let parts: Vec<T> = blocks.into_par_iter().map(|b| map(cols(b))).collect();
+        parts.into_iter().for_each(&mut fold);
+    }
+}
+
+/// Copies column `j` of a (possibly strided) view into `buf`.
+pub(super) fn copy_column(m: &DMatrixView<'_, f64>, j: usize, buf: &mut [f64]) {
+    buf.iter_mut().zip(m.column(j).iter()).for_each(|(b, &v)| *b = v);
+}
+
+/// Checks that `x` has the dimension a kernel requires; returns it.
+pub(super) fn check_dim(kind: &str, dim: Option<usize>, x: &DMatrixView<'_, f64>) -> usize {
+    if let Some(d) = dim {
+        assert_eq!(
+            x.ncols(),
+            d,
+            "kernel {kind}: inputs have {} columns but the kernel has input dimension {d}",
+            x.ncols()
+        );
+    }
+    x.ncols()
+}
+
+/// Checks that X1 and X2 have the same dimension (and the kernel's, if fixed); returns it.
+pub(super) fn check_inputs(
+    kind: &str,
+    dim: Option<usize>,
+    x1: &DMatrixView<'_, f64>,
+    x2: &DMatrixView<'_, f64>,
+) -> usize {
+    assert_eq!(
+        x1.ncols(),
+        x2.ncols(),
+        "kernel {kind}: x1 has {} columns but x2 has {}",
+        x1.ncols(),
+        x2.ncols()
+    );
+    check_dim(kind, dim, x1)
+}
+
+/// Checks that G has the shape of K(X1, X2).
+pub(super) fn check_grad_shape(kind: &str, g: &DMatrixView<'_, f64>, n1: usize, n2: usize) {
+    assert_eq!(
+        g.shape(),
+        (n1, n2),
+        "kernel {kind}: G is {:?} but K(X1, X2) is {:?}",
+        g.shape(),
+        (n1, n2)
+    );
+}
+
+// ------------------------------------------------------------------------------------------
+// Stationary engine
+// ------------------------------------------------------------------------------------------
+
+/// Shape of a stationary kernel k(x, x') = s² f(r²), r² = Σ_d (x_d − x'_d)²/ℓ_d².
+pub(super) trait Profile: Copy + Send + Sync {
+    /// f(r²), with f(0) = 1.
+    fn f(self, r2: f64) -> f64;
+    /// (f(r²), df/d(r²)). The derivative must be finite everywhere, r² = 0 included (use a
+    /// subgradient where f is not differentiable).
+    fn f_df(self, r2: f64) -> (f64, f64);
+}
+
+/// f(r²) = exp(−r²/2).
+#[derive(Debug, Clone, Copy)]
+struct SeProfile;
+
+impl Profile for SeProfile {
+    #[inline]
+    fn f(self, r2: f64) -> f64 {
+        (-0.5 * r2).exp()
+    }
+    #[inline]
+    fn f_df(self, r2: f64) -> (f64, f64) {
+        let f = (-0.5 * r2).exp();
+        (f, -0.5 * f)
+    }
+}
+
+/// Hyperparameters and evaluation of a stationary kernel: variance s² and either one shared
+/// length-scale (isotropic) or one per input dimension (ARD). Parameters: [log s², log ℓ…].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(super) struct Stationary {
+    variance: f64,
+    lengthscales: Vec<f64>,
+    ard: bool,
+    bounds: Vec<Bounds>,
+}
+
+/// r²_i = Σ_d ((x1_id − x2_jd)/ℓ_d)² for every i, written into `out` (length N1). `x1` is the
+/// contiguous column-major storage of X1; `inv` holds 1/ℓ_d. Exactly 0 for identical points.
+#[inline]
+fn sq_dist_column(x1: &[f64], x2: &DMatrixView<'_, f64>, j: usize, inv: &[f64], out: &mut [f64]) {
+    let n1 = out.len();
+    out.fill(0.0);
+    for (d, &s) in inv.iter().enumerate() {
+        let xj = x2[(j, d)];
+        for (o, &a) in out.iter_mut().zip(&x1[d * n1..(d + 1) * n1]) {
+            let t = (a - xj) * s;
+            *o += t * t;
+        }
+    }
+}
+
+/// Partial vjp sums of one column block.
+struct StationaryPart {
+    /// Σ G f.
+    gf: f64,
+    /// Σ G f' t_d² per dimension, t_d = (x1_d − x2_d)/ℓ_d.
+    gdt2: Vec<f64>,
+    /// Σ_j G f' t_d per row and dimension (N1×D column-major), if requested.
+    gdt: Vec<f64>,
+}
+
+impl Stationary {
+    /// Panics (programmer error) unless the variance and length-scales are positive and finite.
+    pub(super) fn new(kind: &str, variance: f64, lengthscales: Vec<f64>, ard: bool) -> Self {
+        assert!(
+            variance.is_finite() && variance > 0.0,
+            "kernel {kind}: variance must be positive and finite, got {variance}"
+        );
+        assert!(!lengthscales.is_empty(), "kernel {kind}: needs at least one length-scale");
+        for &l in &lengthscales {
+            assert!(
+                l.is_finite() && l > 0.0,
+                "kernel {kind}: length-scales must be positive and finite, got {l}"
+            );
+        }
+        let bounds = vec![Bounds::positive_default(); 1 + lengthscales.len()];
+        Self { variance, lengthscales, ard, bounds }
+    }
+
+    pub(super) fn variance(&self) -> f64 {
+        self.variance
+    }
+    pub(super) fn lengthscales(&self) -> &[f64] {
+        &self.lengthscales
+    }
+    pub(super) fn is_ard(&self) -> bool {
+        self.ard
+    }
+    pub(super) fn n_params(&self) -> usize {
+        1 + self.lengthscales.len()
+    }
+    pub(super) fn params(&self) -> Vec<f64> {
+        let ls = self.lengthscales.iter().map(|l| l.ln());
+        std::iter::once(self.variance.ln()).chain(ls).collect()
+    }
+    pub(super) fn set_params(&mut self, kind: &str, p: &[f64]) {
+        assert_eq!(p.len(), self.n_params(), "kernel {kind}: wrong number of parameters");
+        self.variance = p[0].exp();
+        self.lengthscales.iter_mut().zip(&p[1..]).for_each(|(l, q)| *l = q.exp());
+    }
+    pub(super) fn param_names(&self) -> Vec<String> {
+        let mut names = vec!["variance".to_string()];
+        if self.ard {
+            names.extend((0..self.lengthscales.len()).map(|d| format!("lengthscale[{d}]")));
+        } else {
+            names.push("lengthscale".to_string());
+        }
+        names
+    }
+    pub(super) fn bounds(&self) -> Vec<Bounds> {
+        self.bounds.clone()
+    }
+    pub(super) fn set_bounds(&mut self, kind: &str, b: &[Bounds]) {
+        assert_eq!(b.len(), self.n_params(), "kernel {kind}: wrong number of bounds");
+        self.bounds = b.to_vec();
+    }
+    pub(super) fn input_dim(&self) -> Option<usize> {
+        self.ard.then_some(self.lengthscales.len())
+    }
+
+    /// 1/ℓ_d for inputs of dimension `d`.
+    fn inv_lengthscales(&self, d: usize) -> Vec<f64> {
+        if self.ard {
+            self.lengthscales.iter().map(|l| 1.0 / l).collect()
+        } else {
+            vec![1.0 / self.lengthscales[0]; d]
+        }
+    }
+
+    pub(super) fn k<P: Profile>(
+        &self,
+        prof: P,
+        kind: &str,
+        x1: DMatrixView<'_, f64>,
+        x2: DMatrixView<'_, f64>,
+    ) -> DMatrix<f64> {
+        let d = check_inputs(kind, self.input_dim(), &x1, &x2);
+        let inv = self.inv_lengthscales(d);
+        let x1c = x1.clone_owned();
+        let (n1, s2) = (x1.nrows(), self.variance);
+        fill_columns(n1, x2.nrows(), |j0, block| {
+            for (j, col) in (j0..).zip(block.chunks_exact_mut(n1)) {
+                sq_dist_column(x1c.as_slice(), &x2, j, &inv, col);
+                col.iter_mut().for_each(|v| *v = s2 * prof.f(*v));
+            }
+        })
+    }
+
+    pub(super) fn diag(&self, kind: &str, x: DMatrixView<'_, f64>) -> DVector<f64> {
+        check_dim(kind, self.input_dim(), &x);
+        DVector::from_element(x.nrows(), self.variance)
+    }
+
+    /// ∂L/∂log s² = Σ G∘K; ∂L/∂log ℓ_d = Σ_ij G_ij (∂k/∂r²)(−2) t_ijd²;
+    /// ∂L/∂x1_id = Σ_j G_ij (∂k/∂r²) 2 t_ijd/ℓ_d, with t_ijd = (x1_id − x2_jd)/ℓ_d.
+    pub(super) fn vjp<P: Profile>(
+        &self,
+        prof: P,
+        kind: &str,
+        x1: DMatrixView<'_, f64>,
+        x2: DMatrixView<'_, f64>,
+        g: DMatrixView<'_, f64>,
+        want_x1: bool,
+    ) -> KernelGrad {
+        let d = check_inputs(kind, self.input_dim(), &x1, &x2);
+        let (n1, n2) = (x1.nrows(), x2.nrows());
+        check_grad_shape(kind, &g, n1, n2);
+        let inv = self.inv_lengthscales(d);
+        let x1c = x1.clone_owned();
+        let x1s = x1c.as_slice();
+        let n_x = if want_x1 { n1 * d } else { 0 };
+
+        let block = |cols: Range<usize>| {
+            let mut r2 = vec![0.0; n1];
+            let mut gcol = vec![0.0; n1];
+            let mut acc_gf = vec![0.0; n1];
+            let mut acc_dt2 = vec![0.0; n1 * d];
+            let mut acc_dt = vec![0.0; n_x];
+            for j in cols {
+                sq_dist_column(x1s, &x2, j, &inv, &mut r2);
+                copy_column(&g, j, &mut gcol);
+                // r2 becomes G f' (the weight of every length-scale / input term).
+                for ((r, &gij), a) in r2.iter_mut().zip(&gcol).zip(&mut acc_gf) {
+                    let (f, df) = prof.f_df(*r);
+                    *a += gij * f;
+                    *r = gij * df;
+                }
+                for (dd, &s) in inv.iter().enumerate() {
+                    let (xj, rows) = (x2[(j, dd)], dd * n1..(dd + 1) * n1);
+                    let terms = x1s[rows.clone()].iter().zip(&r2).zip(&mut acc_dt2[rows.clone()]);
+                    if want_x1 {
+                        for (((&a, &w), p), q) in terms.zip(&mut acc_dt[rows]) {
+                            let t = (a - xj) * s;
+                            *p += w * t * t;
+                            *q += w * t;
+                        }
+                    } else {
+                        for ((&a, &w), p) in terms {
+                            let t = (a - xj) * s;
+                            *p += w * t * t;
+                        }
+                    }
+                }
+            }
+            StationaryPart {
+                gf: acc_gf.iter().sum(),
+                gdt2: acc_dt2.chunks_exact(n1).map(|c| c.iter().sum()).collect(),
+                gdt: acc_dt,
+            }
+        };
+
+        let (mut gf, mut gdt2, mut gdt) = (0.0, vec![0.0; d], vec![0.0; n_x]);
+        reduce_column_blocks(n1, n2, block, |part| {
+            gf += part.gf;
+            gdt2.iter_mut().zip(&part.gdt2).for_each(|(a, b)| *a += b);
+            gdt.iter_mut().zip(&part.gdt).for_each(|(a, b)| *a += b);
+        });
+
+        let s2 = self.variance;
+        let ls = gdt2.iter().map(|v| -2.0 * s2 * v);
+        let mut params = vec![s2 * gf];
+        if self.ard {
+            params.extend(ls);
+        } else {
+            params.push(ls.sum());
+        }
+        let x1 = want_x1.then(|| {
+            let mut gx = DMatrix::from_vec(n1, d, gdt);
+            for (mut col, &s) in gx.column_iter_mut().zip(&inv) {
+                col *= 2.0 * s2 * s;
+            }
+            gx
+        });
+        KernelGrad { params, x1 }
+    }
+
+    /// Only the variance enters diag K = s².
+    pub(super) fn diag_vjp(
+        &self,
+        kind: &str,
+        x: DMatrixView<'_, f64>,
+        g: DVectorView<'_, f64>,
+    ) -> Vec<f64> {
+        check_dim(kind, self.input_dim(), &x);
+        assert_eq!(g.len(), x.nrows(), "kernel {kind}: g has the wrong length");
+        let mut p = vec![0.0; self.n_params()];
+        p[0] = self.variance * g.iter().sum::<f64>();
+        p
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Squared exponential
+// ------------------------------------------------------------------------------------------
+
+/// Squared-exponential (RBF) kernel
+///
+/// k(x, x') = s² exp(−r²/2),  r² = Σ_d (x_d − x'_d)²/ℓ_d²,
+///
+/// with one shared length-scale ([`SquaredExponential::isotropic`], name `"se"`, any input
+/// dimension) or one per dimension ([`SquaredExponential::ard`], name `"se-ard"`).
+/// Parameters (log scale): `[log s², log ℓ_1, …]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SquaredExponential {
+    core: Stationary,
+}
+
+impl SquaredExponential {
+    /// One length-scale shared by all input dimensions.
+    pub fn isotropic(variance: f64, lengthscale: f64) -> Self {
+        Self { core: Stationary::new("se", variance, vec![lengthscale], false) }
+    }
+    /// One length-scale per input dimension (the input dimension is `lengthscales.len()`).
+    pub fn ard(variance: f64, lengthscales: Vec<f64>) -> Self {
+        Self { core: Stationary::new("se-ard", variance, lengthscales, true) }
+    }
+    /// Variance s² (natural scale).
+    pub fn variance(&self) -> f64 {
+        self.core.variance()
+    }
+    /// Length-scales (natural scale): one entry if isotropic.
+    pub fn lengthscales(&self) -> &[f64] {
+        self.core.lengthscales()
+    }
+}
+
+impl Kernel for SquaredExponential {
+    fn name(&self) -> String {
+        if self.core.is_ard() { "se-ard" } else { "se" }.to_string()
+    }
+    fn n_params(&self) -> usize {
+        self.core.n_params()
+    }
+    fn params(&self) -> Vec<f64> {
+        self.core.params()
+    }
+    fn set_params(&mut self, p: &[f64]) {
+        let name = self.name();
+        self.core.set_params(&name, p)
+    }
+    fn param_names(&self) -> Vec<String> {
+        self.core.param_names()
+    }
+    fn bounds(&self) -> Vec<Bounds> {
+        self.core.bounds()
+    }
+    fn set_bounds(&mut self, b: &[Bounds]) {
+        let name = self.name();
+        self.core.set_bounds(&name, b)
+    }
+    fn input_dim(&self) -> Option<usize> {
+        self.core.input_dim()
+    }
+    fn k(&self, x1: DMatrixView<'_, f64>, x2: DMatrixView<'_, f64>) -> DMatrix<f64> {
+        self.core.k(SeProfile, &self.name(), x1, x2)
+    }
+    fn diag(&self, x: DMatrixView<'_, f64>) -> DVector<f64> {
+        self.core.diag(&self.name(), x)
+    }
+    fn vjp(
+        &self,
+        x1: DMatrixView<'_, f64>,
+        x2: DMatrixView<'_, f64>,
+        g: DMatrixView<'_, f64>,
+        want_x1: bool,
+    ) -> KernelGrad {
+        self.core.vjp(SeProfile, &self.name(), x1, x2, g, want_x1)
+    }
+    fn diag_vjp(&self, x: DMatrixView<'_, f64>, g: DVectorView<'_, f64>) -> Vec<f64> {
+        self.core.diag_vjp(&self.name(), x, g)
+    }
+    fn clone_box(&self) -> Box<dyn Kernel> {
+        Box::new(self.clone())
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Test harness shared by every kernel's tests
+// ------------------------------------------------------------------------------------------
+
+#[cfg(test)]
+pub(super) mod test_support {
+    use super::super::Kernel;
+    use nalgebra::{DMatrix, DVector, SymmetricEigen};
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    /// Step of the central differences (log-parameters and inputs).
+    const H: f64 = 1e-6;
+    const RTOL: f64 = 1e-6;
+
+    pub fn rng(seed: u64) -> ChaCha8Rng {
+        ChaCha8Rng::seed_from_u64(seed)
+    }
+
+    pub fn uniform(rng: &mut ChaCha8Rng, r: usize, c: usize, lo: f64, hi: f64) -> DMatrix<f64> {
+        DMatrix::from_fn(r, c, |_, _| rng.random_range(lo..hi))
+    }
+
+    /// |a − b| ≤ RTOL·max(|a|, |b|) + atol.
+    pub fn assert_close(a: f64, b: f64, atol: f64, what: &str) {
+        assert!(a.is_finite() && b.is_finite(), "{what}: non-finite {a} vs {b}");
+        let tol = RTOL * a.abs().max(b.abs()) + atol;
+        assert!((a - b).abs() <= tol, "{what}: {a} vs {b} (|diff| {} > {tol})", (a - b).abs());
+    }
+
+    /// ⟨G, K(X1, X2)⟩ and Σ|G∘K| (the scale of its rounding error).
+    fn inner(k: &dyn Kernel, x1: &DMatrix<f64>, x2: &DMatrix<f64>, g: &DMatrix<f64>) -> (f64, f64) {
+        let kk = k.k(x1.as_view(), x2.as_view());
+        (g.dot(&kk), g.component_mul(&kk).abs().sum())
+    }
+
+    fn with_params(k: &dyn Kernel, p: &[f64]) -> Box<dyn Kernel> {
+        let mut k = k.clone_box();
+        k.set_params(p);
+        k
+    }
+
+    /// (a) vjp(...).params = d/dθ ⟨G, K(θ)⟩.
+    pub fn check_param_grad(k: &dyn Kernel, x1: &DMatrix<f64>, x2: &DMatrix<f64>, g: &DMatrix<f64>) {
+        let an = k.vjp(x1.as_view(), x2.as_view(), g.as_view(), false);
+        assert!(an.x1.is_none());
+        assert_eq!(an.params.len(), k.n_params());
+        let p0 = k.params();
+        let atol = 1e-8 * (1.0 + inner(k, x1, x2, g).1);
+        for (i, &a) in an.params.iter().enumerate() {
+            let (mut pp, mut pm) = (p0.clone(), p0.clone());
+            pp[i] += H;
+            pm[i] -= H;
+            let fp = inner(&*with_params(k, &pp), x1, x2, g).0;
+            let fm = inner(&*with_params(k, &pm), x1, x2, g).0;
+            assert_close(a, (fp - fm) / (2.0 * H), atol, &format!("{} dθ[{i}]", k.name()));
+        }
+    }
+
+    /// (b) vjp(...).x1 = d/dX1 ⟨G, K(X1, X2)⟩ (and the params agree with the want_x1 = false call).
+    pub fn check_x1_grad(k: &dyn Kernel, x1: &DMatrix<f64>, x2: &DMatrix<f64>, g: &DMatrix<f64>) {
+        let an = k.vjp(x1.as_view(), x2.as_view(), g.as_view(), true);
+        let plain = k.vjp(x1.as_view(), x2.as_view(), g.as_view(), false);
+        assert_eq!(an.params, plain.params, "{}: params depend on want_x1", k.name());
+        let gx = an.x1.expect("x1 gradient requested");
+        assert_eq!(gx.shape(), x1.shape());
+        let atol = 1e-8 * (1.0 + inner(k, x1, x2, g).1);
+        for i in 0..x1.nrows() {
+            for d in 0..x1.ncols() {
+                let (mut xp, mut xm) = (x1.clone(), x1.clone());
+                xp[(i, d)] += H;
+                xm[(i, d)] -= H;
+                let fd = (inner(k, &xp, x2, g).0 - inner(k, &xm, x2, g).0) / (2.0 * H);
+                assert_close(gx[(i, d)], fd, atol, &format!("{} dX1[{i},{d}]", k.name()));
+            }
+        }
+    }
+
+    /// (c) diag_vjp = d/dθ ⟨g, diag K(θ)⟩.
+    pub fn check_diag_vjp(k: &dyn Kernel, x: &DMatrix<f64>, g: &DVector<f64>) {
+        let an = k.diag_vjp(x.as_view(), g.as_view());
+        assert_eq!(an.len(), k.n_params());
+        let p0 = k.params();
+        let atol = 1e-8 * (1.0 + g.component_mul(&k.diag(x.as_view())).abs().sum());
+        for (i, &a) in an.iter().enumerate() {
+            let (mut pp, mut pm) = (p0.clone(), p0.clone());
+            pp[i] += H;
+            pm[i] -= H;
+            let fp = g.dot(&with_params(k, &pp).diag(x.as_view()));
+            let fm = g.dot(&with_params(k, &pm).diag(x.as_view()));
+            assert_close(a, (fp - fm) / (2.0 * H), atol, &format!("{} diag dθ[{i}]", k.name()));
+        }
+    }
+
+    /// (d) diag(X) = diag K(X, X).
+    pub fn check_diag(k: &dyn Kernel, x: &DMatrix<f64>) {
+        let full = k.k(x.as_view(), x.as_view());
+        let d = k.diag(x.as_view());
+        assert_eq!(d.len(), x.nrows());
+        for i in 0..x.nrows() {
+            assert_close(d[i], full[(i, i)], 1e-14, &format!("{} diag[{i}]", k.name()));
+        }
+    }
+
+    /// (e) K(X, X) is symmetric and positive semidefinite.
+    pub fn check_psd(k: &dyn Kernel, x: &DMatrix<f64>) {
+        let kk = k.k(x.as_view(), x.as_view());
+        let scale = kk.abs().max();
+        for i in 0..kk.nrows() {
+            for j in 0..i {
+                let (a, b) = (kk[(i, j)], kk[(j, i)]);
+                assert!((a - b).abs() <= 1e-14 * scale, "{} not symmetric", k.name());
+            }
+        }
+        let min = SymmetricEigen::new(kk.clone()).eigenvalues.min();
+        assert!(min >= -1e-10 * kk.trace(), "{}: eigenvalue {min}", k.name());
+    }
+
+    /// (g) set_params(params()) round-trips; names, bounds and params agree in length.
+    pub fn check_roundtrip(k: &dyn Kernel, x: &DMatrix<f64>) {
+        let p = k.params();
+        assert_eq!(p.len(), k.n_params());
+        assert_eq!(k.param_names().len(), k.n_params());
+        assert_eq!(k.bounds().len(), k.n_params());
+        let k2 = with_params(k, &p);
+        assert_eq!(k2.name(), k.name());
+        for (a, b) in k2.params().iter().zip(&p) {
+            assert!((a - b).abs() <= 1e-15 * (1.0 + b.abs()), "{}: {a} vs {b}", k.name());
+        }
+        let (ka, kb) = (k.k(x.as_view(), x.as_view()), k2.k(x.as_view(), x.as_view()));
+        assert!((&ka - kb).abs().max() <= 1e-14, "{}: K changed", k.name());
+        // Set values are really used.
+        let shifted: Vec<f64> = p.iter().map(|v| v + 0.25).collect();
+        assert_eq!(with_params(k, &shifted).params().len(), p.len());
+        assert_ne!(with_params(k, &shifted).k(x.as_view(), x.as_view()), ka);
+    }
+
+    /// (a)–(e) and (g) on random, well-conditioned inputs of dimension `d`.
+    pub fn check_all(k: &dyn Kernel, d: usize, seed: u64) {
+        let mut r = rng(seed);
+        let x1 = uniform(&mut r, 5, d, -1.0, 1.0);
+        let x2 = uniform(&mut r, 7, d, -1.0, 1.0);
+        let g = uniform(&mut r, 5, 7, -1.0, 1.0);
+        let gd = DVector::from_fn(5, |_, _| r.random_range(-1.0..1.0));
+        check_param_grad(k, &x1, &x2, &g);
+        check_x1_grad(k, &x1, &x2, &g);
+        check_diag_vjp(k, &x1, &gd);
+        check_diag(k, &x1);
+        let x = uniform(&mut r, 12, d, -1.0, 1.0);
+        check_psd(k, &x);
+        check_roundtrip(k, &x);
+    }
+
+    fn max_rel_diff(a: &DMatrix<f64>, b: &DMatrix<f64>) -> f64 {
+        (a - b).abs().max() / b.abs().max().max(1e-300)
+    }
+
+    /// (h) A parallel-size case (300×2000): K and the vjp are bit-identical across calls and
+    /// thread counts, K equals a naive per-entry evaluation, and the vjp equals the sum of
+    /// vjps over column slices (which exercises the ordered merge of many blocks).
+    pub fn check_parallel(k: &dyn Kernel, d: usize, naive: impl Fn(&[f64], &[f64]) -> f64) {
+        let mut r = rng(99);
+        let x1 = uniform(&mut r, 300, d, -1.0, 1.0);
+        let x2 = uniform(&mut r, 2000, d, -1.0, 1.0);
+        let g = uniform(&mut r, 300, 2000, -1.0, 1.0);
+        let one_thread = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+
+        let kk = k.k(x1.as_view(), x2.as_view());
+        assert_eq!(kk, k.k(x1.as_view(), x2.as_view()), "{}: K not repeatable", k.name());
+        let k1 = one_thread.install(|| k.k(x1.as_view(), x2.as_view()));
+        assert_eq!(kk, k1, "{}: K depends on threads", k.name());
+        let row = |m: &DMatrix<f64>, i: usize| m.row(i).iter().copied().collect::<Vec<_>>();
+        let (r1, r2): (Vec<_>, Vec<_>) = ((0..300).map(|i| row(&x1, i)).collect(), (0..2000).map(|j| row(&x2, j)).collect());
+        let nv = DMatrix::from_fn(300, 2000, |i, j| naive(&r1[i], &r2[j]));
+        assert!(max_rel_diff(&kk, &nv) <= 1e-12, "{}: K vs naive", k.name());
+
+        let vjp = || k.vjp(x1.as_view(), x2.as_view(), g.as_view(), true);
+        let a = vjp();
+        assert_eq!(a, vjp(), "{}: vjp not repeatable", k.name());
+        assert_eq!(a, one_thread.install(vjp), "{}: vjp depends on threads", k.name());
+
+        let mut params = vec![0.0; k.n_params()];
+        let mut gx = DMatrix::zeros(300, d);
+        for c0 in (0..2000).step_by(500) {
+            let part = k.vjp(x1.as_view(), x2.rows(c0, 500), g.columns(c0, 500), true);
+            params.iter_mut().zip(&part.params).for_each(|(p, q)| *p += q);
+            gx += part.x1.unwrap();
+        }
+        let scale = g.component_mul(&kk).abs().sum();
+        for (i, (p, q)) in a.params.iter().zip(&params).enumerate() {
+            assert!((p - q).abs() <= 1e-10 * scale, "{}: dθ[{i}] {p} vs {q}", k.name());
+        }
+        let ax = a.x1.unwrap();
+        if d > 0 && ax.abs().max() > 0.0 {
+            assert!(max_rel_diff(&ax, &gx) <= 1e-10, "{}: dX1 vs sliced", k.name());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_support::*;
+    use super::*;
+    use nalgebra::dmatrix;
+
+    fn se_naive(var: f64, ls: &[f64]) -> impl Fn(&[f64], &[f64]) -> f64 {
+        move |a, b| {
+            let r2: f64 = (0..a.len()).map(|d| ((a[d] - b[d]) / ls[d.min(ls.len() - 1)]).powi(2)).sum();
+            var * (-0.5 * r2).exp()
+        }
+    }
+
+    #[test]
+    fn se_isotropic_gradients_and_properties() {
+        let k = SquaredExponential::isotropic(1.3, 0.8);
+        check_all(&k, 3, 1);
+        check_all(&k, 1, 2);
+    }
+
+    #[test]
+    fn se_ard_gradients_and_properties() {
+        check_all(&SquaredExponential::ard(0.7, vec![0.6, 1.4, 2.1]), 3, 3);
+    }
+
+    #[test]
+    fn se_hand_values() {
+        let k = SquaredExponential::isotropic(2.0, 0.5);
+        let (x, y) = (dmatrix![0.0, 0.0], dmatrix![0.3, 0.4]);
+        assert_close(k.k(x.as_view(), y.as_view())[(0, 0)], 1.2130613194252668, 0.0, "se");
+        assert_eq!(k.k(x.as_view(), x.as_view())[(0, 0)], 2.0);
+        let k = SquaredExponential::ard(1.5, vec![1.0, 2.0, 0.5]);
+        let (x, y) = (dmatrix![1.0, 2.0, 3.0], dmatrix![0.0, 0.0, 3.5]);
+        assert_close(k.k(x.as_view(), y.as_view())[(0, 0)], 0.33469524022264474, 0.0, "se-ard");
+    }
+
+    #[test]
+    fn se_metadata() {
+        let k = SquaredExponential::ard(0.5, vec![1.0, 2.0]);
+        assert_eq!((k.name(), k.n_params(), k.input_dim()), ("se-ard".into(), 3, Some(2)));
+        assert_eq!(k.param_names(), ["variance", "lengthscale[0]", "lengthscale[1]"]);
+        assert_eq!(k.bounds(), vec![Bounds::positive_default(); 3]);
+        assert_eq!((k.variance(), k.lengthscales()), (0.5, &[1.0, 2.0][..]));
+        let mut k = SquaredExponential::isotropic(1.0, 1.0);
+        assert_eq!((k.name(), k.n_params(), k.input_dim()), ("se".into(), 2, None));
+        k.set_bounds(&[Bounds::new(-1.0, 1.0), Bounds::new(-2.0, 2.0)]);
+        assert_eq!(k.bounds()[1], Bounds::new(-2.0, 2.0));
+        k.set_params(&[2.0f64.ln(), 3.0f64.ln()]);
+        assert!((k.variance() - 2.0).abs() < 1e-15 && (k.lengthscales()[0] - 3.0).abs() < 1e-15);
+    }
+
+    #[test]
+    fn se_parallel_is_deterministic_and_exact() {
+        check_parallel(&SquaredExponential::isotropic(1.3, 0.8), 3, se_naive(1.3, &[0.8]));
+        let ls = [0.6, 1.4, 2.1];
+        check_parallel(&SquaredExponential::ard(0.7, ls.to_vec()), 3, se_naive(0.7, &ls));
+    }
+
+    #[test]
+    fn se_identical_points_give_exact_variance() {
+        let k = SquaredExponential::ard(1.7, vec![0.3, 0.9]);
+        let x = dmatrix![0.1, 1e8; -3.0, 2.5];
+        let kk = k.k(x.as_view(), x.as_view());
+        assert_eq!((kk[(0, 0)], kk[(1, 1)]), (1.7, 1.7));
+    }
+
+    #[test]
+    #[should_panic(expected = "input dimension 3")]
+    fn se_ard_rejects_wrong_dimension() {
+        let x = DMatrix::<f64>::zeros(2, 2);
+        SquaredExponential::ard(1.0, vec![1.0; 3]).k(x.as_view(), x.as_view());
+    }
+
+    #[test]
+    #[should_panic(expected = "x1 has 2 columns but x2 has 1")]
+    fn se_rejects_mismatched_inputs() {
+        let (x1, x2) = (DMatrix::<f64>::zeros(2, 2), DMatrix::<f64>::zeros(2, 1));
+        SquaredExponential::isotropic(1.0, 1.0).k(x1.as_view(), x2.as_view());
+    }
+}

@@ -1,0 +1,106 @@
+//! # dpcotrain-gp — the sparse-GP numerical core
+//!
+//! Kernels, exact GP regression, the collapsed sparse approximations (SGPR/VFE, DTC, FITC),
+//! inducing-point selection, hyperparameter learning with analytic gradients, and sampling.
+//! f64 throughout; Cholesky with a recorded jitter ladder; no knowledge of privacy or networks.
+//!
+//! Names follow the papers and GPflow: `Kuu`, `Kuf`, `L` = chol(Kuu), `A` = L⁻¹Kuf/σ,
+//! `B` = I + AAᵀ, `LB` = chol(B). Equation references are to `shared/design/science-notes.md`
+//! and the papers it cites (Titsias 2009; Bauer et al. 2016; Thomas 2017).
+
+pub mod exact;
+pub mod inducing;
+pub mod kernels;
+pub mod linalg;
+pub mod noise;
+pub mod optimize;
+pub mod prediction;
+pub mod sampling;
+pub mod sparse;
+pub mod standardize;
+pub mod train;
+
+pub use exact::ExactGp;
+pub use kernels::{Bounds, Kernel};
+pub use linalg::{Cholesky, Jitter, JitterPolicy, LinalgError};
+pub use noise::{NoiseModel, NoiseVariance};
+pub use prediction::Prediction;
+pub use sparse::{SparseGp, SparseKind};
+
+/// Errors of the numerical core.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum GpError {
+    #[error(transparent)]
+    Linalg(#[from] LinalgError),
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+    #[error("optimisation failed: {0}")]
+    Optimisation(String),
+}
+
+impl GpError {
+    pub fn invalid(msg: impl Into<String>) -> Self {
+        GpError::InvalidInput(msg.into())
+    }
+}
+
+/// One evaluation of a model's training objective (higher is better) and its gradient
+/// with respect to the model's parameter vector.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Evaluation {
+    pub value: f64,
+    pub grad: Vec<f64>,
+    /// The jitter added to the matrix that needed it (K_uu for sparse models, K + Σ for exact).
+    pub jitter: Jitter,
+}
+
+/// A model whose hyperparameters can be learned: a parameter vector on the optimisation
+/// scale, its bounds, and an objective with analytic gradient.
+pub trait Objective {
+    fn params(&self) -> Vec<f64>;
+    fn set_params(&mut self, p: &[f64]);
+    fn bounds(&self) -> Vec<Bounds>;
+    fn param_names(&self) -> Vec<String>;
+    /// Objective (log marginal likelihood or its bound; higher is better) and gradient.
+    fn evaluate(&self) -> Result<Evaluation, GpError>;
+}
+
+/// Check a design matrix and targets: same length, at least one row, all finite, and the
+/// kernel's input dimension if it fixes one.
+pub(crate) fn validate_data(
+    x: &nalgebra::DMatrix<f64>,
+    y: &nalgebra::DVector<f64>,
+    kernel: &dyn Kernel,
+) -> Result<(), GpError> {
+    if x.nrows() != y.len() {
+        return Err(GpError::invalid(format!("X has {} rows but y has {} values", x.nrows(), y.len())));
+    }
+    if x.nrows() == 0 {
+        return Err(GpError::invalid("no training rows"));
+    }
+    validate_inputs(x, kernel, "X")?;
+    if let Some(i) = y.iter().position(|v| !v.is_finite()) {
+        return Err(GpError::invalid(format!("target of row {i} is {}", y[i])));
+    }
+    Ok(())
+}
+
+pub(crate) fn validate_inputs(x: &nalgebra::DMatrix<f64>, kernel: &dyn Kernel, what: &str) -> Result<(), GpError> {
+    if let Some(d) = kernel.input_dim()
+        && d != x.ncols()
+    {
+        return Err(GpError::invalid(format!(
+            "{what} has {} columns but the kernel {} expects {d}",
+            x.ncols(),
+            kernel.name()
+        )));
+    }
+    for j in 0..x.ncols() {
+        for i in 0..x.nrows() {
+            if !x[(i, j)].is_finite() {
+                return Err(GpError::invalid(format!("{what} row {i}, column {j} is {}", x[(i, j)])));
+            }
+        }
+    }
+    Ok(())
+}

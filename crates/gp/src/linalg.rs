@@ -1,0 +1,423 @@
+//! Dense linear algebra: Cholesky with a jitter ladder, triangular solves, log-determinants and
+//! the few heavy products a (sparse) GP needs.
+//!
+//! nalgebra's `DMatrix<f64>` is the API type; the heavy kernels run in faer through zero-copy
+//! views (both are column-major). This is the only module that talks to faer, so faer's API churn
+//! between minor versions stays here.
+//!
+//! Stable forms follow [Worksheet §1]: K = LLᵀ, log|K| = 2 Σ log L_ii, quadratic forms through
+//! z = L⁻¹y. No explicit inverse is formed, except [`Cholesky::inverse`], which the exact-GP
+//! gradient needs (W = ααᵀ − K⁻¹ is inherently an N×N matrix).
+
+use faer::linalg::matmul::triangular::BlockStructure;
+use faer::{Accum, MatMut, MatRef, Par};
+use nalgebra::{DMatrix, DMatrixView, DVector};
+
+/// Why a factorisation failed. Carries the stage (which matrix), its size and the jitter tried.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LinalgError {
+    /// The matrix stayed indefinite after the whole jitter ladder.
+    #[error(
+        "Cholesky of {stage} ({size}×{size}) failed: not positive definite even with jitter {jitter:.3e} (relative {relative:.1e} of mean diagonal) after {tries} tries"
+    )]
+    NotPositiveDefinite {
+        stage: &'static str,
+        size: usize,
+        jitter: f64,
+        relative: f64,
+        tries: usize,
+    },
+    /// The matrix contained NaN or ±inf before factorisation.
+    #[error("{stage} ({size}×{size}) contains a non-finite entry (NaN or inf); check the data and hyperparameters")]
+    NonFinite { stage: &'static str, size: usize },
+}
+
+/// Jitter ladder [science-notes §1.2]: ε₀ = `start`·mean(diag), ×`factor` per retry, at most
+/// `tries` attempts with jitter, then [`LinalgError::NotPositiveDefinite`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct JitterPolicy {
+    /// Relative jitter of the first jittered attempt.
+    pub start: f64,
+    /// Growth factor between attempts.
+    pub factor: f64,
+    /// Number of jittered attempts.
+    pub tries: usize,
+    /// Try once with no jitter before the ladder (exact GP, where K + σ²I is usually PD).
+    /// Inducing-point matrices K_uu always get jitter (`false`).
+    pub try_without: bool,
+}
+
+impl JitterPolicy {
+    /// For K_uu: jitter always applied, 1e-6·mean diag, ×10, 5 tries.
+    pub const ALWAYS: JitterPolicy = JitterPolicy { start: 1e-6, factor: 10.0, tries: 5, try_without: false };
+    /// For K + Σ_noise: first without jitter, then the same ladder.
+    pub const IF_NEEDED: JitterPolicy = JitterPolicy { start: 1e-6, factor: 10.0, tries: 5, try_without: true };
+}
+
+/// The jitter actually added: ε = `relative`·mean(diag A) on the diagonal.
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+pub struct Jitter {
+    pub relative: f64,
+    pub absolute: f64,
+}
+
+/// A Cholesky factor L (lower triangular, strict upper part zero) of A + εI.
+#[derive(Debug, Clone)]
+pub struct Cholesky {
+    l: DMatrix<f64>,
+    jitter: Jitter,
+}
+
+/// Parallelism for a kernel of about `work` flops: rayon overhead hurts below ~1e8 flops
+/// (measured: faer Cholesky M ≤ 500 is slower on 2 threads).
+pub fn par_for(work: f64) -> Par {
+    if work >= 1e8 { Par::rayon(0) } else { Par::Seq }
+}
+
+fn fref(m: &DMatrix<f64>) -> MatRef<'_, f64> {
+    MatRef::from_column_major_slice(m.as_slice(), m.nrows(), m.ncols())
+}
+
+fn fmut(m: &mut DMatrix<f64>) -> MatMut<'_, f64> {
+    let (r, c) = (m.nrows(), m.ncols());
+    MatMut::from_column_major_slice_mut(m.as_mut_slice(), r, c)
+}
+
+fn fview<'a>(m: &DMatrixView<'a, f64>) -> MatRef<'a, f64> {
+    let (rs, cs) = m.strides();
+    // SAFETY: the nalgebra view guarantees that every (i, j) with i < nrows, j < ncols at
+    // ptr + i·rs + j·cs is a valid, initialised f64 for the lifetime 'a.
+    unsafe { MatRef::from_raw_parts(m.as_ptr(), m.nrows(), m.ncols(), rs as isize, cs as isize) }
+}
+
+fn fvec_mut(v: &mut DVector<f64>) -> MatMut<'_, f64> {
+    let n = v.len();
+    MatMut::from_column_major_slice_mut(v.as_mut_slice(), n, 1)
+}
+
+impl Cholesky {
+    /// Factor A + εI following the jitter ladder. `stage` names the matrix in errors
+    /// (e.g. `"K_uu"`). Only the lower triangle of `a` is read.
+    pub fn factor(mut a: DMatrix<f64>, stage: &'static str, policy: JitterPolicy) -> Result<Self, LinalgError> {
+        let n = a.nrows();
+        assert_eq!(n, a.ncols(), "Cholesky of a non-square matrix");
+        for j in 0..n {
+            for i in j..n {
+                if !a[(i, j)].is_finite() {
+                    return Err(LinalgError::NonFinite { stage, size: n });
+                }
+            }
+        }
+        let mean_diag = if n == 0 { 0.0 } else { a.diagonal().sum() / n as f64 };
+        // Positive scale for the jitter even if the diagonal mean is not (indefinite input).
+        let scale = if mean_diag > 0.0 { mean_diag } else { 1.0 };
+        let orig_diag: Vec<f64> = (0..n).map(|i| a[(i, i)]).collect();
+        let mut attempts: Vec<f64> = Vec::with_capacity(policy.tries + 1);
+        if policy.try_without {
+            attempts.push(0.0);
+        }
+        let mut rel = policy.start;
+        for _ in 0..policy.tries {
+            attempts.push(rel);
+            rel *= policy.factor;
+        }
+        let par = par_for(n as f64 * n as f64 * n as f64 / 3.0);
+        let mut work = a.clone();
+        for (t, &relative) in attempts.iter().enumerate() {
+            if t > 0 {
+                work.copy_from(&a);
+            }
+            let eps = relative * scale;
+            for (i, d) in orig_diag.iter().enumerate() {
+                work[(i, i)] = d + eps;
+            }
+            if factor_in_place(&mut work, par) {
+                // Zero the strict upper triangle (faer leaves it untouched).
+                for j in 1..n {
+                    for i in 0..j {
+                        work[(i, j)] = 0.0;
+                    }
+                }
+                let _ = &mut a;
+                return Ok(Cholesky { l: work, jitter: Jitter { relative, absolute: eps } });
+            }
+        }
+        let last = attempts.last().copied().unwrap_or(0.0);
+        Err(LinalgError::NotPositiveDefinite {
+            stage,
+            size: n,
+            jitter: last * scale,
+            relative: last,
+            tries: attempts.len(),
+        })
+    }
+
+    /// The lower-triangular factor L.
+    pub fn l(&self) -> &DMatrix<f64> {
+        &self.l
+    }
+
+    /// The jitter that was added to the diagonal.
+    pub fn jitter(&self) -> Jitter {
+        self.jitter
+    }
+
+    pub fn dim(&self) -> usize {
+        self.l.nrows()
+    }
+
+    /// log|A + εI| = 2 Σ log L_ii.
+    pub fn logdet(&self) -> f64 {
+        2.0 * self.l.diagonal().iter().map(|d| d.ln()).sum::<f64>()
+    }
+
+    /// B ← L⁻¹ B (forward substitution).
+    pub fn solve_l_in_place(&self, b: &mut DMatrix<f64>) {
+        assert_eq!(b.nrows(), self.dim(), "solve: row mismatch");
+        let par = par_for(self.dim() as f64 * self.dim() as f64 * b.ncols() as f64);
+        faer::linalg::triangular_solve::solve_lower_triangular_in_place(fref(&self.l), fmut(b), par);
+    }
+
+    /// B ← L⁻ᵀ B (back substitution).
+    pub fn solve_lt_in_place(&self, b: &mut DMatrix<f64>) {
+        assert_eq!(b.nrows(), self.dim(), "solve: row mismatch");
+        let par = par_for(self.dim() as f64 * self.dim() as f64 * b.ncols() as f64);
+        faer::linalg::triangular_solve::solve_upper_triangular_in_place(fref(&self.l).transpose(), fmut(b), par);
+    }
+
+    /// L⁻¹ b.
+    pub fn solve_l_vec(&self, b: &DVector<f64>) -> DVector<f64> {
+        let mut x = b.clone();
+        faer::linalg::triangular_solve::solve_lower_triangular_in_place(fref(&self.l), fvec_mut(&mut x), Par::Seq);
+        x
+    }
+
+    /// L⁻ᵀ b.
+    pub fn solve_lt_vec(&self, b: &DVector<f64>) -> DVector<f64> {
+        let mut x = b.clone();
+        faer::linalg::triangular_solve::solve_upper_triangular_in_place(
+            fref(&self.l).transpose(),
+            fvec_mut(&mut x),
+            Par::Seq,
+        );
+        x
+    }
+
+    /// (A + εI)⁻¹ b = L⁻ᵀ L⁻¹ b.
+    pub fn solve_vec(&self, b: &DVector<f64>) -> DVector<f64> {
+        self.solve_lt_vec(&self.solve_l_vec(b))
+    }
+
+    /// (A + εI)⁻¹ B.
+    pub fn solve(&self, b: &DMatrix<f64>) -> DMatrix<f64> {
+        let mut x = b.clone();
+        self.solve_l_in_place(&mut x);
+        self.solve_lt_in_place(&mut x);
+        x
+    }
+
+    /// (A + εI)⁻¹ = L⁻ᵀ L⁻¹, symmetric. Only for gradients that need the whole matrix.
+    pub fn inverse(&self) -> DMatrix<f64> {
+        let n = self.dim();
+        let mut linv = DMatrix::<f64>::identity(n, n);
+        self.solve_l_in_place(&mut linv);
+        // L⁻¹ is lower triangular: L⁻ᵀ L⁻¹ with triangular structure, lower half then mirror.
+        let mut out = DMatrix::<f64>::zeros(n, n);
+        let par = par_for(n as f64 * n as f64 * n as f64 / 3.0);
+        faer::linalg::matmul::triangular::matmul(
+            fmut(&mut out),
+            BlockStructure::TriangularLower,
+            Accum::Replace,
+            fref(&linv).transpose(),
+            BlockStructure::TriangularUpper,
+            fref(&linv),
+            BlockStructure::TriangularLower,
+            1.0,
+            par,
+        );
+        symmetrize_from_lower(&mut out);
+        out
+    }
+}
+
+fn factor_in_place(a: &mut DMatrix<f64>, par: Par) -> bool {
+    use faer::dyn_stack::{MemBuffer, MemStack};
+    use faer::linalg::cholesky::llt::factor::{LltRegularization, cholesky_in_place, cholesky_in_place_scratch};
+    let n = a.nrows();
+    let req = cholesky_in_place_scratch::<f64>(n, par, Default::default());
+    let mut buf = MemBuffer::new(req);
+    let stack = MemStack::new(&mut buf);
+    let ok = cholesky_in_place(fmut(a), LltRegularization::default(), par, stack, Default::default()).is_ok();
+    ok && (0..n).all(|i| a[(i, i)].is_finite() && a[(i, i)] > 0.0)
+}
+
+/// Copy the lower triangle onto the upper one.
+pub fn symmetrize_from_lower(a: &mut DMatrix<f64>) {
+    let n = a.nrows();
+    for j in 1..n {
+        for i in 0..j {
+            a[(i, j)] = a[(j, i)];
+        }
+    }
+}
+
+/// A Aᵀ (SYRK, full symmetric result). A is M×N with N possibly large.
+pub fn aat(a: &DMatrix<f64>) -> DMatrix<f64> {
+    let mut out = DMatrix::<f64>::zeros(a.nrows(), a.nrows());
+    aat_acc(a.as_view(), &mut out, 1.0, false);
+    symmetrize_from_lower(&mut out);
+    out
+}
+
+/// out(lower) ← [out(lower) +] α·A Aᵀ. Only the lower triangle of `out` is written; call
+/// [`symmetrize_from_lower`] after the last accumulation.
+pub fn aat_acc(a: DMatrixView<'_, f64>, out: &mut DMatrix<f64>, alpha: f64, accumulate: bool) {
+    let m = a.nrows();
+    assert_eq!(out.nrows(), m);
+    let par = par_for(m as f64 * m as f64 * a.ncols() as f64);
+    faer::linalg::matmul::triangular::matmul(
+        fmut(out),
+        BlockStructure::TriangularLower,
+        if accumulate { Accum::Add } else { Accum::Replace },
+        fview(&a),
+        BlockStructure::Rectangular,
+        fview(&a).transpose(),
+        BlockStructure::Rectangular,
+        alpha,
+        par,
+    );
+}
+
+/// out ← [β·out +] α·op(A)·op(B), where op transposes when the flag is set.
+pub fn gemm(
+    out: &mut DMatrix<f64>,
+    alpha: f64,
+    a: DMatrixView<'_, f64>,
+    ta: bool,
+    b: DMatrixView<'_, f64>,
+    tb: bool,
+    accumulate: bool,
+) {
+    let fa = if ta { fview(&a).transpose() } else { fview(&a) };
+    let fb = if tb { fview(&b).transpose() } else { fview(&b) };
+    assert_eq!(fa.ncols(), fb.nrows(), "gemm: inner dimension mismatch");
+    assert_eq!((out.nrows(), out.ncols()), (fa.nrows(), fb.ncols()), "gemm: output shape mismatch");
+    let par = par_for(2.0 * fa.nrows() as f64 * fa.ncols() as f64 * fb.ncols() as f64);
+    faer::linalg::matmul::matmul(
+        fmut(out),
+        if accumulate { Accum::Add } else { Accum::Replace },
+        fa,
+        fb,
+        alpha,
+        par,
+    );
+}
+
+/// op(A)·op(B) as a new matrix.
+pub fn matmul(a: DMatrixView<'_, f64>, ta: bool, b: DMatrixView<'_, f64>, tb: bool) -> DMatrix<f64> {
+    let r = if ta { a.ncols() } else { a.nrows() };
+    let c = if tb { b.nrows() } else { b.ncols() };
+    let mut out = DMatrix::<f64>::zeros(r, c);
+    gemm(&mut out, 1.0, a, ta, b, tb, false);
+    out
+}
+
+/// Squared column norms: out_j = Σ_i A_ij².
+pub fn col_sq_norms(a: &DMatrix<f64>) -> DVector<f64> {
+    DVector::from_iterator(a.ncols(), a.column_iter().map(|c| c.norm_squared()))
+}
+
+/// Frobenius inner product ⟨A, B⟩ = Σ A_ij B_ij.
+pub fn frob(a: &DMatrix<f64>, b: &DMatrix<f64>) -> f64 {
+    assert_eq!(a.shape(), b.shape());
+    a.iter().zip(b.iter()).map(|(x, y)| x * y).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    fn random(r: usize, c: usize, seed: u64) -> DMatrix<f64> {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        DMatrix::from_fn(r, c, |_, _| rng.random_range(-1.0..1.0))
+    }
+
+    fn spd(n: usize, seed: u64) -> DMatrix<f64> {
+        let a = random(n, n + 3, seed);
+        &a * a.transpose() + DMatrix::identity(n, n) * 0.1
+    }
+
+    #[test]
+    fn cholesky_reconstructs_and_solves() {
+        for &n in &[1usize, 5, 40, 130] {
+            let a = spd(n, n as u64);
+            let c = Cholesky::factor(a.clone(), "A", JitterPolicy::IF_NEEDED).unwrap();
+            assert_eq!(c.jitter().absolute, 0.0);
+            let l = c.l();
+            let err = (l * l.transpose() - &a).abs().max();
+            assert!(err < 1e-10 * a.abs().max(), "n={n} err={err}");
+            for j in 1..n {
+                for i in 0..j {
+                    assert_eq!(l[(i, j)], 0.0);
+                }
+            }
+            let b = random(n, 3, 9);
+            let x = c.solve(&b);
+            assert!((&a * &x - &b).abs().max() < 1e-8);
+            let ld = a.clone().cholesky().unwrap().l().diagonal().map(|d| d.ln()).sum() * 2.0;
+            assert!((c.logdet() - ld).abs() < 1e-10 * ld.abs().max(1.0));
+            let inv = c.inverse();
+            assert!((&a * &inv - DMatrix::identity(n, n)).abs().max() < 1e-8);
+            let bv = DVector::from_column_slice(b.column(0).as_slice());
+            assert!((c.solve_vec(&bv) - x.column(0)).abs().max() < 1e-10);
+        }
+    }
+
+    #[test]
+    fn jitter_ladder_records_jitter_and_fails_with_typed_error() {
+        // Rank-1 PSD matrix: needs jitter.
+        let v = DVector::from_vec(vec![1.0, 2.0, 3.0]);
+        let a = &v * v.transpose();
+        let c = Cholesky::factor(a.clone(), "K_uu", JitterPolicy::IF_NEEDED).unwrap();
+        assert!(c.jitter().relative >= 1e-6);
+        let mean_diag = a.diagonal().sum() / 3.0;
+        assert!((c.jitter().absolute - c.jitter().relative * mean_diag).abs() < 1e-15);
+        // Always-jitter policy adds 1e-6·mean diag even to a PD matrix.
+        let c2 = Cholesky::factor(DMatrix::identity(3, 3), "K_uu", JitterPolicy::ALWAYS).unwrap();
+        assert_eq!(c2.jitter().relative, 1e-6);
+        // Indefinite matrix: typed error naming the stage.
+        let bad = DMatrix::from_row_slice(2, 2, &[1.0, 0.0, 0.0, -1.0]);
+        match Cholesky::factor(bad, "K_test", JitterPolicy::IF_NEEDED) {
+            Err(LinalgError::NotPositiveDefinite { stage, size, tries, .. }) => {
+                assert_eq!((stage, size, tries), ("K_test", 2, 6));
+            }
+            other => panic!("expected failure, got {other:?}"),
+        }
+        let mut nan = DMatrix::identity(2, 2);
+        nan[(1, 0)] = f64::NAN;
+        assert!(matches!(
+            Cholesky::factor(nan, "K", JitterPolicy::IF_NEEDED),
+            Err(LinalgError::NonFinite { .. })
+        ));
+    }
+
+    #[test]
+    fn products_match_nalgebra() {
+        let a = random(7, 300, 1);
+        let g = aat(&a);
+        assert!((&g - &a * a.transpose()).abs().max() < 1e-12);
+        let b = random(300, 4, 2);
+        let c = matmul(a.as_view(), false, b.as_view(), false);
+        assert!((&c - &a * &b).abs().max() < 1e-12);
+        let d = matmul(b.as_view(), true, a.as_view(), true);
+        assert!((&d - b.transpose() * a.transpose()).abs().max() < 1e-12);
+        // Strided row view.
+        let big = random(50, 3, 3);
+        let view = big.rows(10, 20);
+        let e = matmul(view, false, view, true);
+        let owned = view.clone_owned();
+        assert!((&e - &owned * owned.transpose()).abs().max() < 1e-12);
+    }
+}

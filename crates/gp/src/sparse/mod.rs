@@ -1,0 +1,199 @@
+//! Sparse GP regression with inducing inputs Z: the collapsed Titsias bound (SGPR/VFE) and the
+//! DTC and FITC approximate marginal likelihoods [Bauer §2.3 eqs 5–7; science-notes §1.4].
+//!
+//! All three share one O(NM²) computation ([`collapsed`]): with L = chol(K_uu + εI) and
+//! Λ the (effective) per-point noise,
+//!
+//!     A = L⁻¹ K_uf Λ^{-½},   B = I + AAᵀ,   L_B = chol(B),   c = L_B⁻¹ A Λ^{-½} y
+//!     log N(y | 0, Q_ff + Λ) = −(N/2) log 2π − Σ log L_B,ii − ½ Σ log λ_n − ½(‖Λ^{-½}y‖² − ‖c‖²)
+//!
+//! - VFE: Λ = Σ_noise, objective = the above − ½ Σ (k_nn − q_nn)/λ_n (trace term).
+//! - DTC: Λ = Σ_noise, objective = the above.
+//! - FITC: Λ = diag(K_ff − Q_ff) + Σ_noise, objective = the above.
+//!
+//! Parameter vector: kernel log-parameters, then log σ² (if learnable), then Z (column-major,
+//! natural scale) when `optimize_inducing` is set.
+
+mod collapsed;
+mod posterior;
+
+pub use posterior::SparsePosterior;
+
+use crate::kernels::{Bounds, Kernel};
+use crate::noise::NoiseModel;
+use crate::{Evaluation, GpError, Objective, validate_data, validate_inputs};
+use nalgebra::{DMatrix, DVector};
+
+/// Which sparse approximation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SparseKind {
+    /// Titsias's collapsed variational bound (SGPR).
+    Vfe,
+    /// Deterministic training conditional (VFE without the trace term).
+    Dtc,
+    /// Fully independent training conditional.
+    Fitc,
+}
+
+impl SparseKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            SparseKind::Vfe => "vfe",
+            SparseKind::Dtc => "dtc",
+            SparseKind::Fitc => "fitc",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct SparseGp {
+    pub kind: SparseKind,
+    pub kernel: Box<dyn Kernel>,
+    pub noise: NoiseModel,
+    x: DMatrix<f64>,
+    y: DVector<f64>,
+    z: DMatrix<f64>,
+    /// Whether Z is part of the parameter vector (joint optimisation).
+    pub optimize_inducing: bool,
+    /// Jitter ladder for K_uu (default: always 1e-6·mean diag, ×10 up to 5 tries).
+    pub jitter: crate::JitterPolicy,
+}
+
+impl SparseGp {
+    /// A new sparse GP. `noise` must be homoscedastic or per-point (the dense block is
+    /// exact-GP only). Z is M×D with the same D as X.
+    pub fn new(
+        kind: SparseKind,
+        kernel: Box<dyn Kernel>,
+        noise: NoiseModel,
+        x: DMatrix<f64>,
+        y: DVector<f64>,
+        z: DMatrix<f64>,
+    ) -> Result<Self, GpError> {
+        validate_data(&x, &y, kernel.as_ref())?;
+        noise.validate(x.nrows())?;
+        if matches!(noise, NoiseModel::Block { .. }) {
+            return Err(GpError::invalid(
+                "the dense-block noise model is supported by the exact GP only; use per-point variances with sparse models",
+            ));
+        }
+        Self::check_z(&z, &x, kernel.as_ref())?;
+        Ok(SparseGp { kind, kernel, noise, x, y, z, optimize_inducing: false, jitter: crate::JitterPolicy::ALWAYS })
+    }
+
+    fn check_z(z: &DMatrix<f64>, x: &DMatrix<f64>, kernel: &dyn Kernel) -> Result<(), GpError> {
+        if z.nrows() == 0 {
+            return Err(GpError::invalid("no inducing points"));
+        }
+        if z.ncols() != x.ncols() {
+            return Err(GpError::invalid(format!(
+                "inducing points have {} columns, training inputs {}",
+                z.ncols(),
+                x.ncols()
+            )));
+        }
+        validate_inputs(z, kernel, "Z")
+    }
+
+    pub fn x(&self) -> &DMatrix<f64> {
+        &self.x
+    }
+    pub fn y(&self) -> &DVector<f64> {
+        &self.y
+    }
+    pub fn z(&self) -> &DMatrix<f64> {
+        &self.z
+    }
+
+    /// Replace the inducing inputs.
+    pub fn set_z(&mut self, z: DMatrix<f64>) -> Result<(), GpError> {
+        Self::check_z(&z, &self.x, self.kernel.as_ref())?;
+        self.z = z;
+        Ok(())
+    }
+
+    /// The objective (ELBO for VFE; approximate LML for DTC/FITC) without gradient.
+    pub fn objective_value(&self) -> Result<f64, GpError> {
+        Ok(collapsed::evaluate(self, false)?.value)
+    }
+
+    /// tr(K_ff − Q_ff) at the current parameters (the numerator of the VFE trace term).
+    pub fn trace_k_minus_q(&self) -> Result<f64, GpError> {
+        Ok(collapsed::evaluate(self, false)?.trace_k_minus_q)
+    }
+
+    /// Factorise once and cache what prediction needs.
+    pub fn posterior(&self) -> Result<SparsePosterior, GpError> {
+        collapsed::posterior(self)
+    }
+}
+
+impl Objective for SparseGp {
+    fn params(&self) -> Vec<f64> {
+        let mut p = self.kernel.params();
+        let s = self.noise.sigma2();
+        if s.learn {
+            p.push(s.variance.ln());
+        }
+        if self.optimize_inducing {
+            p.extend_from_slice(self.z.as_slice());
+        }
+        p
+    }
+
+    fn set_params(&mut self, p: &[f64]) {
+        let nk = self.kernel.n_params();
+        self.kernel.set_params(&p[..nk]);
+        let mut i = nk;
+        let s = self.noise.sigma2_mut();
+        if s.learn {
+            s.variance = p[i].exp();
+            i += 1;
+        }
+        if self.optimize_inducing {
+            let len = self.z.len();
+            self.z.as_mut_slice().copy_from_slice(&p[i..i + len]);
+        }
+    }
+
+    fn bounds(&self) -> Vec<Bounds> {
+        let mut b = self.kernel.bounds();
+        let s = self.noise.sigma2();
+        if s.learn {
+            b.push(s.bounds);
+        }
+        if self.optimize_inducing {
+            b.extend(std::iter::repeat_n(Bounds::new(f64::NEG_INFINITY, f64::INFINITY), self.z.len()));
+        }
+        b
+    }
+
+    fn param_names(&self) -> Vec<String> {
+        let mut n = self.kernel.param_names();
+        if self.noise.sigma2().learn {
+            n.push("noise_variance".into());
+        }
+        if self.optimize_inducing {
+            for d in 0..self.z.ncols() {
+                for m in 0..self.z.nrows() {
+                    n.push(format!("Z[{m},{d}]"));
+                }
+            }
+        }
+        n
+    }
+
+    fn evaluate(&self) -> Result<Evaluation, GpError> {
+        let t = collapsed::evaluate(self, true)?;
+        let g = t.grad.expect("gradient requested");
+        let mut grad = g.kernel;
+        if self.noise.sigma2().learn {
+            grad.push(g.log_sigma2);
+        }
+        if self.optimize_inducing {
+            grad.extend_from_slice(g.z.as_slice());
+        }
+        Ok(Evaluation { value: t.value, grad, jitter: t.jitter })
+    }
+}

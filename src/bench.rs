@@ -1,0 +1,184 @@
+//! `dpcotrain bench gp`: speed and memory of the numerical core on this machine.
+//!
+//! Reports the best of a few repetitions (setup untimed), GFLOP/s estimated from the dominant
+//! dense kernels, and the machine's GEMM rate as the peak to compare with. The memory
+//! benchmark runs a VFE fit in a child process and reads its peak resident set (VmHWM).
+
+use clap::{Args, Subcommand};
+use dpcotrain_gp::kernels::SquaredExponential;
+use dpcotrain_gp::linalg::matmul;
+use dpcotrain_gp::train::{SgprStrategy, TrainOptions, train_sparse};
+use dpcotrain_gp::{ExactGp, NoiseModel, Objective, SparseGp, SparseKind};
+use nalgebra::{DMatrix, DVector};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde_json::json;
+use std::time::Instant;
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Time VFE ELBO+gradient, exact LML+gradient and GEMM; measure a large VFE fit's memory.
+    Gp(GpBenchArgs),
+    /// (internal) One VFE fit, printing its peak memory as JSON; used by `bench gp --memory`.
+    #[command(hide = true)]
+    GpMemory(MemoryArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct GpBenchArgs {
+    /// Smaller sizes only (N ≤ 1e4, n ≤ 2000): a one-minute smoke run.
+    #[arg(long)]
+    pub quick: bool,
+    /// Also measure the peak memory of a VFE fit with N = 1e6, M = 500 (takes a few minutes).
+    #[arg(long)]
+    pub memory: bool,
+    /// Repetitions per case (the best is reported).
+    #[arg(long, default_value_t = 3)]
+    pub reps: usize,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct MemoryArgs {
+    #[arg(long, default_value_t = 1_000_000)]
+    pub n: usize,
+    #[arg(long, default_value_t = 500)]
+    pub m: usize,
+    #[arg(long, default_value_t = 4)]
+    pub d: usize,
+    #[arg(long, default_value_t = 5)]
+    pub iters: usize,
+}
+
+fn data(n: usize, d: usize, seed: u64) -> (DMatrix<f64>, DVector<f64>) {
+    let mut r = ChaCha8Rng::seed_from_u64(seed);
+    let x = DMatrix::from_fn(n, d, |_, _| r.random_range(-2.0..2.0));
+    let y = DVector::from_fn(n, |i, _| (0..d).map(|j| (1.5 * x[(i, j)]).sin()).sum::<f64>() + 0.1 * r.random_range(-1.0..1.0));
+    (x, y)
+}
+
+fn best_of<T>(reps: usize, mut f: impl FnMut() -> T) -> (f64, T) {
+    let mut best = f64::INFINITY;
+    let mut last = None;
+    for _ in 0..reps.max(1) {
+        let t = Instant::now();
+        let out = f();
+        best = best.min(t.elapsed().as_secs_f64());
+        last = Some(out);
+    }
+    (best, last.unwrap())
+}
+
+fn gemm_peak(reps: usize) -> f64 {
+    let n = 2000;
+    let mut r = ChaCha8Rng::seed_from_u64(1);
+    let a = DMatrix::from_fn(n, n, |_, _| r.random_range(-1.0..1.0));
+    let b = DMatrix::from_fn(n, n, |_, _| r.random_range(-1.0..1.0));
+    let (t, c) = best_of(reps, || matmul(a.as_view(), false, b.as_view(), false));
+    std::hint::black_box(c);
+    2.0 * (n as f64).powi(3) / t / 1e9
+}
+
+pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
+    match cmd {
+        BenchCommand::Gp(a) => run_gp(a),
+        BenchCommand::GpMemory(a) => run_memory(a),
+    }
+}
+
+fn run_gp(a: GpBenchArgs) -> anyhow::Result<()> {
+    let mut rows = Vec::new();
+    let say = |s: String| {
+        if !a.json {
+            println!("{s}");
+        }
+    };
+    let peak = gemm_peak(a.reps);
+    say(format!("GEMM 2000³ (faer, all cores): {peak:.1} GFLOP/s  ← the machine's practical peak"));
+    rows.push(json!({"case": "gemm", "n": 2000, "gflops": peak}));
+
+    let ns: &[usize] = if a.quick { &[10_000] } else { &[10_000, 100_000] };
+    for &n in ns {
+        for &m in &[100usize, 500] {
+            for &d in &[1usize, 4] {
+                let (x, y) = data(n, d, 7);
+                let mut r = ChaCha8Rng::seed_from_u64(3);
+                let z = DMatrix::from_fn(m, d, |_, _| r.random_range(-2.0..2.0));
+                let k = SquaredExponential::ard(1.0, vec![0.7; d]);
+                let mut gp = SparseGp::new(SparseKind::Vfe, Box::new(k), NoiseModel::homoscedastic(0.1), x, y, z)?;
+                gp.optimize_inducing = true;
+                let reps = if n * m >= 50_000_000 { a.reps.min(2) } else { a.reps };
+                let (t, e) = best_of(reps, || gp.evaluate());
+                let e = e?;
+                // Dominant flops: TRSM M²N, SYRK M²N, GEMM 2M²N for ∂/∂K_uf.
+                let flops = 4.0 * (m * m) as f64 * n as f64;
+                say(format!(
+                    "VFE ELBO+grad (θ and Z)  N={n:>6} M={m:>3} D={d}: {t:>8.3} s  {:>6.1} GFLOP/s  (ELBO {:.3})",
+                    flops / t / 1e9,
+                    e.value
+                ));
+                rows.push(json!({"case": "vfe_elbo_grad", "n": n, "m": m, "d": d, "seconds": t, "gflops": flops / t / 1e9}));
+            }
+        }
+    }
+    let exact_ns: &[usize] = if a.quick { &[2000] } else { &[2000, 5000] };
+    for &n in exact_ns {
+        let (x, y) = data(n, 4, 9);
+        let gp = ExactGp::new(Box::new(SquaredExponential::ard(1.0, vec![0.7; 4])), NoiseModel::homoscedastic(0.1), x, y)?;
+        let (t, e) = best_of(a.reps.min(if n > 3000 { 2 } else { 3 }), || gp.evaluate());
+        let e = e?;
+        // Cholesky n³/3, inverse (TRSM n³/3 + triangular product n³/3).
+        let flops = (n as f64).powi(3);
+        say(format!(
+            "exact LML+grad           n={n:>6}            : {t:>8.3} s  {:>6.1} GFLOP/s  (LML {:.3})",
+            flops / t / 1e9,
+            e.value
+        ));
+        rows.push(json!({"case": "exact_lml_grad", "n": n, "seconds": t, "gflops": flops / t / 1e9}));
+    }
+    if a.memory {
+        say("VFE fit N=1e6, M=500, D=4 in a child process (a few minutes)…".into());
+        let exe = std::env::current_exe()?;
+        let out = std::process::Command::new(exe).args(["bench", "gp-memory"]).output()?;
+        if !out.status.success() {
+            anyhow::bail!("memory benchmark child failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+        say(format!(
+            "VFE fit N=1e6 M=500: peak RSS {:.2} GiB, {:.1} s for {} L-BFGS iterations",
+            v["peak_rss_bytes"].as_f64().unwrap_or(0.0) / (1u64 << 30) as f64,
+            v["seconds"].as_f64().unwrap_or(0.0),
+            v["iterations"]
+        ));
+        rows.push(v);
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    }
+    Ok(())
+}
+
+fn peak_rss_bytes() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+fn run_memory(a: MemoryArgs) -> anyhow::Result<()> {
+    let (x, y) = data(a.n, a.d, 11);
+    let z = dpcotrain_gp::inducing::random_subset(&x, a.m, 1)?;
+    let k = SquaredExponential::ard(1.0, vec![0.7; a.d]);
+    let mut gp = SparseGp::new(SparseKind::Vfe, Box::new(k), NoiseModel::homoscedastic(0.1), x, y, z)?;
+    let t = Instant::now();
+    let opts = TrainOptions { max_iters: a.iters, ..Default::default() };
+    let r = train_sparse(&mut gp, SgprStrategy::FixedZ, &opts)?;
+    let secs = t.elapsed().as_secs_f64();
+    println!(
+        "{}",
+        json!({"case": "vfe_fit_memory", "n": a.n, "m": a.m, "d": a.d, "iterations": r.iterations,
+               "seconds": secs, "objective": r.objective, "peak_rss_bytes": peak_rss_bytes()})
+    );
+    Ok(())
+}

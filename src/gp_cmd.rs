@@ -1,0 +1,370 @@
+//! `dpcotrain gp fit`: the numerical core from the command line. Scripts depend on these flags
+//! and on the JSON keys; keep them stable.
+
+use crate::table::Table;
+use clap::{Args, ValueEnum};
+use dpcotrain_gp::inducing::{greedy_variance, kmeans, random_subset};
+use dpcotrain_gp::kernels::{Kernel, Matern, MaternNu, SquaredExponential};
+use dpcotrain_gp::standardize::Standardizer;
+use dpcotrain_gp::train::{SgprStrategy, TrainOptions, TrainReport, train, train_sparse};
+use dpcotrain_gp::{ExactGp, NoiseModel, NoiseVariance, Objective, Prediction, SparseGp, SparseKind};
+use nalgebra::{DMatrix, DVector};
+use serde_json::{Value, json};
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq)]
+pub enum ModelArg {
+    Exact,
+    Vfe,
+    Fitc,
+    Dtc,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq)]
+pub enum KernelArg {
+    Se,
+    SeArd,
+    Matern12,
+    Matern32,
+    Matern52,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq)]
+pub enum StrategyArg {
+    /// Hyperparameters only, Z fixed (same as --fix-inducing).
+    Fixed,
+    /// Hyperparameters and Z jointly.
+    Joint,
+    /// Greedy re-selection of Z every 25 iterations (Burt et al.).
+    Reinit,
+    /// As reinit, switching to joint optimisation when re-selection stops helping.
+    ReinitRetrain,
+}
+
+#[derive(Debug, Args)]
+pub struct FitArgs {
+    /// Training CSV with a header row.
+    #[arg(long, value_name = "FILE.csv")]
+    pub train: PathBuf,
+    /// Target column (name or 0-based index); default: the last column.
+    #[arg(long, value_name = "COL")]
+    pub target: Option<String>,
+    #[arg(long, value_enum, default_value = "exact")]
+    pub model: ModelArg,
+    #[arg(long, value_enum, default_value = "se-ard")]
+    pub kernel: KernelArg,
+    /// Inducing inputs for sparse models: greedy:M, kmeans:M, random:M or file:Z.csv.
+    #[arg(long, value_name = "SPEC")]
+    pub inducing: Option<String>,
+    /// Initial (or, with --fixed, the) kernel variance s². Default: the variance of y.
+    #[arg(long, value_name = "V")]
+    pub variance: Option<f64>,
+    /// Length-scale(s): one value, or one per input column for ARD kernels. Default: the
+    /// standard deviation of each input column.
+    #[arg(long, value_name = "L[,L2,...]", value_delimiter = ',')]
+    pub lengthscale: Option<Vec<f64>>,
+    /// Initial (or fixed) noise variance σ². Default: 10% of the variance of y.
+    #[arg(long, value_name = "S2")]
+    pub noise: Option<f64>,
+    /// Evaluate at the given hyperparameters; no training.
+    #[arg(long)]
+    pub fixed: bool,
+    /// Train hyperparameters only; keep the inducing inputs where --inducing put them.
+    #[arg(long)]
+    pub fix_inducing: bool,
+    /// Training strategy for sparse models (default reinit-retrain; --fix-inducing means fixed).
+    #[arg(long, value_enum)]
+    pub strategy: Option<StrategyArg>,
+    /// Standardise inputs and target before fitting (hyperparameters are then reported in
+    /// standardised units; predictions are mapped back to data units).
+    #[arg(long)]
+    pub standardize: bool,
+    /// Random restarts of the optimiser in addition to the warm start.
+    #[arg(long, default_value_t = 0)]
+    pub restarts: usize,
+    /// L-BFGS iterations per run.
+    #[arg(long, default_value_t = 200)]
+    pub max_iters: usize,
+    /// CSV of test inputs (every column is an input).
+    #[arg(long, value_name = "TEST.csv")]
+    pub predict: Option<PathBuf>,
+    /// Also return the full latent predictive covariance.
+    #[arg(long)]
+    pub full_cov: bool,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn positive(name: &str, v: f64) -> anyhow::Result<f64> {
+    if v.is_finite() && v > 0.0 {
+        Ok(v)
+    } else {
+        anyhow::bail!("--{name} must be a positive finite number, got {v}")
+    }
+}
+
+enum InducingSpec {
+    Greedy(usize),
+    Kmeans(usize),
+    Random(usize),
+    File(PathBuf),
+}
+
+fn parse_inducing(s: &str) -> anyhow::Result<InducingSpec> {
+    let (kind, arg) = s
+        .split_once(':')
+        .ok_or_else(|| anyhow::anyhow!("--inducing {s:?}: expected greedy:M, kmeans:M, random:M or file:Z.csv"))?;
+    let m = || -> anyhow::Result<usize> {
+        let m: usize = arg
+            .trim()
+            .parse()
+            .map_err(|_| anyhow::anyhow!("--inducing {s:?}: {arg:?} is not a whole number of inducing points"))?;
+        if m == 0 {
+            anyhow::bail!("--inducing {s:?}: the number of inducing points must be at least 1");
+        }
+        Ok(m)
+    };
+    Ok(match kind {
+        "greedy" => InducingSpec::Greedy(m()?),
+        "kmeans" => InducingSpec::Kmeans(m()?),
+        "random" => InducingSpec::Random(m()?),
+        "file" => InducingSpec::File(PathBuf::from(arg)),
+        _ => anyhow::bail!("--inducing {s:?}: unknown method {kind:?} (greedy, kmeans, random or file)"),
+    })
+}
+
+fn column_sd(x: &DMatrix<f64>) -> Vec<f64> {
+    let n = x.nrows() as f64;
+    x.column_iter()
+        .map(|c| {
+            let m = c.mean();
+            let v = c.iter().map(|a| (a - m).powi(2)).sum::<f64>() / (n - 1.0).max(1.0);
+            if v > 0.0 { v.sqrt() } else { 1.0 }
+        })
+        .collect()
+}
+
+fn build_kernel(args: &FitArgs, x: &DMatrix<f64>, y: &DVector<f64>) -> anyhow::Result<Box<dyn Kernel>> {
+    let d = x.ncols();
+    let yv = {
+        let m = y.mean();
+        y.iter().map(|a| (a - m).powi(2)).sum::<f64>() / (y.len() as f64 - 1.0).max(1.0)
+    };
+    let variance = positive("variance", args.variance.unwrap_or(if yv > 0.0 { yv } else { 1.0 }))?;
+    let ard = !matches!(args.kernel, KernelArg::Se);
+    let ls: Vec<f64> = match &args.lengthscale {
+        Some(l) => {
+            for v in l {
+                positive("lengthscale", *v)?;
+            }
+            match (l.len(), ard) {
+                (1, true) => vec![l[0]; d],
+                (1, false) => l.clone(),
+                (k, true) if k == d => l.clone(),
+                (k, _) => anyhow::bail!(
+                    "--lengthscale has {k} values; the {} kernel on {d} input columns takes {}",
+                    kernel_name(args.kernel),
+                    if ard { format!("1 or {d}") } else { "1".into() }
+                ),
+            }
+        }
+        None => {
+            let sd = column_sd(x);
+            if ard { sd } else { vec![sd.iter().sum::<f64>() / d as f64] }
+        }
+    };
+    Ok(match args.kernel {
+        KernelArg::Se => Box::new(SquaredExponential::isotropic(variance, ls[0])),
+        KernelArg::SeArd => Box::new(SquaredExponential::ard(variance, ls)),
+        KernelArg::Matern12 => Box::new(Matern::ard(MaternNu::Half, variance, ls)),
+        KernelArg::Matern32 => Box::new(Matern::ard(MaternNu::ThreeHalves, variance, ls)),
+        KernelArg::Matern52 => Box::new(Matern::ard(MaternNu::FiveHalves, variance, ls)),
+    })
+}
+
+fn kernel_name(k: KernelArg) -> &'static str {
+    match k {
+        KernelArg::Se => "se",
+        KernelArg::SeArd => "se-ard",
+        KernelArg::Matern12 => "matern12",
+        KernelArg::Matern32 => "matern32",
+        KernelArg::Matern52 => "matern52",
+    }
+}
+
+/// Kernel variance and length-scales from the log-parameter vector (first is log s²).
+fn hyper_json(kernel: &dyn Kernel, noise: f64) -> Value {
+    let p = kernel.params();
+    json!({
+        "variance": p[0].exp(),
+        "lengthscales": p[1..].iter().map(|v| v.exp()).collect::<Vec<_>>(),
+        "noise": noise,
+    })
+}
+
+fn rows_json(m: &DMatrix<f64>) -> Vec<Vec<f64>> {
+    (0..m.nrows()).map(|i| m.row(i).iter().copied().collect()).collect()
+}
+
+pub fn run(args: FitArgs) -> anyhow::Result<()> {
+    let table = Table::read(&args.train)?;
+    table.require_rows(2, "training data")?;
+    let (x_raw, y_raw, input_names, target_name) = table.split_target(args.target.as_deref())?;
+    let n = x_raw.nrows();
+    let std = if args.standardize {
+        Standardizer::fit(&x_raw, &y_raw)?
+    } else {
+        // Centre y only: the GP has a zero prior mean.
+        Standardizer { y_mean: y_raw.mean(), ..Standardizer::identity(x_raw.ncols()) }
+    };
+    let x = std.transform_x(&x_raw)?;
+    let y = std.transform_y(&y_raw);
+    let kernel = build_kernel(&args, &x, &y)?;
+    let yv = y.iter().map(|a| a * a).sum::<f64>() / (n as f64 - 1.0);
+    let noise_v = positive("noise", args.noise.unwrap_or(if yv > 0.0 { 0.1 * yv } else { 0.1 }))?;
+    let noise = NoiseModel::Homoscedastic(if args.fixed { NoiseVariance::fixed(noise_v) } else { NoiseVariance::new(noise_v) });
+    let test = match &args.predict {
+        Some(p) => {
+            let t = Table::read(p)?;
+            t.expect_columns(x.ncols(), "test inputs")?;
+            Some(std.transform_x(&t.data)?)
+        }
+        None => None,
+    };
+    let opts = TrainOptions { max_iters: args.max_iters, restarts: args.restarts, seed: args.seed, ..Default::default() };
+
+    let (objective, report, jitter, kernel_out, noise_out, z_out, pred): (
+        f64,
+        Option<TrainReport>,
+        f64,
+        Box<dyn Kernel>,
+        f64,
+        Option<DMatrix<f64>>,
+        Option<Prediction>,
+    ) = if args.model == ModelArg::Exact {
+        if args.inducing.is_some() {
+            anyhow::bail!("--inducing applies to sparse models (--model vfe, fitc or dtc), not to exact");
+        }
+        let mut gp = ExactGp::new(kernel, noise, x, y)?;
+        let report = if args.fixed { None } else { Some(train(&mut gp, &opts)?) };
+        let post = gp.posterior()?;
+        let pred = match &test {
+            Some(t) => Some(post.predict(t, args.full_cov)?),
+            None => None,
+        };
+        (post.log_marginal_likelihood(), report, post.jitter().absolute, gp.kernel.clone(), gp.noise.sigma2().variance, None, pred)
+    } else {
+        let kind = match args.model {
+            ModelArg::Vfe => SparseKind::Vfe,
+            ModelArg::Fitc => SparseKind::Fitc,
+            _ => SparseKind::Dtc,
+        };
+        let spec = parse_inducing(args.inducing.as_deref().ok_or_else(|| {
+            anyhow::anyhow!("--model {} needs --inducing (greedy:M, kmeans:M, random:M or file:Z.csv)", kind.name())
+        })?)?;
+        let m_of = |m: usize| -> anyhow::Result<usize> {
+            if m > n {
+                anyhow::bail!("--inducing asks for {m} inducing points but {} has only {n} rows (M must be ≤ N)", args.train.display());
+            }
+            Ok(m)
+        };
+        let z = match spec {
+            InducingSpec::Greedy(m) => greedy_variance(kernel.as_ref(), &x, m_of(m)?, 1e-12, args.seed)?.z,
+            InducingSpec::Kmeans(m) => kmeans(&x, m_of(m)?, 100, args.seed)?,
+            InducingSpec::Random(m) => random_subset(&x, m_of(m)?, args.seed)?,
+            InducingSpec::File(p) => {
+                let t = Table::read(&p)?;
+                t.expect_columns(x.ncols(), "inducing inputs")?;
+                std.transform_x(&t.data)?
+            }
+        };
+        let mut gp = SparseGp::new(kind, kernel, noise, x, y, z)?;
+        let strategy = match (args.fix_inducing, args.strategy) {
+            (true, _) | (_, Some(StrategyArg::Fixed)) => SgprStrategy::FixedZ,
+            (_, Some(StrategyArg::Joint)) => SgprStrategy::Joint,
+            (_, Some(StrategyArg::Reinit)) => SgprStrategy::REINIT,
+            (_, Some(StrategyArg::ReinitRetrain)) | (_, None) => SgprStrategy::REINIT_RETRAIN,
+        };
+        let report = if args.fixed { None } else { Some(train_sparse(&mut gp, strategy, &opts)?) };
+        let post = gp.posterior()?;
+        let pred = match &test {
+            Some(t) => Some(post.predict(t, args.full_cov)?),
+            None => None,
+        };
+        (post.objective(), report, post.jitter().absolute, gp.kernel.clone(), gp.noise.sigma2().variance, Some(gp.z().clone()), pred)
+    };
+
+    // Map back to data units.
+    let z_data = z_out.map(|z| {
+        let mut z = z;
+        for (j, mut col) in z.column_iter_mut().enumerate() {
+            col *= std.x_scale[j];
+            col.add_scalar_mut(std.x_mean[j]);
+        }
+        z
+    });
+    let model_name = match args.model {
+        ModelArg::Exact => "exact",
+        ModelArg::Vfe => "vfe",
+        ModelArg::Fitc => "fitc",
+        ModelArg::Dtc => "dtc",
+    };
+    let mut out = json!({
+        "model": model_name,
+        "kernel": kernel_name(args.kernel),
+        "objective": objective,
+        "hyperparameters": hyper_json(kernel_out.as_ref(), noise_out),
+        "jitter": jitter,
+        "inducing": z_data.as_ref().map(rows_json),
+        "n_train": n,
+        "inputs": input_names,
+        "target": target_name,
+        "standardized": args.standardize,
+        "y_mean": std.y_mean,
+        "y_scale": std.y_scale,
+    });
+    if let Some(r) = &report {
+        out["training"] = serde_json::to_value(r)?;
+    }
+    if let Some(p) = &pred {
+        out["mean"] = json!(std.inverse_mean(&p.mean).as_slice());
+        out["var"] = json!(std.inverse_var(&p.var).as_slice());
+        if let Some(c) = &p.cov {
+            out["cov"] = json!(rows_json(&std.inverse_cov(c)));
+        }
+    }
+    if args.json {
+        println!("{}", serde_json::to_string(&out)?);
+    } else {
+        print_human(&out);
+    }
+    Ok(())
+}
+
+fn print_human(out: &Value) {
+    println!("model       {}  (kernel {})", out["model"].as_str().unwrap_or(""), out["kernel"].as_str().unwrap_or(""));
+    println!("objective   {:.6}  (higher is better)", out["objective"].as_f64().unwrap_or(f64::NAN));
+    let h = &out["hyperparameters"];
+    println!("variance    {:.6}", h["variance"].as_f64().unwrap_or(f64::NAN));
+    println!("lengthscale {}", h["lengthscales"]);
+    println!("noise       {:.6}", h["noise"].as_f64().unwrap_or(f64::NAN));
+    println!("jitter      {:.3e}", out["jitter"].as_f64().unwrap_or(0.0));
+    if let Some(z) = out["inducing"].as_array() {
+        println!("inducing    {} points", z.len());
+    }
+    if let Some(t) = out.get("training") {
+        println!(
+            "training    {} iterations, {} evaluations, {}",
+            t["iterations"], t["evaluations"], t["termination"].as_str().unwrap_or("")
+        );
+    }
+    if let (Some(m), Some(v)) = (out["mean"].as_array(), out["var"].as_array()) {
+        println!("mean,var");
+        for (a, b) in m.iter().zip(v) {
+            println!("{a},{b}");
+        }
+    }
+}

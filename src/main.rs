@@ -1,0 +1,44 @@
+//! `dpcotrain`: differentially private co-training of Gaussian processes.
+//!
+//! Subcommands grow with the project; see README.md for the two commands a newcomer runs.
+
+mod bench;
+mod gp_cmd;
+mod table;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "dpcotrain", version, about = "Differentially private co-training of Gaussian processes")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// The sparse-GP numerical core: fit and predict from CSV files.
+    #[command(subcommand)]
+    Gp(GpCommand),
+    /// Benchmarks (speed and memory of the numerical core on this machine).
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum GpCommand {
+    /// Fit a GP (exact, VFE, FITC or DTC) to a CSV file, optionally predict.
+    Fit(gp_cmd::FitArgs),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Gp(GpCommand::Fit(args)) => gp_cmd::run(args),
+        Command::Bench(cmd) => bench::run(cmd),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
