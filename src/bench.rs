@@ -53,8 +53,10 @@ pub struct MemoryArgs {
 
 fn data(n: usize, d: usize, seed: u64) -> (DMatrix<f64>, DVector<f64>) {
     let mut r = ChaCha8Rng::seed_from_u64(seed);
-    let x = DMatrix::from_fn(n, d, |_, _| r.random_range(-2.0..2.0));
-    let y = DVector::from_fn(n, |i, _| (0..d).map(|j| (1.5 * x[(i, j)]).sin()).sum::<f64>() + 0.1 * r.random_range(-1.0..1.0));
+    let x: DMatrix<f64> = DMatrix::from_fn(n, d, |_, _| r.random_range(-2.0..2.0));
+    let y = DVector::from_fn(n, |i, _| {
+        (0..d).map(|j| (1.5 * x[(i, j)]).sin()).sum::<f64>() + 0.1 * r.random_range(-1.0..1.0)
+    });
     (x, y)
 }
 
@@ -118,14 +120,17 @@ fn run_gp(a: GpBenchArgs) -> anyhow::Result<()> {
                     flops / t / 1e9,
                     e.value
                 ));
-                rows.push(json!({"case": "vfe_elbo_grad", "n": n, "m": m, "d": d, "seconds": t, "gflops": flops / t / 1e9}));
+                rows.push(
+                    json!({"case": "vfe_elbo_grad", "n": n, "m": m, "d": d, "seconds": t, "gflops": flops / t / 1e9}),
+                );
             }
         }
     }
     let exact_ns: &[usize] = if a.quick { &[2000] } else { &[2000, 5000] };
     for &n in exact_ns {
         let (x, y) = data(n, 4, 9);
-        let gp = ExactGp::new(Box::new(SquaredExponential::ard(1.0, vec![0.7; 4])), NoiseModel::homoscedastic(0.1), x, y)?;
+        let gp =
+            ExactGp::new(Box::new(SquaredExponential::ard(1.0, vec![0.7; 4])), NoiseModel::homoscedastic(0.1), x, y)?;
         let (t, e) = best_of(a.reps.min(if n > 3000 { 2 } else { 3 }), || gp.evaluate());
         let e = e?;
         // Cholesky n³/3, inverse (TRSM n³/3 + triangular product n³/3).

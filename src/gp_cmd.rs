@@ -7,7 +7,7 @@ use dpcotrain_gp::inducing::{greedy_variance, kmeans, random_subset};
 use dpcotrain_gp::kernels::{Kernel, Matern, MaternNu, SquaredExponential};
 use dpcotrain_gp::standardize::Standardizer;
 use dpcotrain_gp::train::{SgprStrategy, TrainOptions, TrainReport, train, train_sparse};
-use dpcotrain_gp::{ExactGp, NoiseModel, NoiseVariance, Objective, Prediction, SparseGp, SparseKind};
+use dpcotrain_gp::{ExactGp, NoiseModel, NoiseVariance, Prediction, SparseGp, SparseKind};
 use nalgebra::{DMatrix, DVector};
 use serde_json::{Value, json};
 use std::path::PathBuf;
@@ -57,14 +57,14 @@ pub struct FitArgs {
     #[arg(long, value_name = "SPEC")]
     pub inducing: Option<String>,
     /// Initial (or, with --fixed, the) kernel variance s². Default: the variance of y.
-    #[arg(long, value_name = "V")]
+    #[arg(long, value_name = "V", allow_negative_numbers = true)]
     pub variance: Option<f64>,
     /// Length-scale(s): one value, or one per input column for ARD kernels. Default: the
     /// standard deviation of each input column.
-    #[arg(long, value_name = "L[,L2,...]", value_delimiter = ',')]
+    #[arg(long, value_name = "L[,L2,...]", value_delimiter = ',', allow_negative_numbers = true)]
     pub lengthscale: Option<Vec<f64>>,
     /// Initial (or fixed) noise variance σ². Default: 10% of the variance of y.
-    #[arg(long, value_name = "S2")]
+    #[arg(long, value_name = "S2", allow_negative_numbers = true)]
     pub noise: Option<f64>,
     /// Evaluate at the given hyperparameters; no training.
     #[arg(long)]
@@ -88,6 +88,9 @@ pub struct FitArgs {
     /// CSV of test inputs (every column is an input).
     #[arg(long, value_name = "TEST.csv")]
     pub predict: Option<PathBuf>,
+    /// Write the predictions (columns mean, var) to this CSV file.
+    #[arg(long, value_name = "OUT.csv", requires = "predict")]
+    pub output: Option<PathBuf>,
     /// Also return the full latent predictive covariance.
     #[arg(long)]
     pub full_cov: bool,
@@ -99,11 +102,7 @@ pub struct FitArgs {
 }
 
 fn positive(name: &str, v: f64) -> anyhow::Result<f64> {
-    if v.is_finite() && v > 0.0 {
-        Ok(v)
-    } else {
-        anyhow::bail!("--{name} must be a positive finite number, got {v}")
-    }
+    if v.is_finite() && v > 0.0 { Ok(v) } else { anyhow::bail!("--{name} must be a positive finite number, got {v}") }
 }
 
 enum InducingSpec {
@@ -225,7 +224,8 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
     let kernel = build_kernel(&args, &x, &y)?;
     let yv = y.iter().map(|a| a * a).sum::<f64>() / (n as f64 - 1.0);
     let noise_v = positive("noise", args.noise.unwrap_or(if yv > 0.0 { 0.1 * yv } else { 0.1 }))?;
-    let noise = NoiseModel::Homoscedastic(if args.fixed { NoiseVariance::fixed(noise_v) } else { NoiseVariance::new(noise_v) });
+    let noise =
+        NoiseModel::Homoscedastic(if args.fixed { NoiseVariance::fixed(noise_v) } else { NoiseVariance::new(noise_v) });
     let test = match &args.predict {
         Some(p) => {
             let t = Table::read(p)?;
@@ -234,7 +234,8 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let opts = TrainOptions { max_iters: args.max_iters, restarts: args.restarts, seed: args.seed, ..Default::default() };
+    let opts =
+        TrainOptions { max_iters: args.max_iters, restarts: args.restarts, seed: args.seed, ..Default::default() };
 
     let (objective, report, jitter, kernel_out, noise_out, z_out, pred): (
         f64,
@@ -255,7 +256,15 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
             Some(t) => Some(post.predict(t, args.full_cov)?),
             None => None,
         };
-        (post.log_marginal_likelihood(), report, post.jitter().absolute, gp.kernel.clone(), gp.noise.sigma2().variance, None, pred)
+        (
+            post.log_marginal_likelihood(),
+            report,
+            post.jitter().absolute,
+            gp.kernel.clone(),
+            gp.noise.sigma2().variance,
+            None,
+            pred,
+        )
     } else {
         let kind = match args.model {
             ModelArg::Vfe => SparseKind::Vfe,
@@ -267,7 +276,10 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
         })?)?;
         let m_of = |m: usize| -> anyhow::Result<usize> {
             if m > n {
-                anyhow::bail!("--inducing asks for {m} inducing points but {} has only {n} rows (M must be ≤ N)", args.train.display());
+                anyhow::bail!(
+                    "--inducing asks for {m} inducing points but {} has only {n} rows (M must be ≤ N)",
+                    args.train.display()
+                );
             }
             Ok(m)
         };
@@ -294,7 +306,15 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
             Some(t) => Some(post.predict(t, args.full_cov)?),
             None => None,
         };
-        (post.objective(), report, post.jitter().absolute, gp.kernel.clone(), gp.noise.sigma2().variance, Some(gp.z().clone()), pred)
+        (
+            post.objective(),
+            report,
+            post.jitter().absolute,
+            gp.kernel.clone(),
+            gp.noise.sigma2().variance,
+            Some(gp.z().clone()),
+            pred,
+        )
     };
 
     // Map back to data units.
@@ -336,6 +356,12 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
             out["cov"] = json!(rows_json(&std.inverse_cov(c)));
         }
     }
+    if let (Some(path), Some(p)) = (&args.output, &pred) {
+        let m = std.inverse_mean(&p.mean);
+        let v = std.inverse_var(&p.var);
+        let data = DMatrix::from_fn(m.len(), 2, |i, j| if j == 0 { m[i] } else { v[i] });
+        crate::table::write_csv(path, &["mean".to_string(), "var".to_string()], &data)?;
+    }
     if args.json {
         println!("{}", serde_json::to_string(&out)?);
     } else {
@@ -358,7 +384,9 @@ fn print_human(out: &Value) {
     if let Some(t) = out.get("training") {
         println!(
             "training    {} iterations, {} evaluations, {}",
-            t["iterations"], t["evaluations"], t["termination"].as_str().unwrap_or("")
+            t["iterations"],
+            t["evaluations"],
+            t["termination"].as_str().unwrap_or("")
         );
     }
     if let (Some(m), Some(v)) = (out["mean"].as_array(), out["var"].as_array()) {

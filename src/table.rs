@@ -104,74 +104,42 @@ pub enum TableError {
 
     /// A header field is empty (e.g. `a,,b` or a trailing comma).
     #[error("{}: line {line}: column {index} has an empty name in the header", .path.display())]
-    EmptyColumnName {
-        path: PathBuf,
-        line: u64,
-        index: usize,
-    },
+    EmptyColumnName { path: PathBuf, line: u64, index: usize },
 
     /// A header field is not valid UTF-8.
     #[error(
         "{}: line {line}: the name of column {index} is not valid UTF-8 (read as {name:?})",
         .path.display()
     )]
-    NonUtf8ColumnName {
-        path: PathBuf,
-        line: u64,
-        index: usize,
-        name: String,
-    },
+    NonUtf8ColumnName { path: PathBuf, line: u64, index: usize, name: String },
 
     /// Two header fields have the same name.
     #[error(
         "{}: line {line}: duplicate column name {name:?} (columns {first} and {second})",
         .path.display()
     )]
-    DuplicateColumn {
-        path: PathBuf,
-        line: u64,
-        name: String,
-        first: usize,
-        second: usize,
-    },
+    DuplicateColumn { path: PathBuf, line: u64, name: String, first: usize, second: usize },
 
     /// A data row has a different number of fields than the header.
     #[error(
         "{}: line {line}: row has {found} field{}, but the header has {expected} column{} ({detail})",
         .path.display(), plural_s(*.found), plural_s(*.expected)
     )]
-    RaggedRow {
-        path: PathBuf,
-        line: u64,
-        found: usize,
-        expected: usize,
-        detail: String,
-    },
+    RaggedRow { path: PathBuf, line: u64, found: usize, expected: usize, detail: String },
 
     /// A cell is empty (e.g. `1,,3`).
     #[error(
         "{}: line {line}, column {column:?} ({index}): empty cell, expected a number",
         .path.display()
     )]
-    EmptyCell {
-        path: PathBuf,
-        line: u64,
-        column: String,
-        index: usize,
-    },
+    EmptyCell { path: PathBuf, line: u64, column: String, index: usize },
 
     /// A cell is not a number; `text` is the cell, truncated to about 40 characters.
     #[error(
         "{}: line {line}, column {column:?} ({index}): cannot parse {text:?} as a number",
         .path.display()
     )]
-    NotANumber {
-        path: PathBuf,
-        line: u64,
-        column: String,
-        index: usize,
-        text: String,
-    },
+    NotANumber { path: PathBuf, line: u64, column: String, index: usize, text: String },
 
     /// A cell is NaN, ±infinity, or overflows `f64`.
     #[error(
@@ -179,38 +147,21 @@ pub enum TableError {
          (NaN, infinities and values beyond ±1.8e308 are not allowed)",
         .path.display()
     )]
-    NotFinite {
-        path: PathBuf,
-        line: u64,
-        column: String,
-        index: usize,
-        text: String,
-    },
+    NotFinite { path: PathBuf, line: u64, column: String, index: usize, text: String },
 
     /// Fewer data rows than required ([`Table::require_rows`]).
     #[error(
         "{}: need at least {min} data row{}, found {found}",
         file_label(.path, .what), plural_s(*.min)
     )]
-    TooFewRows {
-        path: PathBuf,
-        what: String,
-        min: usize,
-        found: usize,
-    },
+    TooFewRows { path: PathBuf, what: String, min: usize, found: usize },
 
     /// Not the expected number of columns ([`Table::expect_columns`]).
     #[error(
         "{}: expected {expected} column{}, found {found} ({})",
         file_label(.path, .what), plural_s(*.expected), list_names(.columns)
     )]
-    WrongColumnCount {
-        path: PathBuf,
-        what: String,
-        expected: usize,
-        found: usize,
-        columns: Vec<String>,
-    },
+    WrongColumnCount { path: PathBuf, what: String, expected: usize, found: usize, columns: Vec<String> },
 
     /// The target is neither a column name nor a valid 0-based index.
     #[error(
@@ -218,11 +169,7 @@ pub enum TableError {
          (or give a 0-based column index from 0 to {})",
         .path.display(), list_names(.available), .available.len().saturating_sub(1)
     )]
-    UnknownTarget {
-        path: PathBuf,
-        target: String,
-        available: Vec<String>,
-    },
+    UnknownTarget { path: PathBuf, target: String, available: Vec<String> },
 
     /// The target was given as a 0-based index that is too large.
     #[error(
@@ -230,11 +177,7 @@ pub enum TableError {
          (0-based indices 0 to {})",
         .path.display(), plural_s(*.ncols), .ncols.saturating_sub(1)
     )]
-    TargetIndexOutOfRange {
-        path: PathBuf,
-        index: usize,
-        ncols: usize,
-    },
+    TargetIndexOutOfRange { path: PathBuf, index: usize, ncols: usize },
 
     /// Splitting off the target would leave no input columns.
     #[error(
@@ -249,11 +192,7 @@ pub enum TableError {
         "{}: {names} column name{} but {ncols} data column{}",
         .path.display(), plural_s(*.names), plural_s(*.ncols)
     )]
-    ShapeMismatch {
-        path: PathBuf,
-        names: usize,
-        ncols: usize,
-    },
+    ShapeMismatch { path: PathBuf, names: usize, ncols: usize },
 }
 
 fn plural_s(n: usize) -> &'static str {
@@ -262,11 +201,7 @@ fn plural_s(n: usize) -> &'static str {
 
 /// `train.csv` or, with a description, `train.csv (training data)`.
 fn file_label(path: &Path, what: &str) -> String {
-    if what.is_empty() {
-        path.display().to_string()
-    } else {
-        format!("{} ({what})", path.display())
-    }
+    if what.is_empty() { path.display().to_string() } else { format!("{} ({what})", path.display()) }
 }
 
 /// `"a", "b", "c"`, listing at most [`MAX_LISTED_COLUMNS`] names.
@@ -309,11 +244,7 @@ struct LineCounter<'a> {
 
 impl<'a> LineCounter<'a> {
     fn new(bytes: &'a [u8]) -> Self {
-        LineCounter {
-            bytes,
-            pos: 0,
-            line: 1,
-        }
+        LineCounter { bytes, pos: 0, line: 1 }
     }
 
     /// Line on which the record reported at byte offset `offset` starts. Offsets must not
@@ -344,20 +275,14 @@ fn is_blank(record: &csv::ByteRecord) -> bool {
 impl Table {
     /// Read a CSV file with a header row; see the [module documentation](self) for the format.
     pub fn read(path: &Path) -> Result<Table, TableError> {
-        let bytes = std::fs::read(path).map_err(|source| TableError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let bytes = std::fs::read(path).map_err(|source| TableError::Read { path: path.to_path_buf(), source })?;
         Self::parse(path, &bytes)
     }
 
     /// Parse CSV text held in memory; `path` is used for the table and in error messages.
     pub fn parse(path: &Path, bytes: &[u8]) -> Result<Table, TableError> {
-        let mut reader = csv::ReaderBuilder::new()
-            .has_headers(false)
-            .flexible(true)
-            .trim(csv::Trim::All)
-            .from_reader(bytes);
+        let mut reader =
+            csv::ReaderBuilder::new().has_headers(false).flexible(true).trim(csv::Trim::All).from_reader(bytes);
         let mut lines = LineCounter::new(bytes);
         let mut record = csv::ByteRecord::new();
         let mut header: Option<(Vec<String>, u64)> = None;
@@ -365,9 +290,7 @@ impl Table {
         let mut nrows = 0usize;
 
         loop {
-            let more = reader
-                .read_byte_record(&mut record)
-                .map_err(|source| csv_error(path, source))?;
+            let more = reader.read_byte_record(&mut record).map_err(|source| csv_error(path, source))?;
             if !more {
                 break;
             }
@@ -385,27 +308,13 @@ impl Table {
         }
 
         let Some((columns, header_line)) = header else {
-            return Err(TableError::Empty {
-                path: path.to_path_buf(),
-            });
+            return Err(TableError::Empty { path: path.to_path_buf() });
         };
         if nrows == 0 {
-            return Err(TableError::NoDataRows {
-                path: path.to_path_buf(),
-                header_line,
-            });
+            return Err(TableError::NoDataRows { path: path.to_path_buf(), header_line });
         }
         let data = DMatrix::from_row_slice(nrows, columns.len(), &values);
-        Ok(Table {
-            path: path.to_path_buf(),
-            columns,
-            data,
-        })
-    }
-
-    /// Number of data rows.
-    pub fn nrows(&self) -> usize {
-        self.data.nrows()
+        Ok(Table { path: path.to_path_buf(), columns, data })
     }
 
     /// Split into inputs (every column but `target`) and the target vector.
@@ -421,31 +330,18 @@ impl Table {
             None => match ncols.checked_sub(1) {
                 Some(last) => last,
                 None => {
-                    return Err(TableError::NoInputColumns {
-                        path: self.path.clone(),
-                        target: String::new(),
-                    });
+                    return Err(TableError::NoInputColumns { path: self.path.clone(), target: String::new() });
                 }
             },
             Some(spec) => self.resolve_column(spec.trim())?,
         };
         if ncols < 2 {
-            return Err(TableError::NoInputColumns {
-                path: self.path.clone(),
-                target: self.columns[t].clone(),
-            });
+            return Err(TableError::NoInputColumns { path: self.path.clone(), target: self.columns[t].clone() });
         }
-        let inputs = DMatrix::from_fn(self.data.nrows(), ncols - 1, |i, j| {
-            self.data[(i, if j < t { j } else { j + 1 })]
-        });
+        let inputs =
+            DMatrix::from_fn(self.data.nrows(), ncols - 1, |i, j| self.data[(i, if j < t { j } else { j + 1 })]);
         let y = self.data.column(t).into_owned();
-        let names = self
-            .columns
-            .iter()
-            .enumerate()
-            .filter(|&(j, _)| j != t)
-            .map(|(_, name)| name.clone())
-            .collect();
+        let names = self.columns.iter().enumerate().filter(|&(j, _)| j != t).map(|(_, name)| name.clone()).collect();
         Ok((inputs, y, names, self.columns[t].clone()))
     }
 
@@ -472,12 +368,7 @@ impl Table {
         if self.data.nrows() >= min {
             return Ok(());
         }
-        Err(TableError::TooFewRows {
-            path: self.path.clone(),
-            what: what.to_owned(),
-            min,
-            found: self.data.nrows(),
-        })
+        Err(TableError::TooFewRows { path: self.path.clone(), what: what.to_owned(), min, found: self.data.nrows() })
     }
 
     /// Index of the column named `spec`, else `spec` read as a 0-based index.
@@ -487,11 +378,9 @@ impl Table {
         }
         match spec.parse::<usize>() {
             Ok(index) if index < self.columns.len() => Ok(index),
-            Ok(index) => Err(TableError::TargetIndexOutOfRange {
-                path: self.path.clone(),
-                index,
-                ncols: self.columns.len(),
-            }),
+            Ok(index) => {
+                Err(TableError::TargetIndexOutOfRange { path: self.path.clone(), index, ncols: self.columns.len() })
+            }
             Err(_) => Err(TableError::UnknownTarget {
                 path: self.path.clone(),
                 target: spec.to_owned(),
@@ -505,36 +394,22 @@ impl Table {
         if self.columns.len() == self.data.ncols() {
             return Ok(());
         }
-        Err(TableError::ShapeMismatch {
-            path: self.path.clone(),
-            names: self.columns.len(),
-            ncols: self.data.ncols(),
-        })
+        Err(TableError::ShapeMismatch { path: self.path.clone(), names: self.columns.len(), ncols: self.data.ncols() })
     }
 }
 
 fn csv_error(path: &Path, source: csv::Error) -> TableError {
     if !source.is_io_error() {
-        return TableError::Csv {
-            path: path.to_path_buf(),
-            source,
-        };
+        return TableError::Csv { path: path.to_path_buf(), source };
     }
     let source = match source.into_kind() {
         csv::ErrorKind::Io(source) => source,
         other => io::Error::other(format!("{other:?}")),
     };
-    TableError::Read {
-        path: path.to_path_buf(),
-        source,
-    }
+    TableError::Read { path: path.to_path_buf(), source }
 }
 
-fn parse_header(
-    path: &Path,
-    line: u64,
-    record: &csv::ByteRecord,
-) -> Result<Vec<String>, TableError> {
+fn parse_header(path: &Path, line: u64, record: &csv::ByteRecord) -> Result<Vec<String>, TableError> {
     let mut columns = Vec::with_capacity(record.len());
     let mut seen: HashMap<String, usize> = HashMap::with_capacity(record.len());
     for (j, field) in record.iter().enumerate() {
@@ -551,20 +426,10 @@ fn parse_header(
             }
         };
         if name.is_empty() {
-            return Err(TableError::EmptyColumnName {
-                path: path.to_path_buf(),
-                line,
-                index,
-            });
+            return Err(TableError::EmptyColumnName { path: path.to_path_buf(), line, index });
         }
         if let Some(&first) = seen.get(&name) {
-            return Err(TableError::DuplicateColumn {
-                path: path.to_path_buf(),
-                line,
-                name,
-                first,
-                second: index,
-            });
+            return Err(TableError::DuplicateColumn { path: path.to_path_buf(), line, name, first, second: index });
         }
         seen.insert(name.clone(), index);
         columns.push(name);
@@ -596,10 +461,7 @@ fn parse_row(
             if found - expected == 1 {
                 format!("field {found} after the last column is empty; a trailing comma?")
             } else {
-                format!(
-                    "fields {} to {found} after the last column are empty; trailing commas?",
-                    expected + 1
-                )
+                format!("fields {} to {found} after the last column are empty; trailing commas?", expected + 1)
             }
         } else {
             let extra = String::from_utf8_lossy(&record[expected]);
@@ -610,13 +472,7 @@ fn parse_row(
                 columns[expected - 1]
             )
         };
-        return Err(TableError::RaggedRow {
-            path: path.to_path_buf(),
-            line,
-            found,
-            expected,
-            detail,
-        });
+        return Err(TableError::RaggedRow { path: path.to_path_buf(), line, found, expected, detail });
     }
     for (j, field) in record.iter().enumerate() {
         values.push(parse_cell(path, line, &columns[j], j + 1, field)?);
@@ -624,13 +480,7 @@ fn parse_row(
     Ok(())
 }
 
-fn parse_cell(
-    path: &Path,
-    line: u64,
-    column: &str,
-    index: usize,
-    field: &[u8],
-) -> Result<f64, TableError> {
+fn parse_cell(path: &Path, line: u64, column: &str, index: usize, field: &[u8]) -> Result<f64, TableError> {
     let text = match std::str::from_utf8(field) {
         Ok(text) => text.trim(),
         Err(_) => {
@@ -644,12 +494,7 @@ fn parse_cell(
         }
     };
     if text.is_empty() {
-        return Err(TableError::EmptyCell {
-            path: path.to_path_buf(),
-            line,
-            column: column.to_owned(),
-            index,
-        });
+        return Err(TableError::EmptyCell { path: path.to_path_buf(), line, column: column.to_owned(), index });
     }
     match text.parse::<f64>() {
         Ok(v) if v.is_finite() => Ok(v),
@@ -678,16 +523,9 @@ fn parse_cell(
 /// line breaks are quoted.
 pub fn write_csv(path: &Path, header: &[String], data: &DMatrix<f64>) -> Result<(), TableError> {
     if header.len() != data.ncols() {
-        return Err(TableError::ShapeMismatch {
-            path: path.to_path_buf(),
-            names: header.len(),
-            ncols: data.ncols(),
-        });
+        return Err(TableError::ShapeMismatch { path: path.to_path_buf(), names: header.len(), ncols: data.ncols() });
     }
-    let write_error = |source: io::Error| TableError::Write {
-        path: path.to_path_buf(),
-        source,
-    };
+    let write_error = |source: io::Error| TableError::Write { path: path.to_path_buf(), source };
     let csv_write_error = |e: csv::Error| {
         write_error(match e.into_kind() {
             csv::ErrorKind::Io(source) => source,
@@ -704,9 +542,7 @@ pub fn write_csv(path: &Path, header: &[String], data: &DMatrix<f64>) -> Result<
             let _ = write!(cell, "{:?}", data[(i, j)]);
             writer.write_field(&cell).map_err(csv_write_error)?;
         }
-        writer
-            .write_record(None::<&[u8]>)
-            .map_err(csv_write_error)?;
+        writer.write_record(None::<&[u8]>).map_err(csv_write_error)?;
     }
     writer.flush().map_err(write_error)
 }
@@ -725,10 +561,7 @@ mod tests {
         fn new(name: &str) -> Self {
             static COUNTER: AtomicUsize = AtomicUsize::new(0);
             let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-            let path = std::env::temp_dir().join(format!(
-                "dpcotrain-table-test-{}-{n}-{name}",
-                std::process::id()
-            ));
+            let path = std::env::temp_dir().join(format!("dpcotrain-table-test-{}-{n}-{name}", std::process::id()));
             TempFile { path }
         }
 
@@ -765,10 +598,7 @@ mod tests {
 
     /// The message starts with the file name and contains every one of `parts`.
     fn assert_msg(msg: &str, file: &str, parts: &[&str]) {
-        assert!(
-            msg.starts_with(&format!("{file}:")),
-            "message does not start with the file name {file:?}: {msg}"
-        );
+        assert!(msg.starts_with(&format!("{file}:")), "message does not start with the file name {file:?}: {msg}");
         for part in parts {
             assert!(msg.contains(part), "message lacks {part:?}: {msg}");
         }
@@ -816,11 +646,7 @@ mod tests {
     #[test]
     fn duplicate_column_name() {
         let (msg, file) = read_err("x, AT ,y,AT\n1,2,3,4\n");
-        assert_msg(
-            &msg,
-            &file,
-            &["line 1:", "duplicate column name \"AT\"", "columns 2 and 4"],
-        );
+        assert_msg(&msg, &file, &["line 1:", "duplicate column name \"AT\"", "columns 2 and 4"]);
     }
 
     #[test]
@@ -837,11 +663,7 @@ mod tests {
     fn non_utf8_header() {
         let file = TempFile::with("train.csv", b"a,b\xff\n1,2\n");
         let msg = Table::read(&file.path).unwrap_err().to_string();
-        assert_msg(
-            &msg,
-            &file.name(),
-            &["line 1:", "column 2", "not valid UTF-8"],
-        );
+        assert_msg(&msg, &file.name(), &["line 1:", "column 2", "not valid UTF-8"]);
     }
 
     #[test]
@@ -850,18 +672,10 @@ mod tests {
         assert_msg(
             &msg,
             &file,
-            &[
-                "line 3:",
-                "row has 2 fields, but the header has 3 columns",
-                "column \"c\" (3) is missing",
-            ],
+            &["line 3:", "row has 2 fields, but the header has 3 columns", "column \"c\" (3) is missing"],
         );
         let (msg, file) = read_err("a,b,c\n1\n");
-        assert_msg(
-            &msg,
-            &file,
-            &["line 2:", "row has 1 field,", "\"b\" (2) to \"c\" (3)"],
-        );
+        assert_msg(&msg, &file, &["line 2:", "row has 1 field,", "\"b\" (2) to \"c\" (3)"]);
         let (msg, file) = read_err("a,b,c\n1,2,3\n4,5,6,zz\n");
         assert_msg(
             &msg,
@@ -879,15 +693,9 @@ mod tests {
     #[test]
     fn non_numeric_cell_exact_message() {
         let (msg, file) = read_err("AT,V,AP\n1,2,3\n4,5,6\n7,8,9\n1,1,1\n2,2,2\nabc,3,3\n");
-        assert_eq!(
-            msg,
-            format!("{file}: line 7, column \"AT\" (1): cannot parse \"abc\" as a number")
-        );
+        assert_eq!(msg, format!("{file}: line 7, column \"AT\" (1): cannot parse \"abc\" as a number"));
         let (msg, file) = read_err("x,y\n1,2\n3, 1.5.2 \n");
-        assert_eq!(
-            msg,
-            format!("{file}: line 3, column \"y\" (2): cannot parse \"1.5.2\" as a number")
-        );
+        assert_eq!(msg, format!("{file}: line 3, column \"y\" (2): cannot parse \"1.5.2\" as a number"));
     }
 
     #[test]
@@ -906,20 +714,13 @@ mod tests {
     fn non_utf8_cell() {
         let file = TempFile::with("train.csv", b"a,b\n1,2\n3,\xff4\n");
         let msg = Table::read(&file.path).unwrap_err().to_string();
-        assert_msg(
-            &msg,
-            &file.name(),
-            &["line 3", "column \"b\" (2)", "cannot parse"],
-        );
+        assert_msg(&msg, &file.name(), &["line 3", "column \"b\" (2)", "cannot parse"]);
     }
 
     #[test]
     fn empty_cell() {
         let (msg, file) = read_err("a,b,c\n1,2,3\n4,,6\n");
-        assert_eq!(
-            msg,
-            format!("{file}: line 3, column \"b\" (2): empty cell, expected a number")
-        );
+        assert_eq!(msg, format!("{file}: line 3, column \"b\" (2): empty cell, expected a number"));
         let (msg, file) = read_err("a,b\n1,\"\"\n");
         assert_msg(&msg, &file, &["line 2", "column \"b\" (2)", "empty cell"]);
     }
@@ -928,15 +729,7 @@ mod tests {
     fn non_finite_cells_are_rejected() {
         for bad in ["NaN", "nan", "inf", "-inf", "+Infinity", "1e400", "-1e309"] {
             let (msg, file) = read_err(&format!("a,target\n1,2\n3,4\n5,{bad}\n"));
-            assert_msg(
-                &msg,
-                &file,
-                &[
-                    "line 4",
-                    "column \"target\" (2)",
-                    &format!("\"{bad}\" is not a finite number"),
-                ],
-            );
+            assert_msg(&msg, &file, &["line 4", "column \"target\" (2)", &format!("\"{bad}\" is not a finite number")]);
         }
     }
 
@@ -945,21 +738,9 @@ mod tests {
         let file = TempFile::with("train.csv", b"a,b\n1,2\n");
         let table = Table::read(&file.path).unwrap();
         let msg = table.require_rows(2, "").unwrap_err().to_string();
-        assert_eq!(
-            msg,
-            format!("{}: need at least 2 data rows, found 1", file.name())
-        );
-        let msg = table
-            .require_rows(3, "training data")
-            .unwrap_err()
-            .to_string();
-        assert_eq!(
-            msg,
-            format!(
-                "{} (training data): need at least 3 data rows, found 1",
-                file.name()
-            )
-        );
+        assert_eq!(msg, format!("{}: need at least 2 data rows, found 1", file.name()));
+        let msg = table.require_rows(3, "training data").unwrap_err().to_string();
+        assert_eq!(msg, format!("{} (training data): need at least 3 data rows, found 1", file.name()));
         table.require_rows(1, "training data").unwrap();
         table.require_rows(0, "").unwrap();
     }
@@ -994,11 +775,7 @@ mod tests {
         assert_msg(
             &msg,
             &table.path.display().to_string(),
-            &[
-                "target column index 3 is out of range",
-                "3 columns",
-                "0 to 2",
-            ],
+            &["target column index 3 is out of range", "3 columns", "0 to 2"],
         );
     }
 
@@ -1007,11 +784,7 @@ mod tests {
         let table = read_ok("y\n1\n2\n");
         for target in [None, Some("y"), Some("0")] {
             let msg = table.split_target(target).unwrap_err().to_string();
-            assert_msg(
-                &msg,
-                &table.path.display().to_string(),
-                &["no input columns", "\"y\""],
-            );
+            assert_msg(&msg, &table.path.display().to_string(), &["no input columns", "\"y\""]);
         }
     }
 
@@ -1019,16 +792,10 @@ mod tests {
     fn expect_columns() {
         let table = read_ok("a,b,c\n1,2,3\n");
         table.expect_columns(3, "--predict file").unwrap();
-        let msg = table
-            .expect_columns(2, "--predict file")
-            .unwrap_err()
-            .to_string();
+        let msg = table.expect_columns(2, "--predict file").unwrap_err().to_string();
         assert_eq!(
             msg,
-            format!(
-                "{} (--predict file): expected 2 columns, found 3 (\"a\", \"b\", \"c\")",
-                table.path.display()
-            )
+            format!("{} (--predict file): expected 2 columns, found 3 (\"a\", \"b\", \"c\")", table.path.display())
         );
     }
 
@@ -1036,10 +803,7 @@ mod tests {
     fn split_target_by_name_index_and_default() {
         let table = read_ok("a,b,c\n1,2,3\n4,5,6\n");
         assert_eq!(table.columns, ["a", "b", "c"]);
-        assert_eq!(
-            table.data,
-            DMatrix::from_row_slice(2, 3, &[1., 2., 3., 4., 5., 6.])
-        );
+        assert_eq!(table.data, DMatrix::from_row_slice(2, 3, &[1., 2., 3., 4., 5., 6.]));
 
         let (x, y, names, t) = table.split_target(None).unwrap();
         assert_eq!(x, DMatrix::from_row_slice(2, 2, &[1., 2., 4., 5.]));
@@ -1072,10 +836,7 @@ mod tests {
     fn crlf_whitespace_bom_and_trailing_blank_line() {
         let table = read_ok("\u{feff} a , b \r\n 1 ,\t+2\r\n1e-3 , -0.5\r\n\"3.5\",.5\r\n\r\n");
         assert_eq!(table.columns, ["a", "b"]);
-        assert_eq!(
-            table.data,
-            DMatrix::from_row_slice(3, 2, &[1., 2., 1e-3, -0.5, 3.5, 0.5])
-        );
+        assert_eq!(table.data, DMatrix::from_row_slice(3, 2, &[1., 2., 1e-3, -0.5, 3.5, 0.5]));
     }
 
     #[test]
@@ -1131,9 +892,7 @@ mod tests {
         // Pseudo-random bit patterns (a fixed LCG), keeping the finite ones.
         let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
         while values.len() < 300 {
-            state = state
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
+            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
             let v = f64::from_bits(state);
             if v.is_finite() {
                 values.push(v);
@@ -1180,9 +939,7 @@ mod tests {
     fn write_csv_errors() {
         let data = DMatrix::from_row_slice(1, 2, &[1.0, 2.0]);
         let file = TempFile::new("out.csv");
-        let msg = write_csv(&file.path, &["a".to_owned()], &data)
-            .unwrap_err()
-            .to_string();
+        let msg = write_csv(&file.path, &["a".to_owned()], &data).unwrap_err().to_string();
         assert_msg(&msg, &file.name(), &["1 column name but 2 data columns"]);
         assert!(!file.path.exists());
 
@@ -1190,11 +947,7 @@ mod tests {
         let path = missing_dir.path.join("out.csv");
         let err = write_csv(&path, &["a".to_owned(), "b".to_owned()], &data).unwrap_err();
         assert!(matches!(err, TableError::Write { .. }), "{err:?}");
-        assert_msg(
-            &err.to_string(),
-            &path.display().to_string(),
-            &["cannot write file", "os error 2"],
-        );
+        assert_msg(&err.to_string(), &path.display().to_string(), &["cannot write file", "os error 2"]);
     }
 
     #[test]
@@ -1208,11 +961,7 @@ mod tests {
         assert_eq!(msg, "hand.csv: 3 column names but 2 data columns");
         assert!(table.expect_columns(3, "").is_err());
 
-        let empty = Table {
-            path: PathBuf::from("none.csv"),
-            columns: vec![],
-            data: DMatrix::zeros(0, 0),
-        };
+        let empty = Table { path: PathBuf::from("none.csv"), columns: vec![], data: DMatrix::zeros(0, 0) };
         assert!(empty.split_target(None).is_err());
         assert!(empty.split_target(Some("0")).is_err());
         assert!(empty.require_rows(1, "").is_err());

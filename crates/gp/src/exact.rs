@@ -1,9 +1,11 @@
 //! Exact GP regression [Thomas eqs 1.17–1.18; Worksheet §1; R&W eq 5.9].
 //!
-//!     K_y = K_ff + Σ_noise (+ εI from the jitter ladder, if needed)
-//!     log p(y) = −½ yᵀα − Σ log L_ii − (N/2) log 2π,   L = chol(K_y), α = K_y⁻¹y
-//!     ∂/∂θ = ½ tr((ααᵀ − K_y⁻¹) ∂K_y/∂θ)
-//!     μ* = K_*f α,  Σ* = K_** − vᵀv,  v = L⁻¹K_f*
+//! ```text
+//! K_y = K_ff + Σ_noise (+ εI from the jitter ladder, if needed)
+//! log p(y) = −½ yᵀα − Σ log L_ii − (N/2) log 2π,   L = chol(K_y), α = K_y⁻¹y
+//! ∂/∂θ = ½ tr((ααᵀ − K_y⁻¹) ∂K_y/∂θ)
+//! μ* = K_*f α,  Σ* = K_** − vᵀv,  v = L⁻¹K_f*
+//! ```
 //!
 //! Parameter vector: the kernel's log-parameters, then log σ² if the noise is learnable.
 

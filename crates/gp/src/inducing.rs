@@ -120,9 +120,8 @@ pub fn kmeans(x: &DMatrix<f64>, m: usize, iters: usize, seed: u64) -> Result<DMa
         return Err(GpError::invalid(format!("cannot form {m} k-means centroids from {n} rows (need 1 ≤ M ≤ N)")));
     }
     let mut rng = ChaCha20Rng::seed_from_u64(seed);
-    let dist2 = |a: usize, cent: &DMatrix<f64>, k: usize| -> f64 {
-        (0..dim).map(|d| (x[(a, d)] - cent[(k, d)]).powi(2)).sum()
-    };
+    let dist2 =
+        |a: usize, cent: &DMatrix<f64>, k: usize| -> f64 { (0..dim).map(|d| (x[(a, d)] - cent[(k, d)]).powi(2)).sum() };
     let mut cent = DMatrix::<f64>::zeros(m, dim);
     let first = rng.random_range(0..n);
     cent.row_mut(0).copy_from(&x.row(first));

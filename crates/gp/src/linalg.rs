@@ -20,13 +20,7 @@ pub enum LinalgError {
     #[error(
         "Cholesky of {stage} ({size}×{size}) failed: not positive definite even with jitter {jitter:.3e} (relative {relative:.1e} of mean diagonal) after {tries} tries"
     )]
-    NotPositiveDefinite {
-        stage: &'static str,
-        size: usize,
-        jitter: f64,
-        relative: f64,
-        tries: usize,
-    },
+    NotPositiveDefinite { stage: &'static str, size: usize, jitter: f64, relative: f64, tries: usize },
     /// The matrix contained NaN or ±inf before factorisation.
     #[error("{stage} ({size}×{size}) contains a non-finite entry (NaN or inf); check the data and hyperparameters")]
     NonFinite { stage: &'static str, size: usize },
@@ -303,14 +297,7 @@ pub fn gemm(
     assert_eq!(fa.ncols(), fb.nrows(), "gemm: inner dimension mismatch");
     assert_eq!((out.nrows(), out.ncols()), (fa.nrows(), fb.ncols()), "gemm: output shape mismatch");
     let par = par_for(2.0 * fa.nrows() as f64 * fa.ncols() as f64 * fb.ncols() as f64);
-    faer::linalg::matmul::matmul(
-        fmut(out),
-        if accumulate { Accum::Add } else { Accum::Replace },
-        fa,
-        fb,
-        alpha,
-        par,
-    );
+    faer::linalg::matmul::matmul(fmut(out), if accumulate { Accum::Add } else { Accum::Replace }, fa, fb, alpha, par);
 }
 
 /// op(A)·op(B) as a new matrix.
@@ -397,10 +384,7 @@ mod tests {
         }
         let mut nan = DMatrix::identity(2, 2);
         nan[(1, 0)] = f64::NAN;
-        assert!(matches!(
-            Cholesky::factor(nan, "K", JitterPolicy::IF_NEEDED),
-            Err(LinalgError::NonFinite { .. })
-        ));
+        assert!(matches!(Cholesky::factor(nan, "K", JitterPolicy::IF_NEEDED), Err(LinalgError::NonFinite { .. })));
     }
 
     #[test]

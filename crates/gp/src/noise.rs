@@ -8,8 +8,8 @@
 //!
 //! σ² is the only learnable noise parameter; it is optimised as log σ² when `learn` is set.
 
-use crate::kernels::Bounds;
 use crate::GpError;
+use crate::kernels::Bounds;
 use nalgebra::{DMatrix, DVector};
 
 /// The learnable part shared by every noise model: σ² with bounds (log scale).

@@ -155,13 +155,7 @@ pub struct LbfgsOptions {
 
 impl Default for LbfgsOptions {
     fn default() -> Self {
-        Self {
-            max_iters: 200,
-            memory: 10,
-            pgtol: 1e-6,
-            ftol: 1e-10,
-            max_line_search: 20,
-        }
+        Self { max_iters: 200, memory: 10, pgtol: 1e-6, ftol: 1e-10, max_line_search: 20 }
     }
 }
 
@@ -253,15 +247,10 @@ pub enum OptimError {
 impl fmt::Display for OptimError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            OptimError::DimensionMismatch { x0, lower, upper } => write!(
-                f,
-                "dimension mismatch: x0 has {x0} entries, lower has {lower}, upper has {upper}"
-            ),
-            OptimError::InvalidBounds {
-                index,
-                lower,
-                upper,
-            } => write!(
+            OptimError::DimensionMismatch { x0, lower, upper } => {
+                write!(f, "dimension mismatch: x0 has {x0} entries, lower has {lower}, upper has {upper}")
+            }
+            OptimError::InvalidBounds { index, lower, upper } => write!(
                 f,
                 "invalid bounds for variable {index}: lower = {lower}, upper = {upper} \
                  (need lower <= upper, no NaN, lower < +inf, upper > -inf)"
@@ -357,19 +346,11 @@ where
     let n = x0.len();
 
     if let Some(i) = x0.iter().position(|v| v.is_nan()) {
-        return Ok(failed_start(
-            project(x0, lower, upper),
-            0,
-            0,
-            format!("x0[{i}] is NaN"),
-        ));
+        return Ok(failed_start(project(x0, lower, upper), 0, 0, format!("x0[{i}] is NaN")));
     }
     let mut x = project(x0, lower, upper);
     if let Some(i) = x.iter().position(|v| !v.is_finite()) {
-        let msg = format!(
-            "x0[{i}] = {} is not finite and its bound does not make it finite",
-            x[i]
-        );
+        let msg = format!("x0[{i}] = {} is not finite and its bound does not make it finite", x[i]);
         return Ok(failed_start(x, 0, 0, msg));
     }
 
@@ -407,8 +388,7 @@ where
         }
 
         // --- line search --------------------------------------------------------
-        let Some(step) = line_search(&mut ev, &x, fx, &g, &d, lower, upper, opts.max_line_search)
-        else {
+        let Some(step) = line_search(&mut ev, &x, fx, &g, &d, lower, upper, opts.max_line_search) else {
             if fresh {
                 break Termination::LineSearchFailed;
             }
@@ -476,44 +456,23 @@ pub fn projected_gradient_norm(x: &[f64], g: &[f64], lower: &[f64], upper: &[f64
 // Internals
 // ---------------------------------------------------------------------------
 
-fn validate(
-    x0: &[f64],
-    lower: &[f64],
-    upper: &[f64],
-    opts: &LbfgsOptions,
-) -> Result<(), OptimError> {
+fn validate(x0: &[f64], lower: &[f64], upper: &[f64], opts: &LbfgsOptions) -> Result<(), OptimError> {
     if lower.len() != x0.len() || upper.len() != x0.len() {
-        return Err(OptimError::DimensionMismatch {
-            x0: x0.len(),
-            lower: lower.len(),
-            upper: upper.len(),
-        });
+        return Err(OptimError::DimensionMismatch { x0: x0.len(), lower: lower.len(), upper: upper.len() });
     }
     for (index, (&l, &u)) in lower.iter().zip(upper).enumerate() {
         if l.is_nan() || u.is_nan() || l > u || l == f64::INFINITY || u == f64::NEG_INFINITY {
-            return Err(OptimError::InvalidBounds {
-                index,
-                lower: l,
-                upper: u,
-            });
+            return Err(OptimError::InvalidBounds { index, lower: l, upper: u });
         }
     }
     if opts.max_line_search == 0 {
-        return Err(OptimError::InvalidOptions(
-            "max_line_search must be at least 1".into(),
-        ));
+        return Err(OptimError::InvalidOptions("max_line_search must be at least 1".into()));
     }
     if opts.pgtol.is_nan() || opts.pgtol < 0.0 {
-        return Err(OptimError::InvalidOptions(format!(
-            "pgtol must be >= 0, got {}",
-            opts.pgtol
-        )));
+        return Err(OptimError::InvalidOptions(format!("pgtol must be >= 0, got {}", opts.pgtol)));
     }
     if opts.ftol.is_nan() || opts.ftol < 0.0 {
-        return Err(OptimError::InvalidOptions(format!(
-            "ftol must be >= 0, got {}",
-            opts.ftol
-        )));
+        return Err(OptimError::InvalidOptions(format!("ftol must be >= 0, got {}", opts.ftol)));
     }
     Ok(())
 }
@@ -549,10 +508,7 @@ fn clamp(v: f64, l: f64, u: f64) -> f64 {
 }
 
 fn project(x: &[f64], lower: &[f64], upper: &[f64]) -> Vec<f64> {
-    x.iter()
-        .zip(lower.iter().zip(upper))
-        .map(|(&v, (&l, &u))| clamp(v, l, u))
-        .collect()
+    x.iter().zip(lower.iter().zip(upper)).map(|(&v, (&l, &u))| clamp(v, l, u)).collect()
 }
 
 fn dot(a: &[f64], b: &[f64]) -> f64 {
@@ -560,12 +516,7 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
 }
 
 fn masked_dot(a: &[f64], b: &[f64], mask: &[bool]) -> f64 {
-    a.iter()
-        .zip(b)
-        .zip(mask)
-        .filter(|(_, m)| **m)
-        .map(|((x, y), _)| x * y)
-        .sum()
+    a.iter().zip(b).zip(mask).filter(|(_, m)| **m).map(|((x, y), _)| x * y).sum()
 }
 
 /// Variables that sit exactly on a bound with `−g` pointing out of the box, or are fixed.
@@ -588,16 +539,8 @@ fn steepest_scale(x: &[f64], g: &[f64], lower: &[f64], upper: &[f64]) -> f64 {
 /// Search direction (module docs, steps 1–2). `γ` is the scale of the
 /// steepest-descent step `−γg` that decides which variables are held: those
 /// that such a step would push onto (or past) a bound they already press on.
-fn search_direction(
-    memory: &Memory,
-    x: &[f64],
-    g: &[f64],
-    lower: &[f64],
-    upper: &[f64],
-) -> Vec<f64> {
-    let gamma = memory
-        .newest_gamma()
-        .unwrap_or_else(|| steepest_scale(x, g, lower, upper));
+fn search_direction(memory: &Memory, x: &[f64], g: &[f64], lower: &[f64], upper: &[f64]) -> Vec<f64> {
+    let gamma = memory.newest_gamma().unwrap_or_else(|| steepest_scale(x, g, lower, upper));
     let free: Vec<bool> = x
         .iter()
         .zip(g)
@@ -610,20 +553,11 @@ fn search_direction(
         })
         .collect();
     let mut d = if memory.is_empty() {
-        g.iter()
-            .zip(&free)
-            .map(|(&gi, &f)| if f { -gamma * gi } else { 0.0 })
-            .collect()
+        g.iter().zip(&free).map(|(&gi, &f)| if f { -gamma * gi } else { 0.0 }).collect()
     } else {
         memory.two_loop(g, &free, gamma)
     };
-    for ((((di, &f), &xi), &gi), (&l, &u)) in d
-        .iter_mut()
-        .zip(&free)
-        .zip(x)
-        .zip(g)
-        .zip(lower.iter().zip(upper))
-    {
+    for ((((di, &f), &xi), &gi), (&l, &u)) in d.iter_mut().zip(&free).zip(x).zip(g).zip(lower.iter().zip(upper)) {
         if !f {
             // Held: go straight to the bound the gradient pushes against (0 if already there).
             *di = if gi > 0.0 {
@@ -675,25 +609,12 @@ fn trial_point(x: &[f64], d: &[f64], alpha: f64, lower: &[f64], upper: &[f64]) -
 
 /// Right derivative of `α ↦ f(P(x + αd))` at `alpha`, given the gradient there.
 /// Components already clipped by the projection do not move and do not count.
-fn path_derivative(
-    g: &[f64],
-    x: &[f64],
-    d: &[f64],
-    alpha: f64,
-    lower: &[f64],
-    upper: &[f64],
-) -> f64 {
+fn path_derivative(g: &[f64], x: &[f64], d: &[f64], alpha: f64, lower: &[f64], upper: &[f64]) -> f64 {
     x.iter()
         .zip(d)
         .zip(g)
         .zip(lower.iter().zip(upper))
-        .map(|(((&xi, &di), &gi), (&l, &u))| {
-            if di != 0.0 && alpha < breakpoint(xi, di, l, u) {
-                gi * di
-            } else {
-                0.0
-            }
-        })
+        .map(|(((&xi, &di), &gi), (&l, &u))| if di != 0.0 && alpha < breakpoint(xi, di, l, u) { gi * di } else { 0.0 })
         .sum()
 }
 
@@ -783,11 +704,7 @@ struct Accepted {
 /// then bisection. The result is kept at least 10% of the width away from both ends.
 fn interpolate(lo: LsPoint, hi: Hi) -> f64 {
     let ha = hi.alpha();
-    let (a, b) = if lo.alpha < ha {
-        (lo.alpha, ha)
-    } else {
-        (ha, lo.alpha)
-    };
+    let (a, b) = if lo.alpha < ha { (lo.alpha, ha) } else { (ha, lo.alpha) };
     let w = b - a;
     let inside = |t: &f64| *t > a && *t < b;
     let t = match hi {
@@ -822,11 +739,7 @@ where
     // accepted, and `alpha_bp` itself (a kink, where the minimum along the path
     // often lies) is tried before the search goes back into the straight part.
     let (alpha_bp, alpha_all) = path_breakpoints(x, d, lower, upper);
-    let mut lo = LsPoint {
-        alpha: 0.0,
-        f: f0,
-        dphi: dphi0,
-    };
+    let mut lo = LsPoint { alpha: 0.0, f: f0, dphi: dphi0 };
     let mut lo_state: Option<Accepted> = None;
     let mut hi: Option<Hi> = None;
     let mut alpha = alpha_all.min(1.0);
@@ -856,22 +769,14 @@ where
             }
             Ok((ft, gt)) => {
                 let dphi = path_derivative(&gt, x, d, alpha, lower, upper);
-                let pred: f64 = g0
-                    .iter()
-                    .zip(xt.iter().zip(x))
-                    .map(|(gi, (a, b))| gi * (a - b))
-                    .sum();
+                let pred: f64 = g0.iter().zip(xt.iter().zip(x)).map(|(gi, (a, b))| gi * (a - b)).sum();
                 let armijo = pred < 0.0 && ft <= f0 + C1 * pred;
                 let point = LsPoint { alpha, f: ft, dphi };
                 if !armijo || ft >= lo.f {
                     hi = Some(Hi::Evaluated(point));
                 } else {
                     if alpha >= alpha_bp || dphi.abs() <= C2 * dphi0.abs() {
-                        return Some(Accepted {
-                            x: xt,
-                            f: ft,
-                            g: gt,
-                        });
+                        return Some(Accepted { x: xt, f: ft, g: gt });
                     }
                     let prev = lo;
                     let passed_min = match hi {
@@ -882,11 +787,7 @@ where
                         hi = Some(Hi::Evaluated(prev));
                     }
                     lo = point;
-                    lo_state = Some(Accepted {
-                        x: xt,
-                        f: ft,
-                        g: gt,
-                    });
+                    lo_state = Some(Accepted { x: xt, f: ft, g: gt });
                     if hi.is_none() {
                         // Still descending steeply: extrapolate (Moré–Thuente bounds),
                         // stopping at the first kink (here alpha < alpha_bp).
@@ -929,13 +830,7 @@ where
     F: FnMut(&[f64]) -> EvalResult,
 {
     fn new(f: F, n: usize) -> Self {
-        Self {
-            f,
-            n,
-            evaluations: 0,
-            failed: 0,
-            best: None,
-        }
+        Self { f, n, evaluations: 0, failed: 0, best: None }
     }
 
     fn eval(&mut self, x: &[f64]) -> EvalResult {
@@ -946,11 +841,7 @@ where
                 if !fx.is_finite() {
                     Err(format!("objective value is not finite ({fx})"))
                 } else if g.len() != self.n {
-                    Err(format!(
-                        "gradient has length {}, expected {}",
-                        g.len(),
-                        self.n
-                    ))
+                    Err(format!("gradient has length {}, expected {}", g.len(), self.n))
                 } else if let Some(i) = g.iter().position(|v| !v.is_finite()) {
                     Err(format!("gradient component {i} is not finite ({})", g[i]))
                 } else {
@@ -962,11 +853,7 @@ where
             Err(_) => self.failed += 1,
             Ok((fx, g)) => {
                 if self.best.as_ref().is_none_or(|b| *fx < b.f) {
-                    self.best = Some(Accepted {
-                        x: x.to_vec(),
-                        f: *fx,
-                        g: g.clone(),
-                    });
+                    self.best = Some(Accepted { x: x.to_vec(), f: *fx, g: g.clone() });
                 }
             }
         }
@@ -1022,11 +909,7 @@ impl Memory {
     /// not safely positive are skipped, and held components come out as zero.
     fn two_loop(&self, g: &[f64], free: &[bool], gamma_full: f64) -> Vec<f64> {
         let k = self.pairs.len();
-        let mut q: Vec<f64> = g
-            .iter()
-            .zip(free)
-            .map(|(&gi, &f)| if f { gi } else { 0.0 })
-            .collect();
+        let mut q: Vec<f64> = g.iter().zip(free).map(|(&gi, &f)| if f { gi } else { 0.0 }).collect();
         let mut alpha = vec![0.0; k];
         let mut rho = vec![0.0; k]; // 0 marks a skipped pair
         let mut gamma = None;
@@ -1107,22 +990,11 @@ mod tests {
     /// method="L-BFGS-B", bounds=[(-2, 0.5)]*10)`.
     #[test]
     fn rosenbrock_10d_bounded_matches_scipy() {
-        let res = minimize(
-            rosenbrock,
-            &[-1.2; 10],
-            &[-2.0; 10],
-            &[0.5; 10],
-            &LbfgsOptions::default(),
-        )
-        .unwrap();
+        let res = minimize(rosenbrock, &[-1.2; 10], &[-2.0; 10], &[0.5; 10], &LbfgsOptions::default()).unwrap();
         eprintln!("{res:?}");
         assert!(res.termination.is_converged(), "{:?}", res.termination);
         let f_ref = 7.594812948946875;
-        assert!(
-            ((res.f - f_ref) / f_ref).abs() < 1e-6,
-            "f = {} vs scipy {f_ref}",
-            res.f
-        );
+        assert!(((res.f - f_ref) / f_ref).abs() < 1e-6, "f = {} vs scipy {f_ref}", res.f);
         let x_ref = [0.5, 0.263066, 0.080031];
         for (i, (a, b)) in res.x.iter().zip(x_ref).enumerate() {
             assert!((a - b).abs() < 1e-4, "x[{i}] = {a} vs scipy {b}");
@@ -1164,10 +1036,7 @@ mod tests {
         let upper = [1.0, INF, INF, INF, 5.0, INF];
         let res = minimize(f, &[0.0; 6], &lower, &upper, &LbfgsOptions::default()).unwrap();
         eprintln!("{res:?}");
-        assert_eq!(
-            res.termination,
-            Termination::Converged(ConvergenceReason::ProjectedGradient)
-        );
+        assert_eq!(res.termination, Termination::Converged(ConvergenceReason::ProjectedGradient));
         assert_eq!(res.x[0], 1.0, "upper bound must be hit exactly");
         assert_eq!(res.x[4], -1.0, "lower bound must be hit exactly");
         for (i, (xi, si)) in res.x.iter().zip(x_star).enumerate() {
@@ -1185,12 +1054,7 @@ mod tests {
     /// ‖pg‖∞ ≈ 2.4 after 50 evaluations. SciPy's L-BFGS-B reaches f = −6310.516876542929.
     #[test]
     fn ill_conditioned_quadratic_reaching_bound_does_not_stall() {
-        let a = [
-            3695.1591124455067,
-            6279.311215682616,
-            6279.311215682616,
-            10674.538454410344,
-        ];
+        let a = [3695.1591124455067, 6279.311215682616, 6279.311215682616, 10674.538454410344];
         let b = [6823.727824561612, 11604.806217241894];
         let f = |x: &[f64]| -> EvalResult {
             let ax = [a[0] * x[0] + a[1] * x[1], a[2] * x[0] + a[3] * x[1]];
@@ -1202,17 +1066,10 @@ mod tests {
         let x0 = [-2.8136479993669203, 0.37860767016768015];
         let res = minimize(f, &x0, &lower, &upper, &LbfgsOptions::default()).unwrap();
         eprintln!("{res:?}");
-        assert_eq!(
-            res.termination,
-            Termination::Converged(ConvergenceReason::ProjectedGradient)
-        );
+        assert_eq!(res.termination, Termination::Converged(ConvergenceReason::ProjectedGradient));
         assert_eq!(res.x[0], lower[0]);
         let x1 = (b[1] - a[2] * lower[0]) / a[3];
-        assert!(
-            (res.x[1] - x1).abs() < 1e-8,
-            "x = {:?}, want x1 = {x1}",
-            res.x
-        );
+        assert!((res.x[1] - x1).abs() < 1e-8, "x = {:?}, want x1 = {x1}", res.x);
         assert!((res.f - -6310.516876542929).abs() < 1e-8);
         assert!(res.evaluations <= 30, "{} evaluations", res.evaluations);
     }
@@ -1302,37 +1159,22 @@ mod tests {
         )
         .unwrap();
         assert_eq!(calls, 1);
-        assert_eq!(
-            res.termination,
-            Termination::InitialEvaluationFailed("not positive definite".into())
-        );
+        assert_eq!(res.termination, Termination::InitialEvaluationFailed("not positive definite".into()));
         assert_eq!((res.evaluations, res.failed_evaluations), (1, 1));
         assert_eq!(res.iterations, 0);
         assert_eq!(res.x, vec![1.0, 2.0]);
         assert!(res.f.is_nan());
 
         // A NaN objective value at x0 is a failed initial evaluation too.
-        let res = minimize(
-            |_x: &[f64]| Ok((f64::NAN, vec![0.0])),
-            &[0.0],
-            &[-INF],
-            &[INF],
-            &LbfgsOptions::default(),
-        )
-        .unwrap();
+        let res = minimize(|_x: &[f64]| Ok((f64::NAN, vec![0.0])), &[0.0], &[-INF], &[INF], &LbfgsOptions::default())
+            .unwrap();
         assert!(matches!(
             res.termination,
             Termination::InitialEvaluationFailed(ref m) if m.contains("not finite")
         ));
         // So is a gradient of the wrong length.
-        let res = minimize(
-            |_x: &[f64]| Ok((1.0, vec![0.0; 3])),
-            &[0.0],
-            &[-INF],
-            &[INF],
-            &LbfgsOptions::default(),
-        )
-        .unwrap();
+        let res =
+            minimize(|_x: &[f64]| Ok((1.0, vec![0.0; 3])), &[0.0], &[-INF], &[INF], &LbfgsOptions::default()).unwrap();
         assert!(matches!(
             res.termination,
             Termination::InitialEvaluationFailed(ref m) if m.contains("length 3")
@@ -1354,10 +1196,7 @@ mod tests {
         ));
         assert_eq!(res.evaluations, 0);
         let res = minimize(&mut f, &[INF, 0.0], &[-INF; 2], &[INF; 2], &opts).unwrap();
-        assert!(matches!(
-            res.termination,
-            Termination::InitialEvaluationFailed(_)
-        ));
+        assert!(matches!(res.termination, Termination::InitialEvaluationFailed(_)));
         assert_eq!(calls.get(), 0);
         // An infinite start with a finite bound is simply projected.
         let res = minimize(&mut f, &[INF, -INF], &[-2.0; 2], &[0.5; 2], &opts).unwrap();
@@ -1371,56 +1210,26 @@ mod tests {
         let r = minimize(rosenbrock, &[0.0; 3], &[0.0; 2], &[1.0; 3], &opts);
         assert!(matches!(r, Err(OptimError::DimensionMismatch { .. })));
         let r = minimize(rosenbrock, &[0.0; 2], &[0.0, 2.0], &[1.0, 1.0], &opts);
-        assert_eq!(
-            r.unwrap_err(),
-            OptimError::InvalidBounds {
-                index: 1,
-                lower: 2.0,
-                upper: 1.0
-            }
-        );
+        assert_eq!(r.unwrap_err(), OptimError::InvalidBounds { index: 1, lower: 2.0, upper: 1.0 });
         let r = minimize(rosenbrock, &[0.0; 2], &[f64::NAN, 0.0], &[1.0; 2], &opts);
         assert!(matches!(r, Err(OptimError::InvalidBounds { index: 0, .. })));
         let r = minimize(rosenbrock, &[0.0; 2], &[INF; 2], &[INF; 2], &opts);
         assert!(matches!(r, Err(OptimError::InvalidBounds { index: 0, .. })));
         for bad in [
-            LbfgsOptions {
-                max_line_search: 0,
-                ..opts.clone()
-            },
-            LbfgsOptions {
-                pgtol: f64::NAN,
-                ..opts.clone()
-            },
-            LbfgsOptions {
-                ftol: -1.0,
-                ..opts.clone()
-            },
+            LbfgsOptions { max_line_search: 0, ..opts.clone() },
+            LbfgsOptions { pgtol: f64::NAN, ..opts.clone() },
+            LbfgsOptions { ftol: -1.0, ..opts.clone() },
         ] {
             let r = minimize(rosenbrock, &[0.0; 2], &[-1.0; 2], &[1.0; 2], &bad);
             assert!(matches!(r, Err(OptimError::InvalidOptions(_))), "{r:?}");
         }
-        let msg = OptimError::InvalidBounds {
-            index: 3,
-            lower: 2.0,
-            upper: 1.0,
-        }
-        .to_string();
+        let msg = OptimError::InvalidBounds { index: 3, lower: 2.0, upper: 1.0 }.to_string();
         assert!(msg.contains("variable 3"), "{msg}");
     }
 
     #[test]
     fn deterministic_bit_identical() {
-        let run = || {
-            minimize(
-                rosenbrock,
-                &[-1.2; 10],
-                &[-2.0; 10],
-                &[0.5; 10],
-                &LbfgsOptions::default(),
-            )
-            .unwrap()
-        };
+        let run = || minimize(rosenbrock, &[-1.2; 10], &[-2.0; 10], &[0.5; 10], &LbfgsOptions::default()).unwrap();
         let (a, b) = (run(), run());
         let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&a.x), bits(&b.x));
@@ -1460,13 +1269,7 @@ mod tests {
     #[test]
     fn line_search_failure_returns_start() {
         let x0 = [0.3, -0.7];
-        let f = |x: &[f64]| -> EvalResult {
-            if x == x0 {
-                rosenbrock(x)
-            } else {
-                Err("boom".into())
-            }
-        };
+        let f = |x: &[f64]| -> EvalResult { if x == x0 { rosenbrock(x) } else { Err("boom".into()) } };
         let opts = LbfgsOptions::default();
         let res = minimize(f, &x0, &[-INF; 2], &[INF; 2], &opts).unwrap();
         assert_eq!(res.termination, Termination::LineSearchFailed);
@@ -1480,49 +1283,27 @@ mod tests {
     #[test]
     fn fixed_variables_empty_problem_and_max_iters() {
         // lower == upper pins a variable.
-        let res = minimize(
-            rosenbrock,
-            &[0.0, 0.0, 0.0],
-            &[-INF, 0.25, -INF],
-            &[INF, 0.25, INF],
-            &LbfgsOptions::default(),
-        )
-        .unwrap();
+        let res =
+            minimize(rosenbrock, &[0.0, 0.0, 0.0], &[-INF, 0.25, -INF], &[INF, 0.25, INF], &LbfgsOptions::default())
+                .unwrap();
         assert!(res.termination.is_converged(), "{:?}", res.termination);
         assert_eq!(res.x[1], 0.25);
         assert!(res.projected_gradient_norm <= 1e-6);
 
         // n = 0 evaluates once and is trivially optimal.
-        let res = minimize(
-            |_x: &[f64]| Ok((3.0, vec![])),
-            &[],
-            &[],
-            &[],
-            &LbfgsOptions::default(),
-        )
-        .unwrap();
-        assert_eq!(
-            res.termination,
-            Termination::Converged(ConvergenceReason::ProjectedGradient)
-        );
+        let res = minimize(|_x: &[f64]| Ok((3.0, vec![])), &[], &[], &[], &LbfgsOptions::default()).unwrap();
+        assert_eq!(res.termination, Termination::Converged(ConvergenceReason::ProjectedGradient));
         assert_eq!((res.f, res.evaluations), (3.0, 1));
 
         // max_iters is honoured.
-        let opts = LbfgsOptions {
-            max_iters: 5,
-            ..LbfgsOptions::default()
-        };
+        let opts = LbfgsOptions { max_iters: 5, ..LbfgsOptions::default() };
         let (l, u) = unbounded(10);
         let res = minimize(rosenbrock, &[-1.2; 10], &l, &u, &opts).unwrap();
         assert_eq!(res.termination, Termination::MaxIterations);
         assert_eq!(res.iterations, 5);
 
         // memory = 0 (projected steepest descent) still makes progress.
-        let opts = LbfgsOptions {
-            memory: 0,
-            max_iters: 50,
-            ..LbfgsOptions::default()
-        };
+        let opts = LbfgsOptions { memory: 0, max_iters: 50, ..LbfgsOptions::default() };
         let f0 = rosenbrock(&[-1.2; 10]).unwrap().0;
         let res = minimize(rosenbrock, &[-1.2; 10], &l, &u, &opts).unwrap();
         assert!(res.f < f0);

@@ -1,6 +1,8 @@
 //! Seeded Gaussian sampling from GP priors and posteriors [science-notes §1.1 "Prior samples"].
 //!
-//!     g = chol(K(X*, X*) + εI) ξ,   ξ ~ N(0, I)
+//! ```text
+//! g = chol(K(X*, X*) + εI) ξ,   ξ ~ N(0, I)
+//! ```
 //!
 //! The DP mechanism of the co-training layer draws its noise paths here. The jitter used is
 //! returned with the samples, because it slightly changes the sampled covariance.

@@ -49,8 +49,10 @@ fn exact_dense_block_sum_kernel() {
 fn exact_product_and_matern_kernels() {
     let (x, y) = problem(15, 2, 6);
     for k in [
-        Box::new(Product::new(Box::new(Matern::isotropic(MaternNu::ThreeHalves, 1.0, 0.7)), Box::new(Constant::new(1.5))))
-            as Box<dyn Kernel>,
+        Box::new(Product::new(
+            Box::new(Matern::isotropic(MaternNu::ThreeHalves, 1.0, 0.7)),
+            Box::new(Constant::new(1.5)),
+        )) as Box<dyn Kernel>,
         Box::new(Matern::ard(MaternNu::Half, 1.2, vec![0.9, 1.3])),
     ] {
         let gp = ExactGp::new(k, NoiseModel::homoscedastic(0.2), x.clone(), y.clone()).unwrap();
@@ -100,10 +102,14 @@ fn vfe_matern_and_sum_kernel_with_inducing_inputs() {
     let z = random_rows(6, 3, 21);
     for k in [
         Box::new(Matern::ard(MaternNu::ThreeHalves, 1.1, vec![0.8, 1.0, 1.4])) as Box<dyn Kernel>,
-        Box::new(Sum::new(Box::new(SquaredExponential::ard(1.0, vec![1.0, 0.9, 1.2])), Box::new(Linear::isotropic(0.3)))),
+        Box::new(Sum::new(
+            Box::new(SquaredExponential::ard(1.0, vec![1.0, 0.9, 1.2])),
+            Box::new(Linear::isotropic(0.3)),
+        )),
     ] {
-        let mut gp = SparseGp::new(SparseKind::Vfe, k, NoiseModel::homoscedastic(0.15), x.clone(), y.clone(), z.clone())
-            .unwrap();
+        let mut gp =
+            SparseGp::new(SparseKind::Vfe, k, NoiseModel::homoscedastic(0.15), x.clone(), y.clone(), z.clone())
+                .unwrap();
         gp.optimize_inducing = true;
         assert!(fd_error(&gp, 1e-5) < TOL);
     }

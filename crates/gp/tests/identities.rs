@@ -12,7 +12,14 @@ use rand::Rng;
 
 const TINY_JITTER: JitterPolicy = JitterPolicy { start: 1e-12, factor: 10.0, tries: 5, try_without: false };
 
-fn sparse(kind: SparseKind, k: &dyn Kernel, noise: f64, x: &DMatrix<f64>, y: &DVector<f64>, z: &DMatrix<f64>) -> SparseGp {
+fn sparse(
+    kind: SparseKind,
+    k: &dyn Kernel,
+    noise: f64,
+    x: &DMatrix<f64>,
+    y: &DVector<f64>,
+    z: &DMatrix<f64>,
+) -> SparseGp {
     SparseGp::new(kind, k.clone_box(), NoiseModel::homoscedastic(noise), x.clone(), y.clone(), z.clone()).unwrap()
 }
 
@@ -157,7 +164,8 @@ fn exact_gp_matches_hand_computed_three_point_case() {
     // x* = 0.5 computed independently with a 3×3 adjugate inverse (no Cholesky).
     let x = DMatrix::from_column_slice(3, 1, &[0.0, 1.0, 2.0]);
     let y = DVector::from_vec(vec![1.0, -1.0, 0.5]);
-    let gp = ExactGp::new(Box::new(SquaredExponential::isotropic(1.3, 0.8)), NoiseModel::homoscedastic(0.1), x, y).unwrap();
+    let gp =
+        ExactGp::new(Box::new(SquaredExponential::isotropic(1.3, 0.8)), NoiseModel::homoscedastic(0.1), x, y).unwrap();
     let post = gp.posterior().unwrap();
     assert!((post.log_marginal_likelihood() - (-4.903053364518043)).abs() < 1e-12);
     let p = post.predict(&DMatrix::from_element(1, 1, 0.5), true).unwrap();
@@ -231,8 +239,13 @@ fn optimal_qu_reproduces_the_predictive_mean() {
 fn duplicated_inputs_with_tiny_noise_do_not_crash_and_report_jitter() {
     let x = DMatrix::from_column_slice(6, 1, &[0.0, 0.0, 1.0, 1.0, 2.0, 2.0]);
     let y = DVector::from_vec(vec![0.1, 0.1, 0.5, 0.5, -0.2, -0.2]);
-    let gp = ExactGp::new(Box::new(SquaredExponential::isotropic(1.0, 1.0)), NoiseModel::homoscedastic(1e-12), x.clone(), y.clone())
-        .unwrap();
+    let gp = ExactGp::new(
+        Box::new(SquaredExponential::isotropic(1.0, 1.0)),
+        NoiseModel::homoscedastic(1e-12),
+        x.clone(),
+        y.clone(),
+    )
+    .unwrap();
     let e = gp.evaluate().unwrap();
     assert!(e.value.is_finite());
     assert!(e.grad.iter().all(|g| g.is_finite()));
@@ -243,13 +256,25 @@ fn duplicated_inputs_with_tiny_noise_do_not_crash_and_report_jitter() {
     }
     assert_eq!(e.jitter.absolute > 0.0, ky.cholesky().is_none());
     // Zero noise is refused up front with a clear error rather than left to the ladder.
-    let err = ExactGp::new(Box::new(SquaredExponential::isotropic(1.0, 1.0)), NoiseModel::homoscedastic(0.0), x.clone(), y.clone());
+    let err = ExactGp::new(
+        Box::new(SquaredExponential::isotropic(1.0, 1.0)),
+        NoiseModel::homoscedastic(0.0),
+        x.clone(),
+        y.clone(),
+    );
     assert!(err.is_err(), "zero noise variance is rejected with a clear error");
     let p = gp.posterior().unwrap().predict(&x, false).unwrap();
     assert!(p.mean.iter().all(|v| v.is_finite()));
     // Sparse model with duplicated inducing points.
-    let vfe = SparseGp::new(SparseKind::Vfe, Box::new(SquaredExponential::isotropic(1.0, 1.0)), NoiseModel::homoscedastic(1e-6), x.clone(), y, x)
-        .unwrap();
+    let vfe = SparseGp::new(
+        SparseKind::Vfe,
+        Box::new(SquaredExponential::isotropic(1.0, 1.0)),
+        NoiseModel::homoscedastic(1e-6),
+        x.clone(),
+        y,
+        x,
+    )
+    .unwrap();
     let e = vfe.evaluate().unwrap();
     assert!(e.value.is_finite() && e.jitter.relative >= 1e-6);
 }

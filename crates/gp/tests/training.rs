@@ -35,8 +35,9 @@ fn sparse_strategies_improve_the_elbo() {
     let opts = TrainOptions { max_iters: 150, seed: 3, ..Default::default() };
     let mut results = Vec::new();
     for strategy in [SgprStrategy::FixedZ, SgprStrategy::Joint, SgprStrategy::REINIT, SgprStrategy::REINIT_RETRAIN] {
-        let mut gp = SparseGp::new(SparseKind::Vfe, k.clone(), NoiseModel::homoscedastic(1.0), x.clone(), y.clone(), z0.clone())
-            .unwrap();
+        let mut gp =
+            SparseGp::new(SparseKind::Vfe, k.clone(), NoiseModel::homoscedastic(1.0), x.clone(), y.clone(), z0.clone())
+                .unwrap();
         let before = gp.objective_value().unwrap();
         let r = train_sparse(&mut gp, strategy, &opts).unwrap();
         assert!(r.objective > before + 10.0, "{strategy:?}: {} vs {before}", r.objective);
@@ -44,8 +45,9 @@ fn sparse_strategies_improve_the_elbo() {
         assert!(!gp.optimize_inducing);
         results.push((strategy, r.objective));
         // Deterministic.
-        let mut gp2 = SparseGp::new(SparseKind::Vfe, k.clone(), NoiseModel::homoscedastic(1.0), x.clone(), y.clone(), z0.clone())
-            .unwrap();
+        let mut gp2 =
+            SparseGp::new(SparseKind::Vfe, k.clone(), NoiseModel::homoscedastic(1.0), x.clone(), y.clone(), z0.clone())
+                .unwrap();
         let r2 = train_sparse(&mut gp2, strategy, &opts).unwrap();
         assert_eq!(r.objective.to_bits(), r2.objective.to_bits(), "{strategy:?} not deterministic");
         assert_eq!(gp.z(), gp2.z());

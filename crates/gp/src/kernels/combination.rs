@@ -1,6 +1,6 @@
 //! Sums and products of two kernels.
 
-use super::squared_exponential::{check_grad_shape, copy_column, fill_columns};
+use super::squared_exponential::{check_grad_shape, update_columns};
 use super::{Bounds, Kernel, KernelGrad};
 use nalgebra::{DMatrix, DMatrixView, DVector, DVectorView};
 
@@ -14,13 +14,7 @@ struct Pair {
 impl Pair {
     fn new(op: &str, a: Box<dyn Kernel>, b: Box<dyn Kernel>) -> Self {
         if let (Some(da), Some(db)) = (a.input_dim(), b.input_dim()) {
-            assert_eq!(
-                da,
-                db,
-                "kernel {op}({},{}): input dimensions {da} and {db} differ",
-                a.name(),
-                b.name()
-            );
+            assert_eq!(da, db, "kernel {op}({},{}): input dimensions {da} and {db} differ", a.name(), b.name());
         }
         Self { a, b }
     }
@@ -69,13 +63,12 @@ impl Pair {
     }
 }
 
-/// A∘B for a (possibly strided) view A and a matrix B of the same shape.
-fn hadamard(a: &DMatrixView<'_, f64>, b: &DMatrix<f64>) -> DMatrix<f64> {
-    let (n1, bs) = (b.nrows(), b.as_slice());
-    fill_columns(n1, b.ncols(), |j0, block| {
+/// M ← M∘A for a (possibly strided) view A of the same shape.
+fn hadamard_assign(m: &mut DMatrix<f64>, a: &DMatrixView<'_, f64>) {
+    let n1 = m.nrows();
+    update_columns(m, |j0, block| {
         for (j, col) in (j0..).zip(block.chunks_exact_mut(n1)) {
-            copy_column(a, j, col);
-            col.iter_mut().zip(&bs[j * n1..]).for_each(|(o, &v)| *o *= v);
+            col.iter_mut().zip(a.column(j).iter()).for_each(|(o, &v)| *o *= v);
         }
     })
 }
@@ -179,7 +172,9 @@ impl Kernel for Product {
     delegate_params!("product");
 
     fn k(&self, x1: DMatrixView<'_, f64>, x2: DMatrixView<'_, f64>) -> DMatrix<f64> {
-        hadamard(&self.0.a.k(x1, x2).as_view(), &self.0.b.k(x1, x2))
+        let mut k = self.0.a.k(x1, x2);
+        hadamard_assign(&mut k, &self.0.b.k(x1, x2).as_view());
+        k
     }
     fn diag(&self, x: DMatrixView<'_, f64>) -> DVector<f64> {
         self.0.a.diag(x).component_mul(&self.0.b.diag(x))
@@ -193,10 +188,12 @@ impl Kernel for Product {
         want_x1: bool,
     ) -> KernelGrad {
         check_grad_shape(&self.name(), &g, x1.nrows(), x2.nrows());
-        let (ka, kb) = (self.0.a.k(x1, x2), self.0.b.k(x1, x2));
-        let ga = self.0.a.vjp(x1, x2, hadamard(&g, &kb).as_view(), want_x1);
+        let (mut ka, mut kb) = (self.0.a.k(x1, x2), self.0.b.k(x1, x2));
+        hadamard_assign(&mut kb, &g);
+        let ga = self.0.a.vjp(x1, x2, kb.as_view(), want_x1);
         drop(kb);
-        let gb = self.0.b.vjp(x1, x2, hadamard(&g, &ka).as_view(), want_x1);
+        hadamard_assign(&mut ka, &g);
+        let gb = self.0.b.vjp(x1, x2, ka.as_view(), want_x1);
         Pair::merge(ga, gb)
     }
     fn diag_vjp(&self, x: DMatrixView<'_, f64>, g: DVectorView<'_, f64>) -> Vec<f64> {
@@ -239,10 +236,7 @@ mod tests {
     #[test]
     fn combination_hand_values() {
         let (x, y) = (dmatrix![1.0, 2.0, 3.0], dmatrix![0.0, 0.0, 3.5]);
-        let k = Sum::new(
-            Box::new(SquaredExponential::ard(1.5, vec![1.0, 2.0, 0.5])),
-            Box::new(Linear::isotropic(2.0)),
-        );
+        let k = Sum::new(Box::new(SquaredExponential::ard(1.5, vec![1.0, 2.0, 0.5])), Box::new(Linear::isotropic(2.0)));
         // 1.5 e^{-1.5} + 2 (1·0 + 2·0 + 3·3.5)
         assert_close(k.k(x.as_view(), y.as_view())[(0, 0)], 0.33469524022264474 + 21.0, 0.0, "sum");
         let k = Product::new(

@@ -18,6 +18,7 @@ pub struct Constant {
 }
 
 impl Constant {
+    /// Constant kernel with value σ² = `variance` (positive, finite).
     pub fn new(variance: f64) -> Self {
         assert!(
             variance.is_finite() && variance > 0.0,
@@ -76,15 +77,10 @@ impl Kernel for Constant {
         let d = check_inputs("constant", None, &x1, &x2);
         let (n1, n2) = (x1.nrows(), x2.nrows());
         check_grad_shape("constant", &g, n1, n2);
-        let block_sum = |cols: std::ops::Range<usize>| -> f64 {
-            cols.map(|j| g.column(j).iter().sum::<f64>()).sum()
-        };
+        let block_sum = |cols: std::ops::Range<usize>| -> f64 { cols.map(|j| g.column(j).iter().sum::<f64>()).sum() };
         let mut sum = 0.0;
         reduce_column_blocks(n1, n2, block_sum, |s| sum += s);
-        KernelGrad {
-            params: vec![self.variance * sum],
-            x1: want_x1.then(|| DMatrix::zeros(n1, d)),
-        }
+        KernelGrad { params: vec![self.variance * sum], x1: want_x1.then(|| DMatrix::zeros(n1, d)) }
     }
     fn diag_vjp(&self, x: DMatrixView<'_, f64>, g: DVectorView<'_, f64>) -> Vec<f64> {
         assert_eq!(g.len(), x.nrows(), "kernel constant: g has the wrong length");

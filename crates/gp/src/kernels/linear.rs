@@ -1,7 +1,8 @@
 //! Linear (dot-product) kernel.
 
 use super::squared_exponential::{
-    check_dim, check_grad_shape, check_inputs, copy_column, fill_columns, reduce_column_blocks,
+    ROW_TILE, Rows, check_dim, check_grad_shape, check_inputs, copy_column, fill_columns, reduce_column_blocks,
+    row_tiles,
 };
 use super::{Bounds, Kernel, KernelGrad};
 use nalgebra::{DMatrix, DMatrixView, DVector, DVectorView};
@@ -41,10 +42,7 @@ impl Linear {
     fn new(variances: Vec<f64>, ard: bool) -> Self {
         assert!(!variances.is_empty(), "kernel linear: needs at least one variance");
         for &v in &variances {
-            assert!(
-                v.is_finite() && v > 0.0,
-                "kernel linear: variances must be positive and finite, got {v}"
-            );
+            assert!(v.is_finite() && v > 0.0, "kernel linear: variances must be positive and finite, got {v}");
         }
         let bounds = vec![Bounds::positive_default(); variances.len()];
         Self { variances, ard, bounds }
@@ -98,13 +96,16 @@ impl Kernel for Linear {
     fn k(&self, x1: DMatrixView<'_, f64>, x2: DMatrixView<'_, f64>) -> DMatrix<f64> {
         let d = check_inputs("linear", self.input_dim(), &x1, &x2);
         let v = self.per_dim(d);
-        let x1c = x1.clone_owned();
-        let n1 = x1.nrows();
+        let (x1r, n1) = (Rows::new(&x1), x1.nrows());
         fill_columns(n1, x2.nrows(), |j0, block| {
-            for (j, col) in (j0..).zip(block.chunks_exact_mut(n1)) {
-                for ((&vd, x1d), dd) in v.iter().zip(x1c.column_iter()).zip(0..) {
-                    let c = vd * x2[(j, dd)];
-                    col.iter_mut().zip(x1d.iter()).for_each(|(o, &a)| *o += c * a);
+            for rows in row_tiles(n1) {
+                for (j, col) in (j0..).zip(block.chunks_exact_mut(n1)) {
+                    let out = &mut col[rows.clone()];
+                    for (dd, &vd) in v.iter().enumerate() {
+                        let c = vd * x2[(j, dd)];
+                        let x1d = x1r.col(dd, &rows);
+                        out.iter_mut().zip(x1d).for_each(|(o, &a)| *o += c * a);
+                    }
                 }
             }
         })
@@ -113,9 +114,7 @@ impl Kernel for Linear {
     fn diag(&self, x: DMatrixView<'_, f64>) -> DVector<f64> {
         let d = check_dim("linear", self.input_dim(), &x);
         let v = self.per_dim(d);
-        DVector::from_fn(x.nrows(), |i, _| {
-            (0..d).fold(0.0, |acc, dd| acc + v[dd] * x[(i, dd)] * x[(i, dd)])
-        })
+        DVector::from_fn(x.nrows(), |i, _| (0..d).fold(0.0, |acc, dd| acc + v[dd] * x[(i, dd)] * x[(i, dd)]))
     }
 
     /// ∂L/∂log σ_d² = σ_d² Σ_ij G_ij x1_id x2_jd; ∂L/∂X1 = (G X2) diag(σ²).
@@ -130,25 +129,37 @@ impl Kernel for Linear {
         let (n1, n2) = (x1.nrows(), x2.nrows());
         check_grad_shape("linear", &g, n1, n2);
         let v = self.per_dim(d);
-        let x1c = x1.clone_owned();
+        let x1r = Rows::new(&x1);
+        let n_x = if want_x1 { n1 * d } else { 0 };
 
+        // Per row tile: accumulate (G X2) over the block's columns, then reduce over the rows.
         let block = |cols: Range<usize>| {
-            let mut gcol = vec![0.0; n1];
-            let mut gx2 = vec![0.0; n1 * d];
-            for j in cols {
-                copy_column(&g, j, &mut gcol);
-                for (dd, acc) in gx2.chunks_exact_mut(n1.max(1)).enumerate() {
-                    let xj = x2[(j, dd)];
-                    acc.iter_mut().zip(&gcol).for_each(|(a, &gij)| *a += gij * xj);
+            let mut part = LinearPart { params: vec![0.0; d], gx2: vec![0.0; n_x] };
+            let tile = ROW_TILE.min(n1);
+            let (mut gcol, mut acc) = (vec![0.0; tile], vec![0.0; tile * d]);
+            for rows in row_tiles(n1) {
+                let m = rows.len();
+                let (gcol, acc) = (&mut gcol[..m], &mut acc[..m * d]);
+                acc.fill(0.0);
+                for j in cols.clone() {
+                    copy_column(&g, j, rows.start, gcol);
+                    for (dd, a) in acc.chunks_exact_mut(m).enumerate() {
+                        let xj = x2[(j, dd)];
+                        a.iter_mut().zip(&*gcol).for_each(|(a, &gij)| *a += gij * xj);
+                    }
+                }
+                for (dd, a) in acc.chunks_exact(m).enumerate() {
+                    let x1d = x1r.col(dd, &rows);
+                    part.params[dd] += x1d.iter().zip(a).map(|(x, a)| x * a).sum::<f64>();
+                    if want_x1 {
+                        part.gx2[dd * n1 + rows.start..dd * n1 + rows.end].copy_from_slice(a);
+                    }
                 }
             }
-            let params = (0..d)
-                .map(|dd| (x1c.column(dd).iter().zip(&gx2[dd * n1..])).map(|(a, b)| a * b).sum())
-                .collect();
-            LinearPart { params, gx2: if want_x1 { gx2 } else { Vec::new() } }
+            part
         };
 
-        let (mut per_dim, mut gx2) = (vec![0.0; d], vec![0.0; if want_x1 { n1 * d } else { 0 }]);
+        let (mut per_dim, mut gx2) = (vec![0.0; d], vec![0.0; n_x]);
         reduce_column_blocks(n1, n2, block, |part| {
             per_dim.iter_mut().zip(&part.params).for_each(|(a, b)| *a += b);
             gx2.iter_mut().zip(&part.gx2).for_each(|(a, b)| *a += b);
@@ -166,9 +177,8 @@ impl Kernel for Linear {
         let d = check_dim("linear", self.input_dim(), &x);
         assert_eq!(g.len(), x.nrows(), "kernel linear: g has the wrong length");
         let v = self.per_dim(d);
-        let per_dim = (0..d)
-            .map(|dd| v[dd] * x.column(dd).iter().zip(g.iter()).map(|(a, gn)| gn * a * a).sum::<f64>())
-            .collect();
+        let per_dim =
+            (0..d).map(|dd| v[dd] * x.column(dd).iter().zip(g.iter()).map(|(a, gn)| gn * a * a).sum::<f64>()).collect();
         self.to_params(per_dim)
     }
 

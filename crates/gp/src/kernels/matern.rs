@@ -207,9 +207,7 @@ mod tests {
             var * match nu {
                 MaternNu::Half => (-r).exp(),
                 MaternNu::ThreeHalves => (1.0 + 3f64.sqrt() * r) * (-(3f64.sqrt()) * r).exp(),
-                MaternNu::FiveHalves => {
-                    (1.0 + 5f64.sqrt() * r + 5.0 * r2 / 3.0) * (-(5f64.sqrt()) * r).exp()
-                }
+                MaternNu::FiveHalves => (1.0 + 5f64.sqrt() * r + 5.0 * r2 / 3.0) * (-(5f64.sqrt()) * r).exp(),
             }
         }
     }

@@ -3,14 +3,16 @@
 //!
 //! With R = K_uu⁻¹K_uf, v = (Q_ff + Λ)⁻¹y, w_u = L_B⁻ᵀc and r = L⁻ᵀw_u (= Rv):
 //!
-//!     ∂/∂K_uf  = r vᵀ + P₁ (A diag s₁) [+ P₂ (A diag s₂)]
-//!         VFE:  P₁ = L⁻ᵀ(I − B⁻¹),  s₁ = λ^{-½}
-//!         DTC:  P₁ = −L⁻ᵀB⁻¹,       s₁ = λ^{-½}
-//!         FITC: as DTC, plus P₂ = −2L⁻ᵀ, s₂ = √λ ∘ g_λ   (through λ_n = k_nn − q_nn + σ_n²)
-//!     ∂/∂K_uu  = −½ r rᵀ + ½ L⁻ᵀ(I − B⁻¹)L⁻¹
-//!         VFE adds −½ L⁻ᵀ AAᵀ L⁻¹;  FITC adds L⁻ᵀ A diag(λ∘g_λ) Aᵀ L⁻¹
-//!     ∂/∂λ_n   = ½(v_n² − [(Q+Λ)⁻¹]_nn)  [VFE adds ½(k_nn − q_nn)/λ_n²]
-//!     ∂/∂k_nn  = VFE: −1/(2λ_n);  FITC: ∂/∂λ_n;  DTC: 0
+//! ```text
+//! ∂/∂K_uf  = r vᵀ + P₁ (A diag s₁) [+ P₂ (A diag s₂)]
+//!     VFE:  P₁ = L⁻ᵀ(I − B⁻¹),  s₁ = λ^{-½}
+//!     DTC:  P₁ = −L⁻ᵀB⁻¹,       s₁ = λ^{-½}
+//!     FITC: as DTC, plus P₂ = −2L⁻ᵀ, s₂ = √λ ∘ g_λ   (through λ_n = k_nn − q_nn + σ_n²)
+//! ∂/∂K_uu  = −½ r rᵀ + ½ L⁻ᵀ(I − B⁻¹)L⁻¹
+//!     VFE adds −½ L⁻ᵀ AAᵀ L⁻¹;  FITC adds L⁻ᵀ A diag(λ∘g_λ) Aᵀ L⁻¹
+//! ∂/∂λ_n   = ½(v_n² − [(Q+Λ)⁻¹]_nn)  [VFE adds ½(k_nn − q_nn)/λ_n²]
+//! ∂/∂k_nn  = VFE: −1/(2λ_n);  FITC: ∂/∂λ_n;  DTC: 0
+//! ```
 //!
 //! and the jitter ε = r_ε·mean(diag K_uu) contributes r_ε·tr(∂/∂K_uu)/M on the diagonal.
 //! ∂/∂K_uf is formed in column blocks and contracted with the kernel immediately, so the
@@ -175,9 +177,7 @@ fn gradients(gp: &SparseGp, t: &Terms) -> Gradients {
             let mut g = 0.5 * (v.norm_squared() - (sum_inv_lambda - tr_binv_s));
             if kind == SparseKind::Vfe {
                 // ½ Σ (k_nn − q_nn)/λ_n², q_nn/λ_n² = ‖A_:n‖²/λ_n.
-                let s: f64 = (0..n)
-                    .map(|i| (t.knn[i] - t.qnn[i]) / (t.lambda[i] * t.lambda[i]))
-                    .sum();
+                let s: f64 = (0..n).map(|i| (t.knn[i] - t.qnn[i]) / (t.lambda[i] * t.lambda[i])).sum();
                 g += 0.5 * s;
             }
             g_lambda_sum = g;

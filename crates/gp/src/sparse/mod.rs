@@ -4,8 +4,10 @@
 //! All three share one O(NM²) computation ([`collapsed`]): with L = chol(K_uu + εI) and
 //! Λ the (effective) per-point noise,
 //!
-//!     A = L⁻¹ K_uf Λ^{-½},   B = I + AAᵀ,   L_B = chol(B),   c = L_B⁻¹ A Λ^{-½} y
-//!     log N(y | 0, Q_ff + Λ) = −(N/2) log 2π − Σ log L_B,ii − ½ Σ log λ_n − ½(‖Λ^{-½}y‖² − ‖c‖²)
+//! ```text
+//! A = L⁻¹ K_uf Λ^{-½},   B = I + AAᵀ,   L_B = chol(B),   c = L_B⁻¹ A Λ^{-½} y
+//! log N(y | 0, Q_ff + Λ) = −(N/2) log 2π − Σ log L_B,ii − ½ Σ log λ_n − ½(‖Λ^{-½}y‖² − ‖c‖²)
+//! ```
 //!
 //! - VFE: Λ = Σ_noise, objective = the above − ½ Σ (k_nn − q_nn)/λ_n (trace term).
 //! - DTC: Λ = Σ_noise, objective = the above.

@@ -1,10 +1,12 @@
 //! Predictive distribution and optimal q(u) of a fitted sparse model
 //! [science-notes §1.4.1–1.4.2; Hughes-Hallett eqs 2.11a–c].
 //!
-//!     T1 = L⁻¹ K_u*,  T2 = L_B⁻¹ T1
-//!     μ* = T2ᵀ c,  var* = diag K_** − colsum(T1²) + colsum(T2²)
-//!     Σ* = K_** − T1ᵀT1 + T2ᵀT2
-//!     q(u) = N(L L_B⁻ᵀ c,  L B⁻¹ Lᵀ)
+//! ```text
+//! T1 = L⁻¹ K_u*,  T2 = L_B⁻¹ T1
+//! μ* = T2ᵀ c,  var* = diag K_** − colsum(T1²) + colsum(T2²)
+//! Σ* = K_** − T1ᵀT1 + T2ᵀT2
+//! q(u) = N(L L_B⁻ᵀ c,  L B⁻¹ Lᵀ)
+//! ```
 //!
 //! The same formulas serve VFE, DTC (identical predictive) and FITC (with FITC's Λ in A).
 

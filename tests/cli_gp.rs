@@ -1,0 +1,216 @@
+//! `dpcotrain gp fit` end to end: JSON contract, agreement with the library, and errors that
+//! name the file, row and column.
+
+use dpcotrain_gp::kernels::SquaredExponential;
+use dpcotrain_gp::{ExactGp, NoiseModel, SparseGp, SparseKind};
+use nalgebra::{DMatrix, DVector};
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_dpcotrain"))
+}
+
+fn tmp(name: &str, contents: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("dpcotrain-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, contents).unwrap();
+    p
+}
+
+/// 30 rows of a smooth 2-D function.
+fn train_csv() -> (PathBuf, DMatrix<f64>, DVector<f64>) {
+    let mut s = String::from("a,b,y\n");
+    let x = DMatrix::from_fn(30, 2, |i, j| ((i * 7 + j * 3) % 11) as f64 / 3.0 - 1.5 + 0.01 * i as f64);
+    let y = DVector::from_fn(30, |i, _| (x[(i, 0)]).sin() + 0.5 * x[(i, 1)]);
+    for i in 0..30 {
+        s += &format!("{},{},{}\n", x[(i, 0)], x[(i, 1)], y[i]);
+    }
+    (tmp("train.csv", &s), x, y)
+}
+
+fn run(args: &[&str]) -> Output {
+    bin().args(args).output().expect("run dpcotrain")
+}
+
+fn json_of(out: &Output) -> Value {
+    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("one JSON object")
+}
+
+fn stderr(out: &Output) -> String {
+    assert!(!out.status.success(), "expected failure");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn fixed_exact_objective_equals_the_library_lml() {
+    let (train, x, y) = train_csv();
+    let out = run(&[
+        "gp",
+        "fit",
+        "--train",
+        train.to_str().unwrap(),
+        "--fixed",
+        "--variance",
+        "1.5",
+        "--lengthscale",
+        "0.8,1.2",
+        "--noise",
+        "0.1",
+        "--json",
+    ]);
+    let v = json_of(&out);
+    assert_eq!(v["model"], "exact");
+    // The CLI centres y (zero prior mean): reproduce that here.
+    let yc = y.add_scalar(-y.mean());
+    let gp =
+        ExactGp::new(Box::new(SquaredExponential::ard(1.5, vec![0.8, 1.2])), NoiseModel::homoscedastic(0.1), x, yc)
+            .unwrap();
+    let lml = gp.log_marginal_likelihood().unwrap();
+    assert!((v["objective"].as_f64().unwrap() - lml).abs() < 1e-10);
+    assert_eq!(v["hyperparameters"]["lengthscales"].as_array().unwrap().len(), 2);
+    assert!((v["hyperparameters"]["noise"].as_f64().unwrap() - 0.1).abs() < 1e-12);
+    assert!(v.get("training").is_none());
+}
+
+#[test]
+fn fixed_vfe_with_file_inducing_points_equals_the_library_elbo() {
+    let (train, x, y) = train_csv();
+    let z = tmp("z.csv", "a,b\n-1,0\n0,0.5\n1,-0.5\n0.3,1\n");
+    let out = run(&[
+        "gp",
+        "fit",
+        "--train",
+        train.to_str().unwrap(),
+        "--model",
+        "vfe",
+        "--inducing",
+        &format!("file:{}", z.display()),
+        "--fixed",
+        "--variance",
+        "1.2",
+        "--lengthscale",
+        "0.9",
+        "--noise",
+        "0.2",
+        "--json",
+    ]);
+    let v = json_of(&out);
+    let zm = DMatrix::from_row_slice(4, 2, &[-1.0, 0.0, 0.0, 0.5, 1.0, -0.5, 0.3, 1.0]);
+    let yc = y.add_scalar(-y.mean());
+    let gp = SparseGp::new(
+        SparseKind::Vfe,
+        Box::new(SquaredExponential::ard(1.2, vec![0.9, 0.9])),
+        NoiseModel::homoscedastic(0.2),
+        x,
+        yc,
+        zm,
+    )
+    .unwrap();
+    assert!((v["objective"].as_f64().unwrap() - gp.objective_value().unwrap()).abs() < 1e-10);
+    assert_eq!(v["inducing"].as_array().unwrap().len(), 4);
+    assert!(v["jitter"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn trains_predicts_and_is_deterministic() {
+    let (train, _, _) = train_csv();
+    let test = tmp("test.csv", "a,b\n0.1,0.2\n-0.4,0.9\n1.0,-1.0\n");
+    for model in ["exact", "vfe", "fitc", "dtc"] {
+        let mut args = vec![
+            "gp",
+            "fit",
+            "--train",
+            train.to_str().unwrap(),
+            "--model",
+            model,
+            "--predict",
+            test.to_str().unwrap(),
+            "--full-cov",
+            "--seed",
+            "3",
+            "--json",
+        ];
+        if model != "exact" {
+            args.extend(["--inducing", "greedy:8"]);
+        }
+        let a = json_of(&run(&args));
+        let b = json_of(&run(&args));
+        assert_eq!(a, b, "{model}: same seed must give identical output");
+        assert_eq!(a["model"], model);
+        assert_eq!(a["mean"].as_array().unwrap().len(), 3);
+        assert_eq!(a["var"].as_array().unwrap().len(), 3);
+        let cov = a["cov"].as_array().unwrap();
+        assert_eq!(cov.len(), 3);
+        for i in 0..3 {
+            let d = cov[i][i].as_f64().unwrap();
+            assert!((d - a["var"][i].as_f64().unwrap()).abs() < 1e-8);
+        }
+        assert!(a["objective"].as_f64().unwrap().is_finite());
+        if model != "exact" {
+            assert_eq!(a["inducing"].as_array().unwrap().len(), 8);
+        }
+        // The fitted function is close to the truth at a training-like point.
+        let truth = (0.1f64).sin() + 0.1;
+        let m0 = a["mean"][0].as_f64().unwrap();
+        assert!((m0 - truth).abs() < 0.3, "{model}: {m0} vs {truth}");
+    }
+}
+
+#[test]
+fn errors_name_file_row_and_column() {
+    let (train, _, _) = train_csv();
+    let t = train.to_str().unwrap();
+    let cases: Vec<(Vec<String>, Vec<&str>)> = vec![
+        (vec!["--train".into(), "/nonexistent/nope.csv".into()], vec!["nope.csv"]),
+        (
+            vec!["--train".into(), tmp("ragged.csv", "a,b,y\n1,2,3\n4,5\n").display().to_string()],
+            vec!["ragged.csv", "line 3"],
+        ),
+        (
+            vec!["--train".into(), tmp("text.csv", "a,b,y\n1,2,3\n4,abc,6\n").display().to_string()],
+            vec!["text.csv", "line 3", "\"b\"", "abc"],
+        ),
+        (
+            vec!["--train".into(), tmp("nan.csv", "a,b,y\n1,2,3\n4,5,NaN\n").display().to_string()],
+            vec!["nan.csv", "line 3", "\"y\""],
+        ),
+        (vec!["--train".into(), tmp("one.csv", "a,b,y\n1,2,3\n").display().to_string()], vec!["one.csv", "at least 2"]),
+        (
+            vec!["--train".into(), t.into(), "--model".into(), "vfe".into(), "--inducing".into(), "greedy:31".into()],
+            vec!["31", "M must be ≤ N"],
+        ),
+        (vec!["--train".into(), t.into(), "--lengthscale".into(), "-1".into()], vec!["--lengthscale", "positive"]),
+        (vec!["--train".into(), t.into(), "--noise".into(), "0".into()], vec!["--noise", "positive"]),
+        (vec!["--train".into(), t.into(), "--variance".into(), "inf".into()], vec!["--variance"]),
+        (vec!["--train".into(), t.into(), "--target".into(), "zz".into()], vec!["zz", "available"]),
+        (vec!["--train".into(), t.into(), "--model".into(), "vfe".into()], vec!["--inducing"]),
+        (
+            vec!["--train".into(), t.into(), "--model".into(), "vfe".into(), "--inducing".into(), "magic:3".into()],
+            vec!["magic"],
+        ),
+        (
+            vec![
+                "--train".into(),
+                t.into(),
+                "--predict".into(),
+                tmp("wide.csv", "a,b,c\n1,2,3\n").display().to_string(),
+            ],
+            vec!["wide.csv", "2"],
+        ),
+        (vec!["--train".into(), t.into(), "--lengthscale".into(), "1,2,3".into()], vec!["3 values"]),
+    ];
+    for (args, needles) in cases {
+        let mut full = vec!["gp".to_string(), "fit".to_string()];
+        full.extend(args.iter().cloned());
+        let out = bin().args(&full).output().unwrap();
+        let err = stderr(&out);
+        for n in needles {
+            assert!(err.contains(n), "args {args:?}: stderr {err:?} lacks {n:?}");
+        }
+        assert!(!err.contains("panicked"), "args {args:?} panicked: {err}");
+    }
+}
