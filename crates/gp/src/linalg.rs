@@ -211,24 +211,14 @@ impl Cholesky {
     }
 
     /// (A + εI)⁻¹ = L⁻ᵀ L⁻¹, symmetric. Only for gradients that need the whole matrix.
+    /// Uses a triangular inverse and a triangular product (n³/3 + n³/3 flops).
     pub fn inverse(&self) -> DMatrix<f64> {
+        use faer::dyn_stack::{MemBuffer, MemStack};
         let n = self.dim();
-        let mut linv = DMatrix::<f64>::identity(n, n);
-        self.solve_l_in_place(&mut linv);
-        // L⁻¹ is lower triangular: L⁻ᵀ L⁻¹ with triangular structure, lower half then mirror.
         let mut out = DMatrix::<f64>::zeros(n, n);
         let par = par_for(n as f64 * n as f64 * n as f64 / 3.0);
-        faer::linalg::matmul::triangular::matmul(
-            fmut(&mut out),
-            BlockStructure::TriangularLower,
-            Accum::Replace,
-            fref(&linv).transpose(),
-            BlockStructure::TriangularUpper,
-            fref(&linv),
-            BlockStructure::TriangularLower,
-            1.0,
-            par,
-        );
+        let mut buf = MemBuffer::new(faer::linalg::cholesky::llt::inverse::inverse_scratch::<f64>(n, par));
+        faer::linalg::cholesky::llt::inverse::inverse(fmut(&mut out), fref(&self.l), par, MemStack::new(&mut buf));
         symmetrize_from_lower(&mut out);
         out
     }

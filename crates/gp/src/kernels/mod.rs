@@ -91,6 +91,20 @@ pub trait Kernel: std::fmt::Debug + Send + Sync {
         g: DMatrixView<'_, f64>,
         want_x1: bool,
     ) -> KernelGrad;
+    /// As [`Kernel::vjp`], given the already-evaluated K = K(X1, X2). Kernels whose derivatives
+    /// are cheap functions of K (the squared exponential) override this to skip re-evaluating
+    /// K; the default ignores `k` and calls `vjp`. Sparse models keep K_uf and use this.
+    fn vjp_given_k(
+        &self,
+        x1: DMatrixView<'_, f64>,
+        x2: DMatrixView<'_, f64>,
+        k: DMatrixView<'_, f64>,
+        g: DMatrixView<'_, f64>,
+        want_x1: bool,
+    ) -> KernelGrad {
+        let _ = k;
+        self.vjp(x1, x2, g, want_x1)
+    }
     /// Σ_n g_n ∂k(x_n, x_n)/∂θ for each log-parameter.
     fn diag_vjp(&self, x: DMatrixView<'_, f64>, g: DVectorView<'_, f64>) -> Vec<f64>;
     /// Clone into a box (kernels are stored as `Box<dyn Kernel>` in models).

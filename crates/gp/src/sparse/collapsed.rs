@@ -15,17 +15,30 @@
 //! ```
 //!
 //! and the jitter ε = r_ε·mean(diag K_uu) contributes r_ε·tr(∂/∂K_uu)/M on the diagonal.
-//! ∂/∂K_uf is formed in column blocks and contracted with the kernel immediately, so the
-//! peak memory is one M×N matrix (A) plus a block.
+//!
+//! Implementation: K_uf itself is kept (not A), because every M×M quantity follows from Gram
+//! matrices S_w = K_uf diag(w) K_ufᵀ (one SYRK) and M×M triangular solves, e.g.
+//! AAᵀ = L⁻¹ S_{1/λ} L⁻ᵀ; this saves the M×N triangular solve, and the kernel's
+//! `vjp_given_k` reuses K_uf instead of re-evaluating it. Since A Λ^{-½} = L⁻¹K_uf Λ⁻¹,
+//! ∂/∂K_uf = r vᵀ + (P₁L⁻¹) K_uf Λ⁻¹ [− 2K_uu⁻¹ K_uf diag(g_λ)], formed in column blocks and
+//! contracted with the kernel at once: peak memory is K_uf (M×N) plus one block.
 
 use super::{SparseGp, SparseKind, SparsePosterior};
 use crate::linalg::{Cholesky, JitterPolicy, aat, aat_acc, col_sq_norms, gemm, symmetrize_from_lower};
 use crate::{GpError, Jitter};
 use nalgebra::{DMatrix, DVector};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 const LN_2PI: f64 = 1.8378770664093453;
-/// Entries per column block of ∂/∂K_uf (≈ 32 MB).
-const BLOCK_ENTRIES: usize = 1 << 22;
+/// Entries per column block of ∂/∂K_uf (default 2²² ≈ 32 MB).
+static BLOCK_ENTRIES: AtomicUsize = AtomicUsize::new(1 << 22);
+
+/// Change the column-block size (entries) of the blocked passes over K_uf. Results do not
+/// depend on it beyond round-off; exposed so tests can exercise many blocks on small problems.
+#[doc(hidden)]
+pub fn set_block_entries(entries: usize) {
+    BLOCK_ENTRIES.store(entries.max(1), Ordering::Relaxed);
+}
 
 pub(super) struct Gradients {
     pub kernel: Vec<f64>,
@@ -36,153 +49,214 @@ pub(super) struct Gradients {
 pub(super) struct Evaluated {
     pub value: f64,
     pub jitter: Jitter,
-    pub trace_k_minus_q: f64,
     pub grad: Option<Gradients>,
 }
 
 /// Quantities shared by objective, gradient and posterior.
 struct Terms {
     chol_uu: Cholesky,
-    /// A = L⁻¹K_uf Λ^{-½}, M×N.
-    a: DMatrix<f64>,
+    kuf: DMatrix<f64>,
+    /// AAᵀ = L⁻¹ K_uf Λ⁻¹ K_ufᵀ L⁻ᵀ.
     aat: DMatrix<f64>,
     chol_b: Cholesky,
     c: DVector<f64>,
     /// Effective per-point noise λ_n.
     lambda: DVector<f64>,
-    /// Λ^{-½} y.
-    ytil: DVector<f64>,
+    /// All λ_n equal (homoscedastic VFE/DTC): Gram matrices are rescalings of one SYRK.
+    homo: bool,
+    /// K_uf K_ufᵀ when `homo`.
+    s0: Option<DMatrix<f64>>,
     knn: DVector<f64>,
-    /// ‖(L⁻¹K_uf)_:n‖² = q_nn.
-    qnn: DVector<f64>,
+    /// q_nn = ‖L⁻¹k_n‖² (FITC only).
+    qnn: Option<DVector<f64>>,
+    /// Σ y_n²/λ_n.
+    quad_y: f64,
+}
+
+/// Column blocks of an M×N matrix of about BLOCK_ENTRIES entries.
+fn blocks(m: usize, n: usize) -> impl Iterator<Item = (usize, usize)> {
+    let block = (BLOCK_ENTRIES.load(Ordering::Relaxed) / m.max(1)).max(1);
+    (0..n).step_by(block).map(move |s| (s, block.min(n - s)))
+}
+
+/// S_w = K diag(w) Kᵀ (M×M); `None` means w = 1. Signed weights are allowed.
+fn gram(kuf: &DMatrix<f64>, w: Option<&DVector<f64>>) -> DMatrix<f64> {
+    let m = kuf.nrows();
+    let Some(w) = w else { return aat(kuf) };
+    let mut s = DMatrix::<f64>::zeros(m, m);
+    let nonneg = w.iter().all(|v| *v >= 0.0);
+    for (i, (start, len)) in blocks(m, kuf.ncols()).enumerate() {
+        let mut kc = kuf.columns(start, len).clone_owned();
+        if nonneg {
+            for (j, mut col) in kc.column_iter_mut().enumerate() {
+                col *= w[start + j].sqrt();
+            }
+            aat_acc(kc.as_view(), &mut s, 1.0, i > 0);
+        } else {
+            let orig = kuf.columns(start, len);
+            for (j, mut col) in kc.column_iter_mut().enumerate() {
+                col *= w[start + j];
+            }
+            gemm(&mut s, 1.0, kc.as_view(), false, orig, true, i > 0);
+        }
+    }
+    if nonneg {
+        symmetrize_from_lower(&mut s);
+    } else {
+        s = (&s + s.transpose()) * 0.5;
+    }
+    s
+}
+
+/// L⁻¹ S L⁻ᵀ for symmetric S.
+fn inner(chol: &Cholesky, s: &DMatrix<f64>) -> DMatrix<f64> {
+    let mut t = s.clone();
+    chol.solve_l_in_place(&mut t);
+    let mut t = t.transpose();
+    chol.solve_l_in_place(&mut t);
+    (&t + t.transpose()) * 0.5
+}
+
+/// L⁻ᵀ X L⁻¹ for symmetric X.
+fn sandwich(chol: &Cholesky, x: &DMatrix<f64>) -> DMatrix<f64> {
+    let mut t = x.clone();
+    chol.solve_lt_in_place(&mut t);
+    let mut t = t.transpose();
+    chol.solve_lt_in_place(&mut t);
+    (&t + t.transpose()) * 0.5
+}
+
+/// Per column n of K_uf: ‖L⁻¹k_n‖² and, with `lb`, ‖L_B⁻¹L⁻¹k_n‖².
+fn column_norms(chol_uu: &Cholesky, lb: Option<&Cholesky>, kuf: &DMatrix<f64>) -> DVector<f64> {
+    let mut out = DVector::<f64>::zeros(kuf.ncols());
+    for (start, len) in blocks(kuf.nrows(), kuf.ncols()) {
+        let mut v = kuf.columns(start, len).clone_owned();
+        chol_uu.solve_l_in_place(&mut v);
+        if let Some(lb) = lb {
+            lb.solve_l_in_place(&mut v);
+        }
+        out.rows_mut(start, len).copy_from(&col_sq_norms(&v));
+    }
+    out
 }
 
 fn terms(gp: &SparseGp) -> Result<Terms, GpError> {
     let (x, z, kernel) = (gp.x(), gp.z(), gp.kernel.as_ref());
     let n = x.nrows();
     let chol_uu = Cholesky::factor(kernel.k(z.as_view(), z.as_view()), "K_uu", gp.jitter)?;
-    let mut a = kernel.k(z.as_view(), x.as_view());
-    chol_uu.solve_l_in_place(&mut a);
-    let qnn = col_sq_norms(&a);
+    let kuf = kernel.k(z.as_view(), x.as_view());
     let knn = kernel.diag(x.as_view());
     let base = gp.noise.diagonal(n).expect("sparse models use diagonal noise");
-    let lambda = match gp.kind {
-        SparseKind::Vfe | SparseKind::Dtc => base,
-        SparseKind::Fitc => DVector::from_fn(n, |i, _| knn[i] - qnn[i] + base[i]),
+    let (lambda, qnn) = match gp.kind {
+        SparseKind::Vfe | SparseKind::Dtc => (base, None),
+        SparseKind::Fitc => {
+            let q = column_norms(&chol_uu, None, &kuf);
+            (DVector::from_fn(n, |i, _| knn[i] - q[i] + base[i]), Some(q))
+        }
     };
     if let Some(i) = lambda.iter().position(|l| !(l.is_finite() && *l > 0.0)) {
         return Err(GpError::invalid(format!("effective noise of row {i} is {} (must be > 0)", lambda[i])));
     }
-    let inv_sqrt: DVector<f64> = lambda.map(|l| 1.0 / l.sqrt());
-    for (j, mut col) in a.column_iter_mut().enumerate() {
-        col *= inv_sqrt[j];
-    }
-    let aat = aat(&a);
+    let homo = lambda.iter().all(|l| *l == lambda[0]);
+    let (s1, s0) = if homo {
+        let s0 = gram(&kuf, None);
+        (&s0 / lambda[0], Some(s0))
+    } else {
+        (gram(&kuf, Some(&lambda.map(|l| 1.0 / l))), None)
+    };
+    let aat = inner(&chol_uu, &s1);
     let m = z.nrows();
-    let b = &aat + DMatrix::<f64>::identity(m, m);
-    let chol_b = Cholesky::factor(b, "B = I + AAᵀ", JitterPolicy::IF_NEEDED)?;
-    let ytil = gp.y().component_mul(&inv_sqrt);
-    let c = chol_b.solve_l_vec(&(&a * &ytil));
-    Ok(Terms { chol_uu, a, aat, chol_b, c, lambda, ytil, knn, qnn })
+    let chol_b = Cholesky::factor(&aat + DMatrix::<f64>::identity(m, m), "B = I + AAᵀ", JitterPolicy::IF_NEEDED)?;
+    let y_over = gp.y().component_div(&lambda);
+    let c = chol_b.solve_l_vec(&chol_uu.solve_l_vec(&(&kuf * &y_over)));
+    let quad_y = gp.y().dot(&y_over);
+    Ok(Terms { chol_uu, kuf, aat, chol_b, c, lambda, homo, s0, knn, qnn, quad_y })
 }
 
 /// log N(y | 0, Q + Λ) and, for VFE, minus the trace term.
-fn value(gp: &SparseGp, t: &Terms) -> (f64, f64) {
-    let n = t.ytil.len() as f64;
+fn value(gp: &SparseGp, t: &Terms) -> f64 {
+    let n = t.lambda.len() as f64;
     let logdet_b: f64 = t.chol_b.l().diagonal().iter().map(|d| d.ln()).sum();
     let logdet_lambda: f64 = t.lambda.iter().map(|l| l.ln()).sum();
-    let fit = -0.5 * (t.ytil.norm_squared() - t.c.norm_squared());
-    let mut v = -0.5 * n * LN_2PI - logdet_b - 0.5 * logdet_lambda + fit;
-    let trace_kq = t.knn.sum() - t.qnn.sum();
+    let mut v = -0.5 * n * LN_2PI - logdet_b - 0.5 * logdet_lambda - 0.5 * (t.quad_y - t.c.norm_squared());
     if gp.kind == SparseKind::Vfe {
-        // Σ (k_nn − q_nn)/λ_n
-        let tr: f64 = (0..t.knn.len()).map(|i| (t.knn[i] - t.qnn[i]) / t.lambda[i]).sum();
-        v -= 0.5 * tr;
+        // Σ (k_nn − q_nn)/λ_n = Σ k_nn/λ_n − tr(AAᵀ).
+        let k_over: f64 = t.knn.iter().zip(&t.lambda).map(|(k, l)| k / l).sum();
+        v -= 0.5 * (k_over - t.aat.trace());
     }
-    (v, trace_kq)
+    v
 }
 
-/// L⁻ᵀ X L⁻¹ for symmetric X (M×M).
-fn sandwich(chol: &Cholesky, x: &DMatrix<f64>) -> DMatrix<f64> {
-    let mut t = x.clone();
-    chol.solve_lt_in_place(&mut t);
-    let mut t = t.transpose();
-    chol.solve_lt_in_place(&mut t);
-    // Symmetrise against round-off.
-    (&t + t.transpose()) * 0.5
+/// tr(K_ff − Q_ff) = Σ k_nn − tr(L⁻¹ K_uf K_ufᵀ L⁻ᵀ).
+fn trace_k_minus_q(t: &Terms) -> f64 {
+    let sum_q = match (&t.qnn, &t.s0) {
+        (Some(q), _) => q.sum(),
+        (None, Some(s0)) => inner(&t.chol_uu, s0).trace(),
+        (None, None) => inner(&t.chol_uu, &gram(&t.kuf, None)).trace(),
+    };
+    t.knn.sum() - sum_q
 }
 
 pub(super) fn evaluate(gp: &SparseGp, with_grad: bool) -> Result<Evaluated, GpError> {
     let t = terms(gp)?;
-    let (value, trace_k_minus_q) = value(gp, &t);
+    let value = value(gp, &t);
     let jitter = t.chol_uu.jitter();
     let grad = if with_grad { Some(gradients(gp, &t)) } else { None };
-    Ok(Evaluated { value, jitter, trace_k_minus_q, grad })
+    Ok(Evaluated { value, jitter, grad })
+}
+
+pub(super) fn trace_only(gp: &SparseGp) -> Result<f64, GpError> {
+    Ok(trace_k_minus_q(&terms(gp)?))
 }
 
 pub(super) fn posterior(gp: &SparseGp) -> Result<SparsePosterior, GpError> {
     let t = terms(gp)?;
-    let (value, trace) = value(gp, &t);
+    let value = value(gp, &t);
+    let trace = trace_k_minus_q(&t);
     Ok(SparsePosterior::new(gp.kernel.clone(), gp.z().clone(), t.chol_uu, t.chol_b, t.c, value, trace))
 }
 
 fn gradients(gp: &SparseGp, t: &Terms) -> Gradients {
     let (x, z, kernel) = (gp.x(), gp.z(), gp.kernel.as_ref());
-    let (m, n) = (t.a.nrows(), t.a.ncols());
+    let (m, n) = (t.kuf.nrows(), t.kuf.ncols());
     let kind = gp.kind;
 
-    // w_u = B⁻¹ A ỹ = L_B⁻ᵀ c, r = L⁻ᵀ w_u, v_n = (ỹ_n − (Aᵀw_u)_n)/√λ_n.
+    // w_u = L_B⁻ᵀc, r = L⁻ᵀw_u (= K_uu⁻¹K_uf v), v_n = (y_n − (K_ufᵀr)_n)/λ_n.
     let w_u = t.chol_b.solve_lt_vec(&t.c);
     let r = t.chol_uu.solve_lt_vec(&w_u);
-    let atw = t.a.tr_mul(&w_u);
-    let v = DVector::from_fn(n, |i, _| (t.ytil[i] - atw[i]) / t.lambda[i].sqrt());
+    let ktr = t.kuf.tr_mul(&r);
+    let v = DVector::from_fn(n, |i, _| (gp.y()[i] - ktr[i]) / t.lambda[i]);
     let b_inv = t.chol_b.inverse();
     let eye = DMatrix::<f64>::identity(m, m);
 
-    // ∂/∂λ_n. Diagonal of (Q+Λ)⁻¹: (1 − ‖L_B⁻¹A_:n‖²)/λ_n.
-    let g_lambda_sum;
-    let mut g_lambda: Option<DVector<f64>> = None;
-    match kind {
+    // ∂/∂λ_n: per point for FITC, summed otherwise.
+    let (g_lambda_sum, g_lambda) = match kind {
         SparseKind::Fitc => {
-            let mut lba = t.a.clone();
-            t.chol_b.solve_l_in_place(&mut lba);
-            let lbn = col_sq_norms(&lba);
-            drop(lba);
-            let g = DVector::from_fn(n, |i, _| 0.5 * (v[i] * v[i] - (1.0 - lbn[i]) / t.lambda[i]));
-            g_lambda_sum = g.sum();
-            g_lambda = Some(g);
+            let lbn = column_norms(&t.chol_uu, Some(&t.chol_b), &t.kuf);
+            let g = DVector::from_fn(n, |i, _| {
+                let l = t.lambda[i];
+                0.5 * (v[i] * v[i] - (1.0 - lbn[i] / l) / l)
+            });
+            (g.sum(), Some(g))
         }
         SparseKind::Vfe | SparseKind::Dtc => {
-            let homo = t.lambda.iter().all(|l| *l == t.lambda[0]);
-            // tr(B⁻¹ A Λ⁻¹ Aᵀ)
-            let tr_binv_s = if homo {
-                b_inv.component_mul(&t.aat).sum() / t.lambda[0]
+            // A Λ⁻¹ Aᵀ = L⁻¹ K_uf Λ⁻² K_ufᵀ L⁻ᵀ.
+            let m2 = if t.homo {
+                &t.aat / t.lambda[0]
             } else {
-                let mut s = DMatrix::<f64>::zeros(m, m);
-                let block = (BLOCK_ENTRIES / m.max(1)).max(1);
-                let mut start = 0;
-                while start < n {
-                    let len = block.min(n - start);
-                    let mut ac = t.a.columns(start, len).clone_owned();
-                    for (j, mut col) in ac.column_iter_mut().enumerate() {
-                        col /= t.lambda[start + j].sqrt();
-                    }
-                    aat_acc(ac.as_view(), &mut s, 1.0, start > 0);
-                    start += len;
-                }
-                symmetrize_from_lower(&mut s);
-                b_inv.component_mul(&s).sum()
+                inner(&t.chol_uu, &gram(&t.kuf, Some(&t.lambda.map(|l| 1.0 / (l * l)))))
             };
+            let tr_binv_m2 = b_inv.component_mul(&m2).sum();
             let sum_inv_lambda: f64 = t.lambda.iter().map(|l| 1.0 / l).sum();
-            let mut g = 0.5 * (v.norm_squared() - (sum_inv_lambda - tr_binv_s));
+            let mut g = 0.5 * (v.norm_squared() - (sum_inv_lambda - tr_binv_m2));
             if kind == SparseKind::Vfe {
-                // ½ Σ (k_nn − q_nn)/λ_n², q_nn/λ_n² = ‖A_:n‖²/λ_n.
-                let s: f64 = (0..n).map(|i| (t.knn[i] - t.qnn[i]) / (t.lambda[i] * t.lambda[i])).sum();
-                g += 0.5 * s;
+                // ½ Σ (k_nn − q_nn)/λ_n², with Σ q_nn/λ_n² = tr(AΛ⁻¹Aᵀ).
+                let k_over: f64 = t.knn.iter().zip(&t.lambda).map(|(k, l)| k / (l * l)).sum();
+                g += 0.5 * (k_over - m2.trace());
             }
-            g_lambda_sum = g;
+            (g, None)
         }
-    }
+    };
 
     // ∂/∂K_uu.
     let mut g_uu = &r * r.transpose() * -0.5 + sandwich(&t.chol_uu, &(&eye - &b_inv)) * 0.5;
@@ -191,22 +265,7 @@ fn gradients(gp: &SparseGp, t: &Terms) -> Gradients {
         SparseKind::Dtc => {}
         SparseKind::Fitc => {
             let gl = g_lambda.as_ref().unwrap();
-            let mut s = DMatrix::<f64>::zeros(m, m);
-            let mut aw = t.a.clone();
-            for (j, mut col) in aw.column_iter_mut().enumerate() {
-                col *= (t.lambda[j] * gl[j]).abs().sqrt();
-            }
-            // A diag(λ g) Aᵀ = Σ sign_n (√|λ_n g_n| a_n)(…)ᵀ: split positive and negative parts.
-            let (pos, neg): (Vec<usize>, Vec<usize>) = (0..n).partition(|&j| gl[j] >= 0.0);
-            for (idx, sign) in [(pos, 1.0), (neg, -1.0)] {
-                if idx.is_empty() {
-                    continue;
-                }
-                let sub = aw.select_columns(idx.iter());
-                aat_acc(sub.as_view(), &mut s, sign, true);
-            }
-            symmetrize_from_lower(&mut s);
-            g_uu += sandwich(&t.chol_uu, &s);
+            g_uu += sandwich(&t.chol_uu, &inner(&t.chol_uu, &gram(&t.kuf, Some(gl))));
         }
     }
     // Jitter ε = rel·mean(diag K_uu): ∂ε/∂K_uu,ii = rel/M.
@@ -216,59 +275,38 @@ fn gradients(gp: &SparseGp, t: &Terms) -> Gradients {
         g_uu[(i, i)] += shift;
     }
 
-    // ∂/∂K_uf in column blocks: G = r vᵀ + P₁(A diag s₁) [+ P₂(A diag s₂)].
-    let neg_lt_binv = {
-        let mut p = -b_inv.clone();
-        t.chol_uu.solve_lt_in_place(&mut p);
-        p
+    // ∂/∂K_uf = r vᵀ + P K_uf Λ⁻¹ [+ P₂ K_uf diag(g_λ)], in column blocks.
+    let p = match kind {
+        SparseKind::Vfe => sandwich(&t.chol_uu, &(&eye - &b_inv)),
+        SparseKind::Dtc | SparseKind::Fitc => -sandwich(&t.chol_uu, &b_inv),
     };
-    let p1 = match kind {
-        SparseKind::Vfe => {
-            let mut p = &eye - &b_inv;
-            t.chol_uu.solve_lt_in_place(&mut p);
-            p
-        }
-        SparseKind::Dtc | SparseKind::Fitc => neg_lt_binv,
-    };
-    let p2 = if kind == SparseKind::Fitc {
-        let mut p = eye.clone() * -2.0;
-        t.chol_uu.solve_lt_in_place(&mut p);
-        Some(p)
-    } else {
-        None
-    };
+    let p2 = (kind == SparseKind::Fitc).then(|| sandwich(&t.chol_uu, &eye) * -2.0);
     let mut g_theta = vec![0.0; kernel.n_params()];
     let mut g_z = DMatrix::<f64>::zeros(z.nrows(), z.ncols());
     let want_z = gp.optimize_inducing;
-    let block = (BLOCK_ENTRIES / m.max(1)).max(1);
-    let mut start = 0;
-    while start < n {
-        let len = block.min(n - start);
-        let ac = t.a.columns(start, len);
-        let mut scaled = ac.clone_owned();
-        for (j, mut col) in scaled.column_iter_mut().enumerate() {
-            col /= t.lambda[start + j].sqrt();
-        }
+    for (start, len) in blocks(m, n) {
+        let kc = t.kuf.columns(start, len);
+        // P K_uf Λ⁻¹ = (P K_uf) Λ⁻¹: multiply, then scale the columns.
         let mut g = DMatrix::<f64>::zeros(m, len);
-        gemm(&mut g, 1.0, p1.as_view(), false, scaled.as_view(), false, false);
+        gemm(&mut g, 1.0, p.as_view(), false, kc, false, false);
+        for (j, mut col) in g.column_iter_mut().enumerate() {
+            col /= t.lambda[start + j];
+        }
         if let (Some(p2), Some(gl)) = (&p2, &g_lambda) {
-            let mut s2 = ac.clone_owned();
+            let mut s2 = kc.clone_owned();
             for (j, mut col) in s2.column_iter_mut().enumerate() {
-                let i = start + j;
-                col *= t.lambda[i].sqrt() * gl[i];
+                col *= gl[start + j];
             }
             gemm(&mut g, 1.0, p2.as_view(), false, s2.as_view(), false, true);
         }
-        let vc = v.rows(start, len);
-        g.ger(1.0, &r, &vc, 1.0);
-        let kg = kernel.vjp(z.as_view(), x.rows(start, len), g.as_view(), want_z);
+        g.ger(1.0, &r, &v.rows(start, len), 1.0);
+        let kg = kernel.vjp_given_k(z.as_view(), x.rows(start, len), kc, g.as_view(), want_z);
         for (acc, d) in g_theta.iter_mut().zip(kg.params) {
             *acc += d;
         }
         if let Some(gx) = kg.x1 {
             g_z += gx;
         }
-        start += len;
     }
     let kg = kernel.vjp(z.as_view(), z.as_view(), g_uu.as_view(), want_z);
     for (acc, d) in g_theta.iter_mut().zip(kg.params) {

@@ -19,6 +19,7 @@
 mod collapsed;
 mod posterior;
 
+pub use collapsed::set_block_entries;
 pub use posterior::SparsePosterior;
 
 use crate::kernels::{Bounds, Kernel};
@@ -122,7 +123,7 @@ impl SparseGp {
 
     /// tr(K_ff − Q_ff) at the current parameters (the numerator of the VFE trace term).
     pub fn trace_k_minus_q(&self) -> Result<f64, GpError> {
-        Ok(collapsed::evaluate(self, false)?.trace_k_minus_q)
+        collapsed::trace_only(self)
     }
 
     /// Factorise once and cache what prediction needs.
