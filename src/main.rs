@@ -4,6 +4,7 @@
 
 mod bench;
 mod gp_cmd;
+mod privacy_cmd;
 mod table;
 
 use clap::{Parser, Subcommand};
@@ -20,6 +21,9 @@ enum Command {
     /// The sparse-GP numerical core: fit and predict from CSV files.
     #[command(subcommand)]
     Gp(GpCommand),
+    /// Label-DP arithmetic: calibrate the Gaussian mechanism, compose releases.
+    #[command(subcommand)]
+    Privacy(privacy_cmd::PrivacyCommand),
     /// Benchmarks (speed and memory of the numerical core on this machine).
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -35,6 +39,7 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Gp(GpCommand::Fit(args)) => gp_cmd::run(args),
+        Command::Privacy(cmd) => privacy_cmd::run(cmd),
         Command::Bench(cmd) => bench::run(cmd),
     };
     if let Err(e) = result {

@@ -10,6 +10,7 @@
 
 pub mod exact;
 pub mod inducing;
+pub mod influence;
 pub mod kernels;
 pub mod linalg;
 pub mod noise;

@@ -1,0 +1,136 @@
+//! Noise calibration for the Gaussian mechanism: how large σ must be for (ε, δ)-DP given an
+//! L2 (or RKHS / Mahalanobis) sensitivity Δ.
+//!
+//! - [`Mechanism::Analytic`] (default): the smallest σ with δ(ε; σ, Δ) ≤ δ on the exact privacy
+//!   curve (Balle & Wang 2018, Thm 8), valid for every ε > 0.
+//! - [`Mechanism::Classic`]: σ = c(δ)Δ/ε with c(δ) = √(2 ln(1.25/δ)) (Dwork & Roth Thm A.1),
+//!   proven only for ε ≤ 1, so larger ε is refused.
+//! - [`Mechanism::Thesis`]: the reproduction mode of Thomas 2017 §4.4 — a fixed noise
+//!   multiplier (default 0.42, in units of Δ). It gives **no formal guarantee**: the thesis's
+//!   stated (1, 0.00625) would need c(δ) = 3.26, not 0.42 (science-notes §1.9.6).
+
+use crate::PrivacyError;
+use crate::gaussian::gdp_mu_for;
+use serde::{Deserialize, Serialize};
+
+/// The thesis's effective noise multiplier.
+pub const THESIS_MULTIPLIER: f64 = 0.42;
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "mechanism", rename_all = "lowercase")]
+pub enum Mechanism {
+    Analytic,
+    Classic,
+    /// Fixed σ = multiplier·Δ; no (ε, δ) guarantee.
+    Thesis {
+        multiplier: f64,
+    },
+}
+
+impl Mechanism {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Mechanism::Analytic => "analytic",
+            Mechanism::Classic => "classic",
+            Mechanism::Thesis { .. } => "thesis",
+        }
+    }
+}
+
+/// A calibrated noise scale.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Calibration {
+    pub sigma: f64,
+    pub mechanism: Mechanism,
+    pub epsilon: f64,
+    pub delta: f64,
+    pub sensitivity: f64,
+    /// False for the thesis reproduction mode: the (ε, δ) above is then *not* guaranteed.
+    pub guaranteed: bool,
+}
+
+/// √(2 ln(1.25/δ)).
+pub fn classic_constant(delta: f64) -> f64 {
+    (2.0 * (1.25 / delta).ln()).sqrt()
+}
+
+fn check(epsilon: f64, delta: f64, sensitivity: f64) -> Result<(), PrivacyError> {
+    if !(epsilon.is_finite() && epsilon > 0.0) {
+        return Err(PrivacyError::invalid(format!("epsilon must be a positive finite number, got {epsilon}")));
+    }
+    if !(delta > 0.0 && delta < 1.0) {
+        return Err(PrivacyError::invalid(format!("delta must lie strictly between 0 and 1, got {delta}")));
+    }
+    if !(sensitivity.is_finite() && sensitivity >= 0.0) {
+        return Err(PrivacyError::invalid(format!("sensitivity must be finite and ≥ 0, got {sensitivity}")));
+    }
+    Ok(())
+}
+
+/// σ for (ε, δ) and sensitivity Δ under `mechanism`.
+pub fn calibrate(
+    mechanism: Mechanism,
+    epsilon: f64,
+    delta: f64,
+    sensitivity: f64,
+) -> Result<Calibration, PrivacyError> {
+    check(epsilon, delta, sensitivity)?;
+    let (sigma, guaranteed) = match mechanism {
+        Mechanism::Analytic => {
+            let mu = gdp_mu_for(epsilon, delta);
+            (if sensitivity == 0.0 { 0.0 } else { sensitivity / mu }, true)
+        }
+        Mechanism::Classic => {
+            if epsilon > 1.0 {
+                return Err(PrivacyError::invalid(format!(
+                    "the classic Gaussian-mechanism constant √(2 ln(1.25/δ)) is proven only for ε ≤ 1 (got ε = {epsilon}); use the analytic mechanism"
+                )));
+            }
+            (classic_constant(delta) * sensitivity / epsilon, true)
+        }
+        Mechanism::Thesis { multiplier } => {
+            if !(multiplier.is_finite() && multiplier > 0.0) {
+                return Err(PrivacyError::invalid(format!("thesis multiplier must be positive, got {multiplier}")));
+            }
+            (multiplier * sensitivity, false)
+        }
+    };
+    Ok(Calibration { sigma, mechanism, epsilon, delta, sensitivity, guaranteed })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gaussian::gdp_delta;
+
+    #[test]
+    fn analytic_and_classic_test_vectors() {
+        // privacy-and-federation-notes: ε = 1, δ = 1e-5, Δ = 1 ⇒ analytic σ ≈ 3.73, classic ≈ 4.84.
+        let a = calibrate(Mechanism::Analytic, 1.0, 1e-5, 1.0).unwrap();
+        assert!((a.sigma - 3.73).abs() < 0.005, "{}", a.sigma);
+        let c = calibrate(Mechanism::Classic, 1.0, 1e-5, 1.0).unwrap();
+        assert!((c.sigma - 4.84).abs() < 0.005, "{}", c.sigma);
+        // The analytic σ is tight: δ(σ) ≤ δ and a 0.1% smaller σ violates it.
+        assert!(gdp_delta(1.0 / a.sigma, 1.0) <= 1e-5);
+        assert!(gdp_delta(1.0 / (a.sigma * 0.999), 1.0) > 1e-5);
+        // σ(ε=4) = 1.0812 (notes §1a).
+        let s4 = calibrate(Mechanism::Analytic, 4.0, 1e-5, 1.0).unwrap().sigma;
+        assert!((s4 - 1.0812).abs() < 5e-4, "{s4}");
+        // Linear in Δ.
+        let a2 = calibrate(Mechanism::Analytic, 1.0, 1e-5, 2.5).unwrap();
+        assert!((a2.sigma - 2.5 * a.sigma).abs() < 1e-9);
+    }
+
+    #[test]
+    fn thesis_mode_is_labelled_and_classic_refuses_large_epsilon() {
+        let t = calibrate(Mechanism::Thesis { multiplier: THESIS_MULTIPLIER }, 1.0, 0.00625, 1.0).unwrap();
+        assert_eq!(t.sigma, 0.42);
+        assert!(!t.guaranteed);
+        // What the thesis's stated parameters would really need:
+        assert!((classic_constant(0.00625) - 3.2552).abs() < 1e-4);
+        assert!(calibrate(Mechanism::Classic, 1.5, 1e-5, 1.0).is_err());
+        assert!(calibrate(Mechanism::Analytic, 0.0, 1e-5, 1.0).is_err());
+        assert!(calibrate(Mechanism::Analytic, 1.0, 1.0, 1.0).is_err());
+        assert!(calibrate(Mechanism::Analytic, 1.0, 1e-5, f64::NAN).is_err());
+    }
+}

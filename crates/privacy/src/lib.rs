@@ -1,0 +1,43 @@
+//! # dpcotrain-privacy — honest label privacy for GP releases
+//!
+//! A party releases its GP posterior mean at pool points plus a GP-prior sample path scaled
+//! by σ (Hall, Rinaldo & Wasserman 2013; Thomas 2017 §1.4). This crate computes how much one
+//! label can move that release ([`sensitivity`]), how much noise a target (ε, δ) needs
+//! ([`calibrate`]), draws the noise ([`noise`]), and keeps the books ([`accountant`]):
+//! every release is a Gaussian mechanism with ρ = Δ²/(2σ²) (zCDP), compositions add ρ, and the
+//! headline (ε, δ) comes from the exact Gaussian-DP conversion, with the CKS conversion as a
+//! cross-check. Formulas: `shared/design/privacy-and-federation-notes.md` §1.
+//!
+//! Neighbouring relation: one private label changes by at most d (labels clipped to a declared
+//! range of width d). Covariates are protected by not being shared, not by DP.
+
+pub mod accountant;
+pub mod calibrate;
+pub mod gaussian;
+pub mod noise;
+pub mod sensitivity;
+
+/// Errors of the privacy layer.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PrivacyError {
+    #[error("invalid privacy parameter: {0}")]
+    Invalid(String),
+    #[error(
+        "privacy budget would be exceeded: this release costs ρ = {cost:.6e} but only {remaining:.6e} of ρ = {budget:.6e} remains (ε = {epsilon}, δ = {delta:e}); refused before release"
+    )]
+    BudgetExceeded { cost: f64, remaining: f64, budget: f64, epsilon: f64, delta: f64 },
+    #[error(transparent)]
+    Gp(#[from] dpcotrain_gp::GpError),
+}
+
+impl From<dpcotrain_gp::LinalgError> for PrivacyError {
+    fn from(e: dpcotrain_gp::LinalgError) -> Self {
+        PrivacyError::Gp(e.into())
+    }
+}
+
+impl PrivacyError {
+    pub fn invalid(msg: impl Into<String>) -> Self {
+        PrivacyError::Invalid(msg.into())
+    }
+}

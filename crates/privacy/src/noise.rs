@@ -1,0 +1,181 @@
+//! GP-prior noise paths for the release mechanism [Thomas §1.4; Hall et al. 2013]:
+//! released = μ(X_q) + σ·g(X_q), g ~ GP(0, k_responder).
+//!
+//! A [`NoisePath`] is one draw of g that can be **extended consistently**: values at points
+//! already drawn are returned unchanged, and new points are drawn from the conditional
+//! g(X_new) | g(X_old). Reusing one path across *different* mean functions is unsafe (their
+//! differences cancel the noise), so a path belongs to one released mean function
+//! (science-notes D9–D10); the caller enforces that.
+//!
+//! Randomness: [`NoisePath::from_os_entropy`] seeds a ChaCha20 CSPRNG from the operating system
+//! (production); [`NoisePath::seeded`] is for simulations and tests.
+
+use crate::PrivacyError;
+use dpcotrain_gp::Jitter;
+use dpcotrain_gp::kernels::Kernel;
+use dpcotrain_gp::linalg::{Cholesky, JitterPolicy};
+use nalgebra::{DMatrix, DVector};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+use rand_distr::StandardNormal;
+
+#[derive(Debug, Clone)]
+pub struct NoisePath {
+    kernel: Box<dyn Kernel>,
+    points: DMatrix<f64>,
+    values: DVector<f64>,
+    rng: ChaCha20Rng,
+    /// Largest jitter used by any draw (it slightly inflates the sampled covariance).
+    pub max_jitter: Jitter,
+}
+
+impl NoisePath {
+    pub fn seeded(kernel: Box<dyn Kernel>, dim: usize, seed: u64) -> Self {
+        Self::with_rng(kernel, dim, ChaCha20Rng::seed_from_u64(seed))
+    }
+
+    /// A path whose randomness comes from the OS (a cryptographically secure generator).
+    pub fn from_os_entropy(kernel: Box<dyn Kernel>, dim: usize) -> Self {
+        Self::with_rng(kernel, dim, ChaCha20Rng::from_os_rng())
+    }
+
+    fn with_rng(kernel: Box<dyn Kernel>, dim: usize, rng: ChaCha20Rng) -> Self {
+        NoisePath {
+            kernel,
+            points: DMatrix::zeros(0, dim),
+            values: DVector::zeros(0),
+            rng,
+            max_jitter: Jitter::default(),
+        }
+    }
+
+    /// Number of points drawn so far.
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+
+    fn find(&self, row: &[f64]) -> Option<usize> {
+        (0..self.points.nrows()).find(|&i| self.points.row(i).iter().zip(row).all(|(a, b)| a == b))
+    }
+
+    /// g at the rows of `xs`: stored values for points seen before, a conditional draw for the
+    /// rest (all new points jointly).
+    pub fn sample_at(&mut self, xs: &DMatrix<f64>) -> Result<DVector<f64>, PrivacyError> {
+        if xs.ncols() != self.points.ncols() {
+            return Err(PrivacyError::invalid(format!(
+                "noise path has dimension {}, points have {}",
+                self.points.ncols(),
+                xs.ncols()
+            )));
+        }
+        if xs.iter().any(|v| !v.is_finite()) {
+            return Err(PrivacyError::invalid("noise path: non-finite input point"));
+        }
+        let mut out = DVector::zeros(xs.nrows());
+        let mut new_rows: Vec<usize> = Vec::new();
+        for i in 0..xs.nrows() {
+            let row: Vec<f64> = xs.row(i).iter().copied().collect();
+            match self.find(&row) {
+                Some(k) => out[i] = self.values[k],
+                None => {
+                    // Duplicates inside the request share one draw.
+                    if !new_rows.iter().any(|&r| xs.row(r) == xs.row(i)) {
+                        new_rows.push(i);
+                    }
+                }
+            }
+        }
+        if !new_rows.is_empty() {
+            let xn = xs.select_rows(new_rows.iter());
+            let knn = self.kernel.k(xn.as_view(), xn.as_view());
+            let (mean, cov) = if self.is_empty() {
+                (DVector::zeros(xn.nrows()), knn)
+            } else {
+                let chol_old = Cholesky::factor(
+                    self.kernel.k(self.points.as_view(), self.points.as_view()),
+                    "noise K_old",
+                    JitterPolicy::IF_NEEDED,
+                )?;
+                let mut v = self.kernel.k(self.points.as_view(), xn.as_view());
+                chol_old.solve_l_in_place(&mut v);
+                let w = chol_old.solve_l_vec(&self.values);
+                (v.tr_mul(&w), knn - v.tr_mul(&v))
+            };
+            let chol = Cholesky::factor(cov, "noise conditional covariance", JitterPolicy::IF_NEEDED)?;
+            if chol.jitter().absolute > self.max_jitter.absolute {
+                self.max_jitter = chol.jitter();
+            }
+            let xi = DVector::from_fn(xn.nrows(), |_, _| self.rng.sample::<f64, _>(StandardNormal));
+            let draw = mean + chol.l() * xi;
+            let old = self.points.nrows();
+            let mut pts = DMatrix::zeros(old + xn.nrows(), xn.ncols());
+            pts.rows_mut(0, old).copy_from(&self.points);
+            pts.rows_mut(old, xn.nrows()).copy_from(&xn);
+            self.points = pts;
+            self.values =
+                DVector::from_iterator(old + draw.len(), self.values.iter().copied().chain(draw.iter().copied()));
+            for i in 0..xs.nrows() {
+                if let Some(k) = new_rows.iter().position(|&r| xs.row(r) == xs.row(i)) {
+                    out[i] = draw[k];
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dpcotrain_gp::kernels::SquaredExponential;
+
+    fn kern() -> Box<dyn Kernel> {
+        Box::new(SquaredExponential::isotropic(1.0, 0.7))
+    }
+
+    #[test]
+    fn path_is_consistent_and_seeded() {
+        let mut p = NoisePath::seeded(kern(), 1, 5);
+        let a = p.sample_at(&DMatrix::from_column_slice(3, 1, &[0.0, 1.0, 2.0])).unwrap();
+        let b = p.sample_at(&DMatrix::from_column_slice(3, 1, &[2.0, 0.5, 0.0])).unwrap();
+        assert_eq!(b[0], a[2]);
+        assert_eq!(b[2], a[0]);
+        assert_eq!(p.len(), 4);
+        let mut q = NoisePath::seeded(kern(), 1, 5);
+        assert_eq!(q.sample_at(&DMatrix::from_column_slice(3, 1, &[0.0, 1.0, 2.0])).unwrap(), a);
+        assert!(p.sample_at(&DMatrix::from_element(1, 2, 0.0)).is_err());
+    }
+
+    #[test]
+    fn extended_paths_have_the_prior_covariance() {
+        // Draw at X1 first, then extend to X2: the joint of (g(X1), g(X2)) over many paths
+        // must match K([X1; X2]).
+        let x1 = DMatrix::from_column_slice(2, 1, &[0.0, 1.0]);
+        let x2 = DMatrix::from_column_slice(2, 1, &[0.4, 2.0]);
+        let all = DMatrix::from_column_slice(4, 1, &[0.0, 1.0, 0.4, 2.0]);
+        let k = kern().k(all.as_view(), all.as_view());
+        let reps = 20000;
+        let mut acc = DMatrix::<f64>::zeros(4, 4);
+        for s in 0..reps {
+            let mut p = NoisePath::seeded(kern(), 1, 1000 + s);
+            let a = p.sample_at(&x1).unwrap();
+            let b = p.sample_at(&x2).unwrap();
+            let v = DVector::from_vec(vec![a[0], a[1], b[0], b[1]]);
+            acc += &v * v.transpose();
+        }
+        acc /= reps as f64;
+        assert!((acc - k).abs().max() < 0.04);
+    }
+
+    #[test]
+    fn os_entropy_paths_differ() {
+        let x = DMatrix::from_column_slice(2, 1, &[0.0, 1.0]);
+        let a = NoisePath::from_os_entropy(kern(), 1).sample_at(&x).unwrap();
+        let b = NoisePath::from_os_entropy(kern(), 1).sample_at(&x).unwrap();
+        assert_ne!(a, b);
+    }
+}
