@@ -49,7 +49,12 @@ pub struct Sensitivity {
     pub worst_row: usize,
 }
 
-fn worst(influence: &DVector<f64>, private_rows: &[usize], range: LabelRange) -> Result<Sensitivity, PrivacyError> {
+/// Δ = d·max over `private_rows` of the per-label influence norms (with the safety margin).
+pub fn from_influence(
+    influence: &DVector<f64>,
+    private_rows: &[usize],
+    range: LabelRange,
+) -> Result<Sensitivity, PrivacyError> {
     if private_rows.is_empty() {
         return Err(PrivacyError::invalid("no private rows: nothing to protect, sensitivity undefined"));
     }
@@ -71,7 +76,7 @@ fn worst(influence: &DVector<f64>, private_rows: &[usize], range: LabelRange) ->
 
 /// Δ_H for an exact-GP responder.
 pub fn rkhs_exact(gp: &ExactGp, private_rows: &[usize], range: LabelRange) -> Result<Sensitivity, PrivacyError> {
-    worst(&gp.label_influence_rkhs()?, private_rows, range)
+    from_influence(&gp.label_influence_rkhs()?, private_rows, range)
 }
 
 /// Δ_M for an exact-GP responder releasing at the rows of `xs` with noise covariance
@@ -83,12 +88,12 @@ pub fn mahalanobis_exact(
     xs: &DMatrix<f64>,
     tau: f64,
 ) -> Result<Sensitivity, PrivacyError> {
-    worst(&gp.label_influence_mahalanobis(xs, tau)?, private_rows, range)
+    from_influence(&gp.label_influence_mahalanobis(xs, tau)?, private_rows, range)
 }
 
 /// Δ_H for a VFE (or DTC) responder.
 pub fn rkhs_vfe(gp: &SparseGp, private_rows: &[usize], range: LabelRange) -> Result<Sensitivity, PrivacyError> {
-    worst(&gp.label_influence_rkhs()?, private_rows, range)
+    from_influence(&gp.label_influence_rkhs()?, private_rows, range)
 }
 
 #[cfg(test)]

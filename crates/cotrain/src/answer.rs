@@ -1,0 +1,77 @@
+//! The messages of one exchange (science-notes D12): a request for predictions at pool
+//! indices, and the answer a responder may release.
+
+use nalgebra::DMatrix;
+use serde::{Deserialize, Serialize};
+
+/// How much of the responder's predictive uncertainty the querier integrates [Thomas §4.2.3].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Uncertainty {
+    /// The mean is used as a data value (V = 0).
+    None,
+    /// V = diag of the latent predictive variances.
+    Marginal,
+    /// V = the latent predictive covariance over everything answered to this requester.
+    Full,
+}
+
+impl Uncertainty {
+    pub fn name(self) -> &'static str {
+        match self {
+            Uncertainty::None => "none",
+            Uncertainty::Marginal => "marginal",
+            Uncertainty::Full => "full",
+        }
+    }
+}
+
+/// A request for predictions at pool indices.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PredictRequest {
+    /// Client-chosen id: a retry with the same id returns the same answer, no new noise or charge.
+    pub request_id: String,
+    pub requester: String,
+    pub indices: Vec<usize>,
+    pub uncertainty: Uncertainty,
+    /// Whether the responder's prior covariance rows are wanted (Blocky, Hybrid).
+    pub want_prior: bool,
+}
+
+/// The privacy charge of one answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChargeInfo {
+    pub rho: f64,
+    pub sigma: f64,
+    pub sensitivity: f64,
+    pub mechanism: String,
+    /// False in the thesis reproduction mode (no formal guarantee).
+    pub guaranteed: bool,
+    /// False when this answer was post-processing of an earlier release (nothing spent).
+    pub new_release: bool,
+}
+
+/// What the responder releases.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Answer {
+    pub responder: String,
+    /// The indices of this request, in request order.
+    pub indices: Vec<usize>,
+    /// Released (DP-noised if DP is on) posterior means at `indices`.
+    pub mean: Vec<f64>,
+    /// Marginal mode: latent predictive variances at `indices`.
+    pub var: Option<Vec<f64>>,
+    /// Every index answered to this requester so far, in first-answer order; `cov` and
+    /// `prior_cov` are over this list (the responder re-sends the full current matrices).
+    pub answered: Vec<usize>,
+    /// Full mode: latent predictive covariance over `answered`.
+    pub cov: Option<DMatrix<f64>>,
+    /// Prior covariance K(answered, answered) with the responder's kernel, when requested.
+    pub prior_cov: Option<DMatrix<f64>>,
+    /// The responder's model version that produced the means.
+    pub model_version: u64,
+    /// The privacy charge (None when DP is off).
+    pub charge: Option<ChargeInfo>,
+    /// ρ left in this requester's budget after the answer (None when DP is off).
+    pub budget_rho_left: Option<f64>,
+}

@@ -1,0 +1,413 @@
+//! A party's augmented model: its private data plus the pseudo-observations received from
+//! peers, folded in by a combiner (Blocky, Noisy or Hybrid; Thomas §4.2.2) with an uncertainty
+//! mode (none / marginal / full; §4.2.3). After each answer the party re-fits its own
+//! hyperparameters on the augmented objective (D5), warm-started, plus one restart from the
+//! pre-co-training values; the better is kept.
+//!
+//! Rows of the augmented data: the n private rows, then one row per (peer, answered index) in
+//! peer order then first-answer order (D16). V and K₂^q are block-diagonal over peers.
+
+use crate::CotrainError;
+use crate::answer::{Answer, Uncertainty};
+use crate::blocky::BlockyModel;
+use crate::hybrid::HybridModel;
+use crate::psd::project_psd;
+use dpcotrain_gp::kernels::Kernel;
+use dpcotrain_gp::train::{TrainOptions, train};
+use dpcotrain_gp::{ExactGp, NoiseModel, NoiseVariance, Objective, Prediction};
+use nalgebra::{DMatrix, DVector};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CombinerKind {
+    Blocky,
+    Noisy,
+    Hybrid,
+}
+
+impl CombinerKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            CombinerKind::Blocky => "blocky",
+            CombinerKind::Noisy => "noisy",
+            CombinerKind::Hybrid => "hybrid",
+        }
+    }
+    /// Whether the combiner needs the responder's prior covariance rows.
+    pub fn needs_prior(self) -> bool {
+        !matches!(self, CombinerKind::Noisy)
+    }
+}
+
+/// Everything received from one peer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PeerBlock {
+    pub peer: String,
+    /// Pool indices in first-answer order.
+    pub indices: Vec<usize>,
+    /// Released means (as first released; never re-released).
+    pub means: Vec<f64>,
+    /// Marginal latent variances (0 when not sent).
+    pub vars: Vec<f64>,
+    /// Latest full latent covariance over `indices`.
+    pub cov: Option<DMatrix<f64>>,
+    /// Latest prior covariance over `indices`.
+    pub prior: Option<DMatrix<f64>>,
+}
+
+#[derive(Debug, Clone)]
+pub struct CoModel {
+    pub kind: CombinerKind,
+    pub uncertainty: Uncertainty,
+    pub kernel: Box<dyn Kernel>,
+    pub noise: NoiseVariance,
+    x_tr: DMatrix<f64>,
+    y_tr: DVector<f64>,
+    /// This party's covariates of the shared pool.
+    x_pool: DMatrix<f64>,
+    pub blocks: Vec<PeerBlock>,
+    /// Bumped whenever the model (data or hyperparameters) changes.
+    pub version: u64,
+    /// Hyperparameters of the private-only fit (the restart point of every re-fit).
+    pre_params: Option<Vec<f64>>,
+    pub train: TrainOptions,
+    /// Eigenvalues clipped while projecting reported matrices to PSD (diagnostic).
+    pub psd_clipped: usize,
+}
+
+/// The combiner-specific model built from the current data.
+enum Built {
+    Noisy(ExactGp),
+    Blocky(BlockyModel),
+    Hybrid(HybridModel),
+}
+
+impl CoModel {
+    pub fn new(
+        kind: CombinerKind,
+        uncertainty: Uncertainty,
+        kernel: Box<dyn Kernel>,
+        noise: NoiseVariance,
+        x_tr: DMatrix<f64>,
+        y_tr: DVector<f64>,
+        x_pool: DMatrix<f64>,
+    ) -> Result<Self, CotrainError> {
+        if x_tr.nrows() != y_tr.len() || x_tr.nrows() == 0 {
+            return Err(CotrainError::invalid("private data: need ≥ 1 row and one label per row"));
+        }
+        if x_pool.ncols() != x_tr.ncols() {
+            return Err(CotrainError::invalid("pool view and private view have different columns"));
+        }
+        let noise = NoiseVariance { learn: true, ..noise };
+        Ok(CoModel {
+            kind,
+            uncertainty,
+            kernel,
+            noise,
+            x_tr,
+            y_tr,
+            x_pool,
+            blocks: Vec::new(),
+            version: 0,
+            pre_params: None,
+            train: TrainOptions::default(),
+            psd_clipped: 0,
+        })
+    }
+
+    pub fn n_private(&self) -> usize {
+        self.x_tr.nrows()
+    }
+
+    pub fn x_pool(&self) -> &DMatrix<f64> {
+        &self.x_pool
+    }
+
+    /// Number of pseudo-observation rows.
+    pub fn n_pseudo(&self) -> usize {
+        self.blocks.iter().map(|b| b.indices.len()).sum()
+    }
+
+    /// Pool indices already asked of any peer by this party.
+    pub fn asked(&self) -> Vec<usize> {
+        let mut v: Vec<usize> = self.blocks.iter().flat_map(|b| b.indices.iter().copied()).collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    fn params(&self) -> Vec<f64> {
+        let mut p = self.kernel.params();
+        p.push(self.noise.variance.ln());
+        p
+    }
+
+    fn set_params(&mut self, p: &[f64]) {
+        let nk = self.kernel.n_params();
+        self.kernel.set_params(&p[..nk]);
+        self.noise.variance = p[nk].exp();
+    }
+
+    /// Fit the hyperparameters on the private data alone (the pre-co-training model).
+    pub fn fit_private(&mut self) -> Result<f64, CotrainError> {
+        let mut gp = ExactGp::new(
+            self.kernel.clone(),
+            NoiseModel::Homoscedastic(self.noise.clone()),
+            self.x_tr.clone(),
+            self.y_tr.clone(),
+        )?;
+        let r = train(&mut gp, &self.train)?;
+        self.kernel = gp.kernel.clone();
+        self.noise = gp.noise.sigma2().clone();
+        self.pre_params = Some(self.params());
+        self.version += 1;
+        Ok(r.objective)
+    }
+
+    /// Fold an answer in (means of new indices appended; matrices replaced by the latest).
+    /// A malformed answer is rejected whole: the model is unchanged.
+    pub fn absorb(&mut self, a: &Answer) -> Result<(), CotrainError> {
+        let saved = self.blocks.clone();
+        let r = self.absorb_inner(a);
+        if r.is_err() {
+            self.blocks = saved;
+        }
+        r
+    }
+
+    fn absorb_inner(&mut self, a: &Answer) -> Result<(), CotrainError> {
+        if a.mean.len() != a.indices.len() || a.mean.iter().any(|m| !m.is_finite()) {
+            return Err(CotrainError::Peer { peer: a.responder.clone(), message: "answer means malformed".into() });
+        }
+        let pool = self.x_pool.nrows();
+        if let Some(&bad) = a.indices.iter().chain(&a.answered).find(|&&i| i >= pool) {
+            return Err(CotrainError::Peer {
+                peer: a.responder.clone(),
+                message: format!("index {bad} outside the pool"),
+            });
+        }
+        let pos = match self.blocks.iter().position(|b| b.peer == a.responder) {
+            Some(p) => p,
+            None => {
+                self.blocks.push(PeerBlock {
+                    peer: a.responder.clone(),
+                    indices: vec![],
+                    means: vec![],
+                    vars: vec![],
+                    cov: None,
+                    prior: None,
+                });
+                self.blocks.len() - 1
+            }
+        };
+        let b = &mut self.blocks[pos];
+        for (k, &i) in a.indices.iter().enumerate() {
+            if b.indices.contains(&i) {
+                continue; // means stay as first released
+            }
+            b.indices.push(i);
+            b.means.push(a.mean[k]);
+            let v = a.var.as_ref().map(|v| v[k]).unwrap_or(0.0);
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(CotrainError::Peer {
+                    peer: a.responder.clone(),
+                    message: format!("variance {v} is invalid"),
+                });
+            }
+            b.vars.push(v);
+        }
+        let q = b.indices.len();
+        let check = |m: &Option<DMatrix<f64>>, what: &str| -> Result<Option<DMatrix<f64>>, CotrainError> {
+            match m {
+                None => Ok(None),
+                Some(m) => {
+                    if a.answered != b.indices || m.nrows() != q || m.ncols() != q || m.iter().any(|v| !v.is_finite()) {
+                        return Err(CotrainError::Peer {
+                            peer: a.responder.clone(),
+                            message: format!("{what} does not cover the answered indices"),
+                        });
+                    }
+                    Ok(Some(m.clone()))
+                }
+            }
+        };
+        let cov = check(&a.cov, "covariance")?;
+        let prior = check(&a.prior_cov, "prior covariance")?;
+        if cov.is_some() {
+            b.cov = cov;
+        }
+        if prior.is_some() {
+            b.prior = prior;
+        }
+        self.version += 1;
+        Ok(())
+    }
+
+    /// Augmented pseudo rows: own covariates, means, V and K₂^q (block-diagonal over peers).
+    fn pseudo(&mut self) -> Result<(DMatrix<f64>, DVector<f64>, DMatrix<f64>, DMatrix<f64>), CotrainError> {
+        let q = self.n_pseudo();
+        let d = self.x_tr.ncols();
+        let mut xq = DMatrix::zeros(q, d);
+        let mut mu = DVector::zeros(q);
+        let mut v = DMatrix::zeros(q, q);
+        let mut k2 = DMatrix::zeros(q, q);
+        let mut off = 0;
+        let mut clipped = 0;
+        for b in &self.blocks {
+            let nb = b.indices.len();
+            for (k, &i) in b.indices.iter().enumerate() {
+                xq.row_mut(off + k).copy_from(&self.x_pool.row(i));
+                mu[off + k] = b.means[k];
+            }
+            let vb = match self.uncertainty {
+                Uncertainty::None => DMatrix::zeros(nb, nb),
+                Uncertainty::Marginal => DMatrix::from_diagonal(&DVector::from_column_slice(&b.vars)),
+                Uncertainty::Full => {
+                    let c = b.cov.as_ref().ok_or_else(|| CotrainError::Peer {
+                        peer: b.peer.clone(),
+                        message: "full uncertainty mode but no covariance was sent".into(),
+                    })?;
+                    let (p, n) = project_psd(c);
+                    clipped += n;
+                    p
+                }
+            };
+            v.view_mut((off, off), (nb, nb)).copy_from(&vb);
+            if self.kind.needs_prior() {
+                let pr = b.prior.as_ref().ok_or_else(|| CotrainError::Peer {
+                    peer: b.peer.clone(),
+                    message: format!("the {} combiner needs the responder's prior covariance", self.kind.name()),
+                })?;
+                let (p, n) = project_psd(pr);
+                clipped += n;
+                k2.view_mut((off, off), (nb, nb)).copy_from(&p);
+            }
+            off += nb;
+        }
+        self.psd_clipped += clipped;
+        Ok((xq, mu, v, k2))
+    }
+
+    fn build(&mut self) -> Result<Built, CotrainError> {
+        let (xq, mu, v, k2) = self.pseudo()?;
+        let n = self.x_tr.nrows();
+        let q = xq.nrows();
+        let d = self.x_tr.ncols();
+        let mut xo = DMatrix::zeros(n + q, d);
+        xo.rows_mut(0, n).copy_from(&self.x_tr);
+        xo.rows_mut(n, q).copy_from(&xq);
+        let mut y = DVector::zeros(n + q);
+        y.rows_mut(0, n).copy_from(&self.y_tr);
+        y.rows_mut(n, q).copy_from(&mu);
+        Ok(match self.kind {
+            CombinerKind::Noisy => {
+                let s = self.noise.clone();
+                let noise = match self.uncertainty {
+                    _ if q == 0 => NoiseModel::Homoscedastic(s),
+                    Uncertainty::None => NoiseModel::Homoscedastic(s),
+                    Uncertainty::Marginal => {
+                        let mut extra = DVector::zeros(n + q);
+                        extra.rows_mut(n, q).copy_from(&v.diagonal());
+                        NoiseModel::PerPoint { sigma2: s, extra }
+                    }
+                    Uncertainty::Full => NoiseModel::Block { sigma2: s, rows: (n..n + q).collect(), block: v },
+                };
+                Built::Noisy(ExactGp::new(self.kernel.clone(), noise, xo, y)?)
+            }
+            CombinerKind::Blocky => Built::Blocky(BlockyModel::new(
+                self.kernel.clone(),
+                self.noise.clone(),
+                self.x_tr.clone(),
+                self.y_tr.clone(),
+                xq,
+                mu,
+                k2 + v,
+            )),
+            CombinerKind::Hybrid => {
+                Built::Hybrid(HybridModel::new(self.kernel.clone(), self.noise.clone(), xo, y, q, k2 + v))
+            }
+        })
+    }
+
+    /// D5: re-optimise θ₁ on the augmented objective (warm start, plus a restart from the
+    /// pre-co-training θ; the better is kept). Returns the objective.
+    pub fn refit(&mut self) -> Result<f64, CotrainError> {
+        let built = self.build()?;
+        let pre = self.pre_params.clone();
+        let opts = self.train.clone();
+        fn fit<M: Objective>(
+            m: &mut M,
+            pre: &Option<Vec<f64>>,
+            opts: &TrainOptions,
+        ) -> Result<(f64, Vec<f64>), CotrainError> {
+            let warm = m.params();
+            let mut best = match train(m, opts) {
+                Ok(r) => Some((r.objective, m.params())),
+                Err(_) => None,
+            };
+            if let Some(pre) = pre
+                && pre != &warm
+            {
+                m.set_params(pre);
+                if let Ok(r) = train(m, opts)
+                    && best.as_ref().is_none_or(|b| r.objective > b.0)
+                {
+                    best = Some((r.objective, m.params()));
+                }
+            }
+            best.ok_or_else(|| CotrainError::invalid("re-fitting the augmented model failed from every start"))
+        }
+        let (obj, p) = match built {
+            Built::Noisy(mut m) => {
+                let (o, p) = fit(&mut m, &pre, &opts)?;
+                (o, p)
+            }
+            Built::Blocky(mut m) => fit(&mut m, &pre, &opts)?,
+            Built::Hybrid(mut m) => fit(&mut m, &pre, &opts)?,
+        };
+        self.set_params(&p);
+        self.version += 1;
+        Ok(obj)
+    }
+
+    /// Latent predictive of the augmented model at arbitrary points of this party's view.
+    pub fn predict(&mut self, xs: &DMatrix<f64>, full_cov: bool) -> Result<Prediction, CotrainError> {
+        Ok(match self.build()? {
+            Built::Noisy(m) => m.posterior()?.predict(xs, full_cov)?,
+            Built::Blocky(m) => m.predict(xs, full_cov)?,
+            Built::Hybrid(m) => m.predict(xs, full_cov)?,
+        })
+    }
+
+    /// The augmented objective at the current hyperparameters.
+    pub fn objective(&mut self) -> Result<f64, CotrainError> {
+        Ok(match self.build()? {
+            Built::Noisy(m) => m.evaluate()?.value,
+            Built::Blocky(m) => m.evaluate()?.value,
+            Built::Hybrid(m) => m.evaluate()?.value,
+        })
+    }
+
+    /// The posterior mean is f = k₁(·, R) w with w linear in the labels; returns R and
+    /// ∂w/∂y_private (|R| × n): the input of the label-DP sensitivity.
+    pub fn mean_weights(&mut self) -> Result<(DMatrix<f64>, DMatrix<f64>), CotrainError> {
+        Ok(match self.build()? {
+            Built::Noisy(m) => {
+                let post = m.posterior()?;
+                let kinv = post.cholesky().inverse();
+                (m.x().clone(), kinv.columns(0, self.x_tr.nrows()).clone_owned())
+            }
+            Built::Blocky(m) => m.mean_weights()?,
+            Built::Hybrid(m) => m.mean_weights()?,
+        })
+    }
+
+    /// ‖∂f/∂y_j‖ in the RKHS of this party's kernel for each private row j.
+    pub fn label_influence(&mut self) -> Result<DVector<f64>, CotrainError> {
+        let (rows, w) = self.mean_weights()?;
+        let k = self.kernel.k(rows.as_view(), rows.as_view());
+        let kw = &k * &w;
+        Ok(DVector::from_iterator(w.ncols(), (0..w.ncols()).map(|j| w.column(j).dot(&kw.column(j)).max(0.0).sqrt())))
+    }
+}

@@ -1,0 +1,49 @@
+//! # dpcotrain-cotrain — co-training of GPs across views
+//!
+//! How a party picks what to ask (uncertainty sampling), what a peer releases (a DP-noised
+//! posterior mean plus, per mode, its predictive (co)variance and prior covariance), and how
+//! the answers change the local model (the Blocky, Noisy and Hybrid combiners of Thomas 2017
+//! §4.2.2 with none / marginal / full uncertainty, §4.2.3). Everything is transport-free: rounds
+//! run against the [`peer::Peer`] trait, so the same code runs in-process or over gRPC.
+//!
+//! Equations and decisions: `shared/design/science-notes.md` §1.9 and D1–D24.
+
+pub mod answer;
+pub mod blocky;
+pub mod ccpp;
+pub mod combiner;
+pub mod data;
+pub mod driver;
+pub mod floors;
+pub mod hybrid;
+pub mod metrics;
+pub mod peer;
+pub mod psd;
+pub mod responder;
+pub mod select;
+pub mod simulate;
+
+/// Errors of the co-training layer.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CotrainError {
+    #[error("invalid input: {0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Gp(#[from] dpcotrain_gp::GpError),
+    #[error(transparent)]
+    Privacy(#[from] dpcotrain_privacy::PrivacyError),
+    #[error("peer {peer}: {message}")]
+    Peer { peer: String, message: String },
+}
+
+impl CotrainError {
+    pub fn invalid(msg: impl Into<String>) -> Self {
+        CotrainError::Invalid(msg.into())
+    }
+}
+
+impl From<dpcotrain_gp::LinalgError> for CotrainError {
+    fn from(e: dpcotrain_gp::LinalgError) -> Self {
+        CotrainError::Gp(e.into())
+    }
+}

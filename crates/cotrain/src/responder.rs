@@ -1,0 +1,400 @@
+//! A party: its private view, its augmented model, and the **only release path** — how it
+//! answers a peer's request (science-notes D8–D12, D19).
+//!
+//! Release policies:
+//! - [`ReleasePolicy::PerQuery`] (the thesis, D8 R): answer from the current augmented model.
+//!   A released mean function is μ + σ·g with g one GP-prior path of the responder's kernel.
+//!   In the thesis mode one path per requester is read off at each released index (D9 R); in
+//!   calibrated mode a new path is drawn whenever the model (hence the mean function) changed,
+//!   and each new (requester, model version) is a new Gaussian mechanism charged to that
+//!   requester's ledger. Further indices read from the same path are post-processing.
+//! - [`ReleasePolicy::ReleaseOnce`] (D8 P): a frozen private-only posterior released once over
+//!   the whole pool; one charge per requester, every later answer is post-processing.
+//!
+//! Each index is released at most once per requester: its mean stays as first released. A
+//! retried request id returns the cached answer: no new noise, no new charge.
+
+use crate::CotrainError;
+use crate::answer::{Answer, ChargeInfo, PredictRequest, Uncertainty};
+use crate::combiner::{CoModel, CombinerKind};
+use crate::data::PartyData;
+use dpcotrain_gp::kernels::Kernel;
+use dpcotrain_gp::{ExactGp, NoiseModel, NoiseVariance};
+use dpcotrain_privacy::accountant::{Charge, Ledger, rho_of};
+use dpcotrain_privacy::calibrate::{Mechanism, calibrate};
+use dpcotrain_privacy::noise::NoisePath;
+use dpcotrain_privacy::sensitivity::{LabelRange, from_influence};
+use nalgebra::{DMatrix, DVector};
+use std::collections::HashMap;
+
+/// How answers are privatised.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DpMode {
+    Off,
+    /// Thomas 2017 reproduction: σ = multiplier (Δ taken as 1); NO formal guarantee.
+    Thesis {
+        multiplier: f64,
+    },
+    /// Calibrated label DP: Δ from the responder's model, σ for (ε, δ) per release, budget
+    /// (ε, δ) per requester.
+    Calibrated {
+        epsilon: f64,
+        delta: f64,
+        mechanism: Mechanism,
+        range: LabelRange,
+        budget_epsilon: f64,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReleasePolicy {
+    PerQuery,
+    ReleaseOnce,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct DpConfig {
+    pub mode: DpMode,
+    pub policy: ReleasePolicy,
+    /// D19: add σ²·K to the shared (co)variance to account for the DP noise.
+    pub inflate_variance: bool,
+}
+
+impl DpConfig {
+    pub fn off() -> Self {
+        DpConfig { mode: DpMode::Off, policy: ReleasePolicy::PerQuery, inflate_variance: false }
+    }
+}
+
+/// Release bookkeeping for one requester.
+#[derive(Debug, Clone, Default)]
+struct RequesterState {
+    answered: Vec<usize>,
+    released: HashMap<usize, f64>,
+    ledger: Option<Ledger>,
+    /// The noise path and the model version (mean function) it belongs to.
+    path: Option<(u64, NoisePath, f64)>,
+}
+
+/// The frozen private-only release of [`ReleasePolicy::ReleaseOnce`].
+#[derive(Debug, Clone)]
+struct Frozen {
+    mean: DVector<f64>,
+    var: DVector<f64>,
+    cov: DMatrix<f64>,
+    prior: DMatrix<f64>,
+    sigma: f64,
+    sensitivity: f64,
+    noise: DVector<f64>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Party {
+    pub name: String,
+    pub data: PartyData,
+    pub model: CoModel,
+    pub dp: DpConfig,
+    /// Seed for simulation noise; `None` draws noise from the OS CSPRNG.
+    pub seed: Option<u64>,
+    requesters: HashMap<String, RequesterState>,
+    cache: HashMap<String, Answer>,
+    frozen: Option<Frozen>,
+}
+
+fn mix(seed: u64, name: &str, version: u64) -> u64 {
+    // FNV-1a over the requester name, mixed with the seed and version (SplitMix64 finaliser).
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in name.bytes() {
+        h = (h ^ b as u64).wrapping_mul(0x100000001b3);
+    }
+    let mut z = seed ^ h ^ version.wrapping_mul(0x9E3779B97F4A7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58476D1CE4E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D049BB133111EB);
+    z ^ (z >> 31)
+}
+
+impl Party {
+    /// A party with its private data; fits the private-only model (pre-co-training).
+    /// With calibrated DP the labels are clipped to the declared range first.
+    pub fn new(
+        mut data: PartyData,
+        kind: CombinerKind,
+        uncertainty: Uncertainty,
+        kernel: Box<dyn Kernel>,
+        noise: NoiseVariance,
+        dp: DpConfig,
+        seed: Option<u64>,
+    ) -> Result<Self, CotrainError> {
+        if let DpMode::Calibrated { range, .. } = &dp.mode {
+            data.y_train = range.clip(&data.y_train);
+        }
+        let mut model = CoModel::new(
+            kind,
+            uncertainty,
+            kernel,
+            noise,
+            data.x_train.clone(),
+            data.y_train.clone(),
+            data.x_pool.clone(),
+        )?;
+        if let Some(s) = seed {
+            model.train.seed = s;
+        }
+        model.fit_private()?;
+        Ok(Party {
+            name: data.name.clone(),
+            data,
+            model,
+            dp,
+            seed,
+            requesters: HashMap::new(),
+            cache: HashMap::new(),
+            frozen: None,
+        })
+    }
+
+    fn path(&self, requester: &str, version: u64) -> NoisePath {
+        let k = self.model.kernel.clone();
+        let d = self.data.dim();
+        match self.seed {
+            Some(s) => NoisePath::seeded(k, d, mix(s, requester, version)),
+            None => NoisePath::from_os_entropy(k, d),
+        }
+    }
+
+    /// The requester's ledger (created on first use).
+    pub fn ledger(&self, requester: &str) -> Option<&Ledger> {
+        self.requesters.get(requester).and_then(|r| r.ledger.as_ref())
+    }
+
+    fn ensure_frozen(&mut self) -> Result<(), CotrainError> {
+        if self.frozen.is_some() {
+            return Ok(());
+        }
+        let pre = ExactGp::new(
+            self.model.kernel.clone(),
+            NoiseModel::Homoscedastic(self.model.noise.clone()),
+            self.data.x_train.clone(),
+            self.data.y_train.clone(),
+        )?;
+        let post = pre.posterior()?;
+        let pool = &self.data.x_pool;
+        let p = post.predict(pool, true)?;
+        let prior = self.model.kernel.k(pool.as_view(), pool.as_view());
+        let n = self.data.x_train.nrows();
+        let (sigma, sensitivity) = match &self.dp.mode {
+            DpMode::Off => (0.0, 0.0),
+            DpMode::Thesis { multiplier } => (*multiplier, 1.0),
+            DpMode::Calibrated { epsilon, delta, mechanism, range, .. } => {
+                let inf = pre.label_influence_rkhs()?;
+                let s = from_influence(&inf, &(0..n).collect::<Vec<_>>(), *range)?;
+                (calibrate(*mechanism, *epsilon, *delta, s.value)?.sigma, s.value)
+            }
+        };
+        let noise = if sigma > 0.0 {
+            let mut path = self.path("release-once", 0);
+            path.sample_at(pool)?
+        } else {
+            DVector::zeros(pool.nrows())
+        };
+        let cov = p.cov.clone().unwrap_or_else(|| DMatrix::from_diagonal(&p.var));
+        self.frozen = Some(Frozen { mean: p.mean, var: p.var, cov, prior, sigma, sensitivity, noise });
+        Ok(())
+    }
+
+    /// Answer a peer's request through the release path.
+    pub fn answer(&mut self, req: &PredictRequest) -> Result<Answer, CotrainError> {
+        if let Some(a) = self.cache.get(&req.request_id) {
+            return Ok(a.clone());
+        }
+        if req.requester == self.name {
+            return Err(CotrainError::invalid("a party does not answer its own requests"));
+        }
+        let pool = self.data.pool_size();
+        if req.indices.is_empty() {
+            return Err(CotrainError::invalid("request has no indices"));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for &i in &req.indices {
+            if i >= pool {
+                return Err(CotrainError::invalid(format!("index {i} is outside the pool (size {pool})")));
+            }
+            if !seen.insert(i) {
+                return Err(CotrainError::invalid(format!("index {i} is requested twice")));
+            }
+        }
+        let ans = match self.dp.policy {
+            ReleasePolicy::ReleaseOnce => self.answer_release_once(req)?,
+            ReleasePolicy::PerQuery => self.answer_per_query(req)?,
+        };
+        self.cache.insert(req.request_id.clone(), ans.clone());
+        Ok(ans)
+    }
+
+    fn ledger_for(&mut self, requester: &str) -> Result<(), CotrainError> {
+        let st = self.requesters.entry(requester.to_string()).or_default();
+        if st.ledger.is_none()
+            && let DpMode::Calibrated { delta, budget_epsilon, .. } = &self.dp.mode
+        {
+            st.ledger = Some(Ledger::new(*budget_epsilon, *delta)?);
+        }
+        Ok(())
+    }
+
+    fn answer_release_once(&mut self, req: &PredictRequest) -> Result<Answer, CotrainError> {
+        self.ensure_frozen()?;
+        self.ledger_for(&req.requester)?;
+        let f = self.frozen.clone().expect("frozen release");
+        let mechanism = self.mechanism_name();
+        let guaranteed = matches!(self.dp.mode, DpMode::Calibrated { .. });
+        let st = self.requesters.get_mut(&req.requester).expect("requester state");
+        let mut charge = None;
+        if f.sigma > 0.0 {
+            let new = match st.ledger.as_mut() {
+                Some(l) => l.charge("release-once", f.sensitivity, f.sigma, &mechanism, guaranteed)? == Charge::New,
+                None => st.answered.is_empty(),
+            };
+            charge = Some(ChargeInfo {
+                rho: if new { rho_of(f.sensitivity, f.sigma) } else { 0.0 },
+                sigma: f.sigma,
+                sensitivity: f.sensitivity,
+                mechanism,
+                guaranteed,
+                new_release: new,
+            });
+        }
+        let mean: Vec<f64> =
+            req.indices.iter().map(|&i| *st.released.entry(i).or_insert(f.mean[i] + f.sigma * f.noise[i])).collect();
+        for &i in &req.indices {
+            if !st.answered.contains(&i) {
+                st.answered.push(i);
+            }
+        }
+        let answered = st.answered.clone();
+        let inflate = if self.dp.inflate_variance { f.sigma * f.sigma } else { 0.0 };
+        let var = (req.uncertainty == Uncertainty::Marginal)
+            .then(|| req.indices.iter().map(|&i| f.var[i] + inflate * f.prior[(i, i)]).collect());
+        let cov = (req.uncertainty == Uncertainty::Full).then(|| {
+            DMatrix::from_fn(answered.len(), answered.len(), |a, b| {
+                let (i, j) = (answered[a], answered[b]);
+                f.cov[(i, j)] + inflate * f.prior[(i, j)]
+            })
+        });
+        let prior_cov = req.want_prior.then(|| f.prior.select_rows(answered.iter()).select_columns(answered.iter()));
+        let budget = st.ledger.as_ref().map(|l| l.rho_remaining());
+        Ok(Answer {
+            responder: self.name.clone(),
+            indices: req.indices.clone(),
+            mean,
+            var,
+            answered,
+            cov,
+            prior_cov,
+            model_version: 0,
+            charge,
+            budget_rho_left: budget,
+        })
+    }
+
+    fn mechanism_name(&self) -> String {
+        match &self.dp.mode {
+            DpMode::Off => "none".into(),
+            DpMode::Thesis { .. } => "thesis".into(),
+            DpMode::Calibrated { mechanism, .. } => mechanism.name().into(),
+        }
+    }
+
+    fn answer_per_query(&mut self, req: &PredictRequest) -> Result<Answer, CotrainError> {
+        self.ledger_for(&req.requester)?;
+        let version = self.model.version;
+        let x_pool = self.data.x_pool.clone();
+        let st = self.requesters.get(&req.requester).cloned().unwrap_or_default();
+        let new_idx: Vec<usize> = req.indices.iter().copied().filter(|i| !st.released.contains_key(i)).collect();
+        let mut answered = st.answered.clone();
+        for &i in &req.indices {
+            if !answered.contains(&i) {
+                answered.push(i);
+            }
+        }
+        // Predict at every answered index (for the matrices) with the current model.
+        let xa = x_pool.select_rows(answered.iter());
+        let pred = self.model.predict(&xa, req.uncertainty == Uncertainty::Full)?;
+        let pos = |i: usize| answered.iter().position(|&a| a == i).expect("answered");
+        // Noise scale and charge for a new mean function.
+        let mechanism = self.mechanism_name();
+        let (sigma, sensitivity, guaranteed) = match &self.dp.mode {
+            DpMode::Off => (0.0, 0.0, true),
+            DpMode::Thesis { multiplier } => (*multiplier, 1.0, false),
+            DpMode::Calibrated { epsilon, delta, mechanism, range, .. } => {
+                let inf = self.model.label_influence()?;
+                let s = from_influence(&inf, &(0..self.model.n_private()).collect::<Vec<_>>(), *range)?;
+                (calibrate(*mechanism, *epsilon, *delta, s.value)?.sigma, s.value, true)
+            }
+        };
+        let mut st = st;
+        let mut charge = None;
+        let mut new_values: Vec<(usize, f64)> = Vec::new();
+        if !new_idx.is_empty() {
+            let need_new_path = match (&self.dp.mode, &st.path) {
+                (DpMode::Off, _) => false,
+                (DpMode::Thesis { .. }, Some(_)) => false, // D9 R: one path per requester
+                (_, Some((v, _, _))) => *v != version,
+                (_, None) => true,
+            };
+            let mut new_release = false;
+            if need_new_path {
+                if let Some(l) = st.ledger.as_mut() {
+                    let id = format!("{}@v{version}", req.requester);
+                    new_release = l.charge(&id, sensitivity, sigma, &mechanism, guaranteed)? == Charge::New;
+                } else {
+                    new_release = true;
+                }
+                st.path = Some((version, self.path(&req.requester, version), sigma));
+            }
+            let xn = x_pool.select_rows(new_idx.iter());
+            let g = match st.path.as_mut() {
+                Some((_, p, _)) => p.sample_at(&xn)?,
+                None => DVector::zeros(new_idx.len()),
+            };
+            let s = st.path.as_ref().map(|(_, _, s)| *s).unwrap_or(0.0);
+            for (k, &i) in new_idx.iter().enumerate() {
+                new_values.push((i, pred.mean[pos(i)] + s * g[k]));
+            }
+            if !matches!(self.dp.mode, DpMode::Off) {
+                charge = Some(ChargeInfo {
+                    rho: if new_release { rho_of(sensitivity, sigma) } else { 0.0 },
+                    sigma: s,
+                    sensitivity,
+                    mechanism,
+                    guaranteed,
+                    new_release,
+                });
+            }
+        }
+        for (i, m) in new_values {
+            st.released.insert(i, m);
+        }
+        st.answered = answered.clone();
+        let mean: Vec<f64> = req.indices.iter().map(|i| st.released[i]).collect();
+        let inflate = if self.dp.inflate_variance { sigma * sigma } else { 0.0 };
+        let prior_all = self.model.kernel.k(xa.as_view(), xa.as_view());
+        let var = (req.uncertainty == Uncertainty::Marginal)
+            .then(|| req.indices.iter().map(|&i| pred.var[pos(i)] + inflate * prior_all[(pos(i), pos(i))]).collect());
+        let cov = pred.cov.as_ref().map(|c| c + &prior_all * inflate);
+        let prior_cov = req.want_prior.then(|| prior_all.clone());
+        let budget = st.ledger.as_ref().map(|l| l.rho_remaining());
+        self.requesters.insert(req.requester.clone(), st);
+        Ok(Answer {
+            responder: self.name.clone(),
+            indices: req.indices.clone(),
+            mean,
+            var,
+            answered,
+            cov,
+            prior_cov,
+            model_version: version,
+            charge,
+            budget_rho_left: budget,
+        })
+    }
+}

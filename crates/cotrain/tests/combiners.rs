@@ -1,0 +1,239 @@
+//! The combiners' maths: Hybrid closed form = transductive construction, analytic gradients of
+//! the Blocky and Hybrid objectives, Noisy's modes, and the label-influence (sensitivity) path.
+
+use dpcotrain_cotrain::answer::{Answer, Uncertainty};
+use dpcotrain_cotrain::blocky::BlockyModel;
+use dpcotrain_cotrain::combiner::{CoModel, CombinerKind};
+use dpcotrain_cotrain::hybrid::HybridModel;
+use dpcotrain_gp::kernels::{Kernel, SquaredExponential};
+use dpcotrain_gp::{ExactGp, NoiseModel, NoiseVariance, Objective};
+use nalgebra::{DMatrix, DVector};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+fn rows(n: usize, d: usize, seed: u64) -> DMatrix<f64> {
+    let mut r = ChaCha8Rng::seed_from_u64(seed);
+    DMatrix::from_fn(n, d, |_, _| r.random_range(-2.0..2.0))
+}
+
+fn kern() -> Box<dyn Kernel> {
+    Box::new(SquaredExponential::ard(1.1, vec![0.8, 1.3]))
+}
+
+fn spd(q: usize, seed: u64, scale: f64) -> DMatrix<f64> {
+    let g = rows(q, q + 2, seed);
+    &g * g.transpose() * scale + DMatrix::identity(q, q) * 0.05
+}
+
+fn fd_check<M: Objective + Clone>(m: &M) {
+    let p0 = m.params();
+    let g = m.evaluate().unwrap().grad;
+    let h = 1e-5;
+    for i in 0..p0.len() {
+        let mut a = m.clone();
+        let mut p = p0.clone();
+        p[i] += h;
+        a.set_params(&p);
+        let fp = a.evaluate().unwrap().value;
+        p[i] -= 2.0 * h;
+        a.set_params(&p);
+        let fm = a.evaluate().unwrap().value;
+        let fd = (fp - fm) / (2.0 * h);
+        assert!((fd - g[i]).abs() < 1e-5 * (1.0 + fd.abs()), "param {i}: analytic {} fd {fd}", g[i]);
+    }
+}
+
+fn setup() -> (DMatrix<f64>, DVector<f64>, DMatrix<f64>, DVector<f64>, DMatrix<f64>) {
+    let x_tr = rows(15, 2, 1);
+    let y_tr = DVector::from_fn(15, |i, _| (x_tr[(i, 0)]).sin() + 0.3 * x_tr[(i, 1)]);
+    let x_q = rows(4, 2, 2);
+    let mu = DVector::from_vec(vec![0.3, -0.5, 0.8, 0.1]);
+    let c2 = spd(4, 3, 0.2);
+    (x_tr, y_tr, x_q, mu, c2)
+}
+
+#[test]
+fn blocky_and_hybrid_gradients_match_finite_differences() {
+    let (x_tr, y_tr, x_q, mu, c2) = setup();
+    let b = BlockyModel::new(
+        kern(),
+        NoiseVariance::new(0.1),
+        x_tr.clone(),
+        y_tr.clone(),
+        x_q.clone(),
+        mu.clone(),
+        c2.clone(),
+    );
+    fd_check(&b);
+    let mut xo = DMatrix::zeros(19, 2);
+    xo.rows_mut(0, 15).copy_from(&x_tr);
+    xo.rows_mut(15, 4).copy_from(&x_q);
+    let mut y = DVector::zeros(19);
+    y.rows_mut(0, 15).copy_from(&y_tr);
+    y.rows_mut(15, 4).copy_from(&mu);
+    let h = HybridModel::new(kern(), NoiseVariance::new(0.1), xo, y, 4, c2);
+    fd_check(&h);
+}
+
+#[test]
+fn hybrid_closed_form_equals_the_transductive_construction() {
+    // Transductive: S = O ∪ {x*}; K_aug(S,S) = (A_S⁻¹ + E_Q C₂⁻¹ E_Qᵀ)⁻¹ with σ² on observed rows
+    // only; then condition f(x*) on y_O under K_aug(S,S).
+    let (x_tr, y_tr, x_q, mu, c2) = setup();
+    let s2 = 0.1;
+    let mut xo = DMatrix::zeros(19, 2);
+    xo.rows_mut(0, 15).copy_from(&x_tr);
+    xo.rows_mut(15, 4).copy_from(&x_q);
+    let mut y = DVector::zeros(19);
+    y.rows_mut(0, 15).copy_from(&y_tr);
+    y.rows_mut(15, 4).copy_from(&mu);
+    let h = HybridModel::new(kern(), NoiseVariance::new(s2), xo.clone(), y.clone(), 4, c2.clone());
+    let xs = rows(3, 2, 9);
+    let closed = h.predict(&xs, true).unwrap();
+    for t in 0..3 {
+        let mut xsall = DMatrix::zeros(20, 2);
+        xsall.rows_mut(0, 19).copy_from(&xo);
+        xsall.row_mut(19).copy_from(&xs.row(t));
+        let mut a = kern().k(xsall.as_view(), xsall.as_view());
+        for i in 0..19 {
+            a[(i, i)] += s2;
+        }
+        let mut prec = a.try_inverse().unwrap();
+        let c2inv = c2.clone().try_inverse().unwrap();
+        let mut blk = prec.view_mut((15, 15), (4, 4));
+        blk += c2inv;
+        let kaug = prec.try_inverse().unwrap();
+        let koo = kaug.view((0, 0), (19, 19)).clone_owned();
+        let kso = kaug.view((19, 0), (1, 19)).clone_owned();
+        let sol = koo.clone().cholesky().unwrap();
+        let mean = (&kso * sol.solve(&y))[(0, 0)];
+        let var = kaug[(19, 19)] - (&kso * sol.solve(&kso.transpose()))[(0, 0)];
+        assert!((mean - closed.mean[t]).abs() < 1e-9, "mean {mean} vs {}", closed.mean[t]);
+        assert!((var - closed.var[t]).abs() < 1e-9, "var {var} vs {}", closed.var[t]);
+    }
+}
+
+fn answer(indices: Vec<usize>, means: Vec<f64>, vars: Vec<f64>, cov: DMatrix<f64>, prior: DMatrix<f64>) -> Answer {
+    Answer {
+        responder: "P2".into(),
+        answered: indices.clone(),
+        indices,
+        mean: means,
+        var: Some(vars),
+        cov: Some(cov),
+        prior_cov: Some(prior),
+        model_version: 1,
+        charge: None,
+        budget_rho_left: None,
+    }
+}
+
+#[test]
+fn noisy_modes_build_the_right_exact_models() {
+    let (x_tr, y_tr, _, _, _) = setup();
+    let pool = rows(30, 2, 4);
+    let idx = vec![3usize, 17, 8];
+    let means = vec![0.2, -0.4, 0.9];
+    let vars = vec![0.05, 0.1, 0.02];
+    let cov = spd(3, 5, 0.02);
+    let prior = spd(3, 6, 0.3);
+    let mut xo = DMatrix::zeros(18, 2);
+    xo.rows_mut(0, 15).copy_from(&x_tr);
+    for (k, &i) in idx.iter().enumerate() {
+        xo.row_mut(15 + k).copy_from(&pool.row(i));
+    }
+    let mut y = DVector::zeros(18);
+    y.rows_mut(0, 15).copy_from(&y_tr);
+    y.rows_mut(15, 3).copy_from(&DVector::from_vec(means.clone()));
+    let xs = rows(5, 2, 7);
+    for (mode, noise) in [
+        (Uncertainty::None, NoiseModel::homoscedastic(0.1)),
+        (
+            Uncertainty::Marginal,
+            NoiseModel::PerPoint {
+                sigma2: NoiseVariance::new(0.1),
+                extra: DVector::from_fn(18, |i, _| if i >= 15 { vars[i - 15] } else { 0.0 }),
+            },
+        ),
+        (
+            Uncertainty::Full,
+            NoiseModel::Block { sigma2: NoiseVariance::new(0.1), rows: vec![15, 16, 17], block: cov.clone() },
+        ),
+    ] {
+        let mut m = CoModel::new(
+            CombinerKind::Noisy,
+            mode,
+            kern(),
+            NoiseVariance::new(0.1),
+            x_tr.clone(),
+            y_tr.clone(),
+            pool.clone(),
+        )
+        .unwrap();
+        m.absorb(&answer(idx.clone(), means.clone(), vars.clone(), cov.clone(), prior.clone())).unwrap();
+        let p = m.predict(&xs, false).unwrap();
+        let e = ExactGp::new(kern(), noise, xo.clone(), y.clone())
+            .unwrap()
+            .posterior()
+            .unwrap()
+            .predict(&xs, false)
+            .unwrap();
+        assert!((&p.mean - &e.mean).abs().max() < 1e-12, "{mode:?}");
+        assert!((&p.var - &e.var).abs().max() < 1e-12, "{mode:?}");
+    }
+}
+
+#[test]
+fn label_influence_matches_refits_for_every_combiner() {
+    let (x_tr, y_tr, _, _, _) = setup();
+    let pool = rows(30, 2, 4);
+    let idx = vec![3usize, 17, 8];
+    let ans = answer(idx, vec![0.2, -0.4, 0.9], vec![0.05, 0.1, 0.02], spd(3, 5, 0.02), spd(3, 6, 0.3));
+    let xs = rows(40, 2, 11); // dense probe set for the brute-force RKHS norm check
+    for kind in [CombinerKind::Noisy, CombinerKind::Blocky, CombinerKind::Hybrid] {
+        let mk = |y: DVector<f64>| {
+            let mut m =
+                CoModel::new(kind, Uncertainty::Full, kern(), NoiseVariance::new(0.1), x_tr.clone(), y, pool.clone())
+                    .unwrap();
+            m.absorb(&ans).unwrap();
+            m
+        };
+        let mut m0 = mk(y_tr.clone());
+        let inf = m0.label_influence().unwrap();
+        let (r, w) = m0.mean_weights().unwrap();
+        // The weights reproduce the predictive mean's change: f_{y+e_j} − f_y = k₁(·,R) w_j.
+        for j in [0usize, 6, 14] {
+            let mut y2 = y_tr.clone();
+            y2[j] += 1.0;
+            let mut m1 = mk(y2);
+            let d = m1.predict(&xs, false).unwrap().mean - m0.predict(&xs, false).unwrap().mean;
+            let via_w = kern().k(xs.as_view(), r.as_view()) * w.column(j);
+            assert!((&d - via_w).abs().max() < 1e-9, "{kind:?} row {j}");
+            assert!(inf[j] > 0.0 && inf[j].is_finite());
+        }
+        // Blocky's mean depends on own labels only through the private block.
+        if kind == CombinerKind::Blocky {
+            let gp = ExactGp::new(kern(), NoiseModel::homoscedastic(0.1), x_tr.clone(), y_tr.clone()).unwrap();
+            assert!((gp.label_influence_rkhs().unwrap() - &inf).abs().max() < 1e-9);
+        }
+    }
+}
+
+#[test]
+fn malformed_answers_are_rejected() {
+    let (x_tr, y_tr, _, _, _) = setup();
+    let pool = rows(30, 2, 4);
+    let mut m = CoModel::new(CombinerKind::Noisy, Uncertainty::Full, kern(), NoiseVariance::new(0.1), x_tr, y_tr, pool)
+        .unwrap();
+    let mut a = answer(vec![3], vec![0.2], vec![0.05], spd(1, 5, 0.02), spd(1, 6, 0.3));
+    a.mean = vec![f64::NAN];
+    assert!(m.absorb(&a).is_err());
+    let a = answer(vec![99], vec![0.2], vec![0.05], spd(1, 5, 0.02), spd(1, 6, 0.3));
+    assert!(m.absorb(&a).is_err());
+    let a = answer(vec![3], vec![0.2], vec![0.05], spd(2, 5, 0.02), spd(1, 6, 0.3));
+    assert!(m.absorb(&a).is_err());
+    assert_eq!(m.n_pseudo(), 0, "a rejected answer leaves the model unchanged");
+    let a = answer(vec![3], vec![0.2], vec![0.05], spd(1, 5, 0.02), spd(1, 6, 0.3));
+    m.absorb(&a).unwrap();
+    assert_eq!(m.n_pseudo(), 1);
+}
