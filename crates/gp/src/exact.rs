@@ -50,15 +50,15 @@ impl ExactGp {
         &self.y
     }
 
-    fn ky(&self) -> DMatrix<f64> {
-        let mut k = self.kernel.k(self.x.as_view(), self.x.as_view());
-        self.noise.add_to(&mut k);
-        k
-    }
-
     /// Factorise K_y and cache what prediction needs.
     pub fn posterior(&self) -> Result<ExactPosterior, GpError> {
-        let chol = Cholesky::factor(self.ky(), "K_ff + noise", JitterPolicy::IF_NEEDED)?;
+        self.posterior_from_k(self.kernel.k(self.x.as_view(), self.x.as_view()))
+    }
+
+    fn posterior_from_k(&self, k: DMatrix<f64>) -> Result<ExactPosterior, GpError> {
+        let mut ky = k;
+        self.noise.add_to(&mut ky);
+        let chol = Cholesky::factor(ky, "K_ff + noise", JitterPolicy::IF_NEEDED)?;
         let alpha = chol.solve_vec(&self.y);
         let lml = -0.5 * self.y.dot(&alpha) - 0.5 * chol.logdet() - 0.5 * self.y.len() as f64 * LN_2PI;
         Ok(ExactPosterior { kernel: self.kernel.clone(), x: self.x.clone(), chol, alpha, lml })
@@ -109,7 +109,8 @@ impl Objective for ExactGp {
     /// LML and its gradient. With jitter ε = r·mean(diag K_y) the gradient includes ε's
     /// dependence on θ, so it is exact for the objective actually evaluated.
     fn evaluate(&self) -> Result<Evaluation, GpError> {
-        let post = self.posterior()?;
+        let k = self.kernel.k(self.x.as_view(), self.x.as_view());
+        let post = self.posterior_from_k(k.clone())?;
         let n = self.y.len();
         // W = ααᵀ − K_y⁻¹, ∂LML/∂K_y = ½W.
         let mut w = post.chol.inverse();
@@ -122,7 +123,7 @@ impl Objective for ExactGp {
         for i in 0..n {
             g[(i, i)] += 0.5 * rel * tr_w / n as f64;
         }
-        let kg = self.kernel.vjp(self.x.as_view(), self.x.as_view(), g.as_view(), false);
+        let kg = self.kernel.vjp_given_k(self.x.as_view(), self.x.as_view(), k.as_view(), g.as_view(), false);
         let mut grad = kg.params;
         let s = self.noise.sigma2();
         if s.learn {
