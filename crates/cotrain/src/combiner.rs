@@ -157,7 +157,9 @@ impl CoModel {
             self.x_tr.clone(),
             self.y_tr.clone(),
         )?;
-        let r = train(&mut gp, &self.train)?;
+        // D17: 3 seeded restarts for the private fit.
+        let opts = TrainOptions { restarts: self.train.restarts.max(3), ..self.train.clone() };
+        let r = train(&mut gp, &opts)?;
         self.kernel = gp.kernel.clone();
         self.noise = gp.noise.sigma2().clone();
         self.pre_params = Some(self.params());

@@ -163,3 +163,41 @@ pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
         std::thread::yield_now();
     }
 }
+
+/// Default kernel of a party (D17): SE-ARD with s² = Var(y), ℓ_d = 1 on standardised inputs,
+/// bounds ℓ ∈ [1e-3, 1e3], s² ∈ [1e-4, 1e2]; noise σ² = 0.1·Var(y) in [1e-6, 10].
+pub fn default_kernel(data: &crate::data::PartyData) -> (Box<dyn dpcotrain_gp::Kernel>, dpcotrain_gp::NoiseVariance) {
+    use dpcotrain_gp::Bounds;
+    use dpcotrain_gp::kernels::{Kernel, SquaredExponential};
+    let y = &data.y_train;
+    let n = y.len() as f64;
+    let m = y.mean();
+    let var = if n > 1.0 { y.iter().map(|v| (v - m).powi(2)).sum::<f64>() / (n - 1.0) } else { 1.0 };
+    let var = if var > 1e-4 { var.min(1e2) } else { 1.0 };
+    let d = data.dim();
+    let mut k = SquaredExponential::ard(var, vec![1.0; d]);
+    let mut b = vec![Bounds::new(1e-4f64.ln(), 1e2f64.ln())];
+    b.extend(std::iter::repeat_n(Bounds::new(1e-3f64.ln(), 1e3f64.ln()), d));
+    k.set_bounds(&b);
+    let mut noise = dpcotrain_gp::NoiseVariance::new((0.1 * var).max(1e-6));
+    noise.bounds = Bounds::new(1e-6f64.ln(), 10f64.ln());
+    (Box::new(k), noise)
+}
+
+/// One in-process party per scenario party, all with the same combiner, mode and DP setting.
+pub fn build_parties(
+    scenario: &crate::data::Scenario,
+    kind: crate::combiner::CombinerKind,
+    uncertainty: crate::answer::Uncertainty,
+    dp: &crate::responder::DpConfig,
+    seed: u64,
+) -> Result<Vec<Arc<Mutex<Party>>>, CotrainError> {
+    scenario.validate()?;
+    let mut out = Vec::new();
+    for (i, d) in scenario.parties.iter().enumerate() {
+        let (k, noise) = default_kernel(d);
+        let p = Party::new(d.clone(), kind, uncertainty, k, noise, dp.clone(), Some(seed.wrapping_add(i as u64)))?;
+        out.push(Arc::new(Mutex::new(p)));
+    }
+    Ok(out)
+}
