@@ -12,9 +12,10 @@ use crate::answer::{Answer, Uncertainty};
 use crate::blocky::BlockyModel;
 use crate::hybrid::HybridModel;
 use crate::psd::project_psd;
+use dpcotrain_gp::inducing::greedy_variance;
 use dpcotrain_gp::kernels::Kernel;
-use dpcotrain_gp::train::{TrainOptions, train};
-use dpcotrain_gp::{ExactGp, NoiseModel, NoiseVariance, Objective, Prediction};
+use dpcotrain_gp::train::{SgprStrategy, TrainOptions, train, train_sparse};
+use dpcotrain_gp::{ExactGp, NoiseModel, NoiseVariance, Objective, Prediction, SparseGp, SparseKind};
 use nalgebra::{DMatrix, DVector};
 use serde::{Deserialize, Serialize};
 
@@ -74,11 +75,21 @@ pub struct CoModel {
     pub train: TrainOptions,
     /// Eigenvalues clipped while projecting reported matrices to PSD (diagnostic).
     pub psd_clipped: usize,
+    /// Large private sets: the local GP is VFE with these inducing inputs (greedy variance,
+    /// chosen at the private fit). `None`: exact GP.
+    sparse_z: Option<DMatrix<f64>>,
+    /// Number of inducing points requested for the sparse path.
+    sparse_m: Option<usize>,
 }
+
+/// Private sets above this size use the VFE local model by default (science-notes D21).
+pub const SPARSE_THRESHOLD: usize = 3000;
 
 /// The combiner-specific model built from the current data.
 enum Built {
     Noisy(ExactGp),
+    /// Noisy on a VFE local model (generalised per-point noise).
+    Sparse(SparseGp),
     Blocky(BlockyModel),
     Hybrid(HybridModel),
 }
@@ -113,7 +124,37 @@ impl CoModel {
             pre_params: None,
             train: TrainOptions::default(),
             psd_clipped: 0,
+            sparse_z: None,
+            sparse_m: None,
         })
+    }
+
+    /// Use a VFE local model with `m` greedy-variance inducing points (large private sets).
+    /// Only the Noisy combiner works on top of it, with none or marginal uncertainty: Blocky and
+    /// Hybrid need the exact private block (Blocky inverts K₁(X_tr) + σ²I; Hybrid forms K_aug
+    /// over every private row), which is what a sparse model avoids.
+    pub fn use_sparse(&mut self, m: usize) -> Result<(), CotrainError> {
+        if self.kind != CombinerKind::Noisy {
+            return Err(CotrainError::invalid(format!(
+                "the {} combiner needs the exact GP path (it works with the full private covariance block); with a sparse (VFE) local model use the noisy combiner",
+                self.kind.name()
+            )));
+        }
+        if self.uncertainty == Uncertainty::Full {
+            return Err(CotrainError::invalid(
+                "full uncertainty needs a dense noise block, which the sparse (VFE) local model does not support; use marginal",
+            ));
+        }
+        if m == 0 || m > self.x_tr.nrows() {
+            return Err(CotrainError::invalid(format!("need 1 ≤ M ≤ {} inducing points, got {m}", self.x_tr.nrows())));
+        }
+        self.sparse_m = Some(m);
+        Ok(())
+    }
+
+    /// Whether the local model is sparse.
+    pub fn is_sparse(&self) -> bool {
+        self.sparse_m.is_some()
     }
 
     pub fn n_private(&self) -> usize {
@@ -151,6 +192,24 @@ impl CoModel {
 
     /// Fit the hyperparameters on the private data alone (the pre-co-training model).
     pub fn fit_private(&mut self) -> Result<f64, CotrainError> {
+        if let Some(m) = self.sparse_m {
+            let z = greedy_variance(self.kernel.as_ref(), &self.x_tr, m, 0.0, self.train.seed)?.z;
+            let mut gp = SparseGp::new(
+                SparseKind::Vfe,
+                self.kernel.clone(),
+                NoiseModel::Homoscedastic(self.noise.clone()),
+                self.x_tr.clone(),
+                self.y_tr.clone(),
+                z,
+            )?;
+            let r = train_sparse(&mut gp, SgprStrategy::REINIT_RETRAIN, &self.train)?;
+            self.kernel = gp.kernel.clone();
+            self.noise = gp.noise.sigma2().clone();
+            self.sparse_z = Some(gp.z().clone());
+            self.pre_params = Some(self.params());
+            self.version += 1;
+            return Ok(r.objective);
+        }
         let mut gp = ExactGp::new(
             self.kernel.clone(),
             NoiseModel::Homoscedastic(self.noise.clone()),
@@ -315,7 +374,16 @@ impl CoModel {
                     }
                     Uncertainty::Full => NoiseModel::Block { sigma2: s, rows: (n..n + q).collect(), block: v },
                 };
-                Built::Noisy(ExactGp::new(self.kernel.clone(), noise, xo, y)?)
+                match &self.sparse_z {
+                    Some(z) => {
+                        let noise = match noise {
+                            NoiseModel::Block { .. } => unreachable!("use_sparse refuses full mode"),
+                            other => other,
+                        };
+                        Built::Sparse(SparseGp::new(SparseKind::Vfe, self.kernel.clone(), noise, xo, y, z.clone())?)
+                    }
+                    None => Built::Noisy(ExactGp::new(self.kernel.clone(), noise, xo, y)?),
+                }
             }
             CombinerKind::Blocky => Built::Blocky(BlockyModel::new(
                 self.kernel.clone(),
@@ -361,10 +429,8 @@ impl CoModel {
             best.ok_or_else(|| CotrainError::invalid("re-fitting the augmented model failed from every start"))
         }
         let (obj, p) = match built {
-            Built::Noisy(mut m) => {
-                let (o, p) = fit(&mut m, &pre, &opts)?;
-                (o, p)
-            }
+            Built::Noisy(mut m) => fit(&mut m, &pre, &opts)?,
+            Built::Sparse(mut m) => fit(&mut m, &pre, &opts)?,
             Built::Blocky(mut m) => fit(&mut m, &pre, &opts)?,
             Built::Hybrid(mut m) => fit(&mut m, &pre, &opts)?,
         };
@@ -377,6 +443,7 @@ impl CoModel {
     pub fn predict(&mut self, xs: &DMatrix<f64>, full_cov: bool) -> Result<Prediction, CotrainError> {
         Ok(match self.build()? {
             Built::Noisy(m) => m.posterior()?.predict(xs, full_cov)?,
+            Built::Sparse(m) => m.posterior()?.predict(xs, full_cov)?,
             Built::Blocky(m) => m.predict(xs, full_cov)?,
             Built::Hybrid(m) => m.predict(xs, full_cov)?,
         })
@@ -386,6 +453,7 @@ impl CoModel {
     pub fn objective(&mut self) -> Result<f64, CotrainError> {
         Ok(match self.build()? {
             Built::Noisy(m) => m.evaluate()?.value,
+            Built::Sparse(m) => m.evaluate()?.value,
             Built::Blocky(m) => m.evaluate()?.value,
             Built::Hybrid(m) => m.evaluate()?.value,
         })
@@ -402,11 +470,19 @@ impl CoModel {
             }
             Built::Blocky(m) => m.mean_weights()?,
             Built::Hybrid(m) => m.mean_weights()?,
+            Built::Sparse(_) => {
+                return Err(CotrainError::invalid("mean weights of a sparse model live on Z; use label_influence"));
+            }
         })
     }
 
     /// ‖∂f/∂y_j‖ in the RKHS of this party's kernel for each private row j.
     pub fn label_influence(&mut self) -> Result<DVector<f64>, CotrainError> {
+        if let Built::Sparse(m) = self.build()? {
+            // VFE form (privacy notes): f = k(·,Z)β, ‖∂f/∂y_j‖²_H = (Σk_j)ᵀK_uu(Σk_j)/λ_j².
+            let all = m.label_influence_rkhs()?;
+            return Ok(all.rows(0, self.x_tr.nrows()).clone_owned());
+        }
         let (rows, w) = self.mean_weights()?;
         let k = self.kernel.k(rows.as_view(), rows.as_view());
         let kw = &k * &w;

@@ -16,16 +16,19 @@
 
 use crate::CotrainError;
 use crate::answer::{Answer, ChargeInfo, PredictRequest, Uncertainty};
-use crate::combiner::{CoModel, CombinerKind};
+use crate::combiner::{CoModel, CombinerKind, SPARSE_THRESHOLD};
 use crate::data::PartyData;
+use dpcotrain_gp::NoiseVariance;
 use dpcotrain_gp::kernels::Kernel;
-use dpcotrain_gp::{ExactGp, NoiseModel, NoiseVariance};
 use dpcotrain_privacy::accountant::{Charge, Ledger, rho_of};
 use dpcotrain_privacy::calibrate::{Mechanism, calibrate};
 use dpcotrain_privacy::noise::NoisePath;
 use dpcotrain_privacy::sensitivity::{LabelRange, from_influence};
 use nalgebra::{DMatrix, DVector};
 use std::collections::HashMap;
+
+/// Inducing points of the sparse local model of a large private set.
+pub const DEFAULT_INDUCING: usize = 300;
 
 /// How answers are privatised.
 #[derive(Debug, Clone, PartialEq)]
@@ -140,8 +143,12 @@ impl Party {
         if let Some(s) = seed {
             model.train.seed = s;
         }
+        if data.x_train.nrows() > SPARSE_THRESHOLD {
+            // Large private set: VFE local model (D21); Blocky/Hybrid refuse with the reason.
+            model.use_sparse(DEFAULT_INDUCING.min(data.x_train.nrows()))?;
+        }
         model.fit_private()?;
-        Ok(Party {
+        let mut party = Party {
             name: data.name.clone(),
             data,
             model,
@@ -150,7 +157,11 @@ impl Party {
             requesters: HashMap::new(),
             cache: HashMap::new(),
             frozen: None,
-        })
+        };
+        if party.dp.policy == ReleasePolicy::ReleaseOnce {
+            party.freeze()?;
+        }
+        Ok(party)
     }
 
     fn path(&self, requester: &str, version: u64) -> NoisePath {
@@ -167,33 +178,25 @@ impl Party {
         self.requesters.get(requester).and_then(|r| r.ledger.as_ref())
     }
 
-    fn ensure_frozen(&mut self) -> Result<(), CotrainError> {
-        if self.frozen.is_some() {
-            return Ok(());
-        }
-        let pre = ExactGp::new(
-            self.model.kernel.clone(),
-            NoiseModel::Homoscedastic(self.model.noise.clone()),
-            self.data.x_train.clone(),
-            self.data.y_train.clone(),
-        )?;
-        let post = pre.posterior()?;
-        let pool = &self.data.x_pool;
-        let p = post.predict(pool, true)?;
+    /// Freeze the private-only release (called right after the private fit, while the model
+    /// has absorbed nothing; works for the exact and the sparse local model alike).
+    fn freeze(&mut self) -> Result<(), CotrainError> {
+        let pool = self.data.x_pool.clone();
+        let p = self.model.predict(&pool, true)?;
         let prior = self.model.kernel.k(pool.as_view(), pool.as_view());
         let n = self.data.x_train.nrows();
         let (sigma, sensitivity) = match &self.dp.mode {
             DpMode::Off => (0.0, 0.0),
             DpMode::Thesis { multiplier } => (*multiplier, 1.0),
             DpMode::Calibrated { epsilon, delta, mechanism, range, .. } => {
-                let inf = pre.label_influence_rkhs()?;
+                let inf = self.model.label_influence()?;
                 let s = from_influence(&inf, &(0..n).collect::<Vec<_>>(), *range)?;
                 (calibrate(*mechanism, *epsilon, *delta, s.value)?.sigma, s.value)
             }
         };
         let noise = if sigma > 0.0 {
             let mut path = self.path("release-once", 0);
-            path.sample_at(pool)?
+            path.sample_at(&pool)?
         } else {
             DVector::zeros(pool.nrows())
         };
@@ -242,9 +245,8 @@ impl Party {
     }
 
     fn answer_release_once(&mut self, req: &PredictRequest) -> Result<Answer, CotrainError> {
-        self.ensure_frozen()?;
         self.ledger_for(&req.requester)?;
-        let f = self.frozen.clone().expect("frozen release");
+        let f = self.frozen.clone().ok_or_else(|| CotrainError::invalid("release-once: no frozen release"))?;
         let mechanism = self.mechanism_name();
         let guaranteed = matches!(self.dp.mode, DpMode::Calibrated { .. });
         let st = self.requesters.get_mut(&req.requester).expect("requester state");
