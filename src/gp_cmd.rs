@@ -208,6 +208,17 @@ fn rows_json(m: &DMatrix<f64>) -> Vec<Vec<f64>> {
     (0..m.nrows()).map(|i| m.row(i).iter().copied().collect()).collect()
 }
 
+/// What a fit produced, in model units.
+struct Fitted {
+    objective: f64,
+    report: Option<TrainReport>,
+    jitter: f64,
+    kernel: Box<dyn Kernel>,
+    noise: f64,
+    z: Option<DMatrix<f64>>,
+    pred: Option<Prediction>,
+}
+
 pub fn run(args: FitArgs) -> anyhow::Result<()> {
     let table = Table::read(&args.train)?;
     table.require_rows(2, "training data")?;
@@ -237,85 +248,78 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
     let opts =
         TrainOptions { max_iters: args.max_iters, restarts: args.restarts, seed: args.seed, ..Default::default() };
 
-    let (objective, report, jitter, kernel_out, noise_out, z_out, pred): (
-        f64,
-        Option<TrainReport>,
-        f64,
-        Box<dyn Kernel>,
-        f64,
-        Option<DMatrix<f64>>,
-        Option<Prediction>,
-    ) = if args.model == ModelArg::Exact {
-        if args.inducing.is_some() {
-            anyhow::bail!("--inducing applies to sparse models (--model vfe, fitc or dtc), not to exact");
-        }
-        let mut gp = ExactGp::new(kernel, noise, x, y)?;
-        let report = if args.fixed { None } else { Some(train(&mut gp, &opts)?) };
-        let post = gp.posterior()?;
-        let pred = match &test {
-            Some(t) => Some(post.predict(t, args.full_cov)?),
-            None => None,
-        };
-        (
-            post.log_marginal_likelihood(),
-            report,
-            post.jitter().absolute,
-            gp.kernel.clone(),
-            gp.noise.sigma2().variance,
-            None,
-            pred,
-        )
-    } else {
-        let kind = match args.model {
-            ModelArg::Vfe => SparseKind::Vfe,
-            ModelArg::Fitc => SparseKind::Fitc,
-            _ => SparseKind::Dtc,
-        };
-        let spec = parse_inducing(args.inducing.as_deref().ok_or_else(|| {
-            anyhow::anyhow!("--model {} needs --inducing (greedy:M, kmeans:M, random:M or file:Z.csv)", kind.name())
-        })?)?;
-        let m_of = |m: usize| -> anyhow::Result<usize> {
-            if m > n {
-                anyhow::bail!(
-                    "--inducing asks for {m} inducing points but {} has only {n} rows (M must be ≤ N)",
-                    args.train.display()
-                );
+    let Fitted { objective, report, jitter, kernel: kernel_out, noise: noise_out, z: z_out, pred } =
+        if args.model == ModelArg::Exact {
+            if args.inducing.is_some() {
+                anyhow::bail!("--inducing applies to sparse models (--model vfe, fitc or dtc), not to exact");
             }
-            Ok(m)
-        };
-        let z = match spec {
-            InducingSpec::Greedy(m) => greedy_variance(kernel.as_ref(), &x, m_of(m)?, 1e-12, args.seed)?.z,
-            InducingSpec::Kmeans(m) => kmeans(&x, m_of(m)?, 100, args.seed)?,
-            InducingSpec::Random(m) => random_subset(&x, m_of(m)?, args.seed)?,
-            InducingSpec::File(p) => {
-                let t = Table::read(&p)?;
-                t.expect_columns(x.ncols(), "inducing inputs")?;
-                std.transform_x(&t.data)?
+            let mut gp = ExactGp::new(kernel, noise, x, y)?;
+            let report = if args.fixed { None } else { Some(train(&mut gp, &opts)?) };
+            let post = gp.posterior()?;
+            let pred = match &test {
+                Some(t) => Some(post.predict(t, args.full_cov)?),
+                None => None,
+            };
+            Fitted {
+                objective: post.log_marginal_likelihood(),
+                report,
+                jitter: post.jitter().absolute,
+                kernel: gp.kernel.clone(),
+                noise: gp.noise.sigma2().variance,
+                z: None,
+                pred,
+            }
+        } else {
+            let kind = match args.model {
+                ModelArg::Vfe => SparseKind::Vfe,
+                ModelArg::Fitc => SparseKind::Fitc,
+                _ => SparseKind::Dtc,
+            };
+            let spec = parse_inducing(args.inducing.as_deref().ok_or_else(|| {
+                anyhow::anyhow!("--model {} needs --inducing (greedy:M, kmeans:M, random:M or file:Z.csv)", kind.name())
+            })?)?;
+            let m_of = |m: usize| -> anyhow::Result<usize> {
+                if m > n {
+                    anyhow::bail!(
+                        "--inducing asks for {m} inducing points but {} has only {n} rows (M must be ≤ N)",
+                        args.train.display()
+                    );
+                }
+                Ok(m)
+            };
+            let z = match spec {
+                InducingSpec::Greedy(m) => greedy_variance(kernel.as_ref(), &x, m_of(m)?, 1e-12, args.seed)?.z,
+                InducingSpec::Kmeans(m) => kmeans(&x, m_of(m)?, 100, args.seed)?,
+                InducingSpec::Random(m) => random_subset(&x, m_of(m)?, args.seed)?,
+                InducingSpec::File(p) => {
+                    let t = Table::read(&p)?;
+                    t.expect_columns(x.ncols(), "inducing inputs")?;
+                    std.transform_x(&t.data)?
+                }
+            };
+            let mut gp = SparseGp::new(kind, kernel, noise, x, y, z)?;
+            let strategy = match (args.fix_inducing, args.strategy) {
+                (true, _) | (_, Some(StrategyArg::Fixed)) => SgprStrategy::FixedZ,
+                (_, Some(StrategyArg::Joint)) => SgprStrategy::Joint,
+                (_, Some(StrategyArg::Reinit)) => SgprStrategy::REINIT,
+                (_, Some(StrategyArg::ReinitRetrain)) | (_, None) => SgprStrategy::REINIT_RETRAIN,
+            };
+            let report = if args.fixed { None } else { Some(train_sparse(&mut gp, strategy, &opts)?) };
+            let post = gp.posterior()?;
+            let pred = match &test {
+                Some(t) => Some(post.predict(t, args.full_cov)?),
+                None => None,
+            };
+            Fitted {
+                objective: post.objective(),
+                report,
+                jitter: post.jitter().absolute,
+                kernel: gp.kernel.clone(),
+                noise: gp.noise.sigma2().variance,
+                z: Some(gp.z().clone()),
+                pred,
             }
         };
-        let mut gp = SparseGp::new(kind, kernel, noise, x, y, z)?;
-        let strategy = match (args.fix_inducing, args.strategy) {
-            (true, _) | (_, Some(StrategyArg::Fixed)) => SgprStrategy::FixedZ,
-            (_, Some(StrategyArg::Joint)) => SgprStrategy::Joint,
-            (_, Some(StrategyArg::Reinit)) => SgprStrategy::REINIT,
-            (_, Some(StrategyArg::ReinitRetrain)) | (_, None) => SgprStrategy::REINIT_RETRAIN,
-        };
-        let report = if args.fixed { None } else { Some(train_sparse(&mut gp, strategy, &opts)?) };
-        let post = gp.posterior()?;
-        let pred = match &test {
-            Some(t) => Some(post.predict(t, args.full_cov)?),
-            None => None,
-        };
-        (
-            post.objective(),
-            report,
-            post.jitter().absolute,
-            gp.kernel.clone(),
-            gp.noise.sigma2().variance,
-            Some(gp.z().clone()),
-            pred,
-        )
-    };
 
     // Map back to data units.
     let z_data = z_out.map(|z| {

@@ -85,6 +85,9 @@ pub struct CoModel {
 /// Private sets above this size use the VFE local model by default (science-notes D21).
 pub const SPARSE_THRESHOLD: usize = 3000;
 
+/// Pseudo rows: own covariates (q × d), means, V (q × q) and K₂^q (q × q).
+type Pseudo = (DMatrix<f64>, DVector<f64>, DMatrix<f64>, DMatrix<f64>);
+
 /// The combiner-specific model built from the current data.
 enum Built {
     Noisy(ExactGp),
@@ -306,7 +309,7 @@ impl CoModel {
     }
 
     /// Augmented pseudo rows: own covariates, means, V and K₂^q (block-diagonal over peers).
-    fn pseudo(&mut self) -> Result<(DMatrix<f64>, DVector<f64>, DMatrix<f64>, DMatrix<f64>), CotrainError> {
+    fn pseudo(&mut self) -> Result<Pseudo, CotrainError> {
         let q = self.n_pseudo();
         let d = self.x_tr.ncols();
         let mut xq = DMatrix::zeros(q, d);

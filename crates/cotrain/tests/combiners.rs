@@ -43,7 +43,9 @@ fn fd_check<M: Objective + Clone>(m: &M) {
     }
 }
 
-fn setup() -> (DMatrix<f64>, DVector<f64>, DMatrix<f64>, DVector<f64>, DMatrix<f64>) {
+type Setup = (DMatrix<f64>, DVector<f64>, DMatrix<f64>, DVector<f64>, DMatrix<f64>);
+
+fn setup() -> Setup {
     let x_tr = rows(15, 2, 1);
     let y_tr = DVector::from_fn(15, |i, _| (x_tr[(i, 0)]).sin() + 0.3 * x_tr[(i, 1)]);
     let x_q = rows(4, 2, 2);

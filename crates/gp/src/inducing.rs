@@ -62,7 +62,7 @@ pub fn greedy_variance(
     for m in 0..m_max {
         let i = next;
         let di = d[i];
-        if !(di > tol) || !di.is_finite() {
+        if !di.is_finite() || di <= tol {
             break;
         }
         let k_col = kernel.k(x.as_view(), x.rows(i, 1));

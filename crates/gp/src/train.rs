@@ -241,10 +241,7 @@ fn reinit(
         let before = out.f;
         let old_z = gp.z().clone();
         seed = seed.wrapping_add(1);
-        let after = match reselect(gp, seed).and_then(|_| gp.objective_value()) {
-            Ok(v) => v,
-            Err(_) => f64::NEG_INFINITY,
-        };
+        let after = reselect(gp, seed).and_then(|_| gp.objective_value()).unwrap_or(f64::NEG_INFINITY);
         if after >= before {
             accepted += 1;
             if gp.z() == &old_z && out.iterations < every {

@@ -166,7 +166,7 @@ impl Ledger {
         if self.find(id).is_some() {
             return Ok(Charge::Replayed);
         }
-        if !(sensitivity.is_finite() && sensitivity >= 0.0) || !(sigma.is_finite() && sigma > 0.0) {
+        if !(sensitivity.is_finite() && sensitivity >= 0.0 && sigma.is_finite() && sigma > 0.0) {
             return Err(PrivacyError::invalid(format!(
                 "a release needs finite sensitivity ≥ 0 and σ > 0 (got Δ = {sensitivity}, σ = {sigma})"
             )));

@@ -93,7 +93,7 @@ mod tests {
             (100.0, 10.0, 4.3772),
             (100.0, 30.0, 1.2711),
         ] {
-            let mu = (k as f64).sqrt() / z;
+            let mu = f64::sqrt(k) / z;
             let e = gdp_epsilon(mu, 1e-5);
             assert!((e - eps).abs() < 6e-5, "k={k} z={z}: {e} vs {eps}");
         }
