@@ -3,6 +3,7 @@
 //! Subcommands grow with the project; see README.md for the two commands a newcomer runs.
 
 mod bench;
+mod experiment_cmd;
 mod gp_cmd;
 mod privacy_cmd;
 mod table;
@@ -24,6 +25,9 @@ enum Command {
     /// Label-DP arithmetic: calibrate the Gaussian mechanism, compose releases.
     #[command(subcommand)]
     Privacy(privacy_cmd::PrivacyCommand),
+    /// The thesis's experiment grids: floors, simulated, ccpp.
+    #[command(subcommand)]
+    Experiment(experiment_cmd::ExperimentCommand),
     /// Benchmarks (speed and memory of the numerical core on this machine).
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -40,6 +44,7 @@ fn main() {
     let result = match cli.command {
         Command::Gp(GpCommand::Fit(args)) => gp_cmd::run(args),
         Command::Privacy(cmd) => privacy_cmd::run(cmd),
+        Command::Experiment(cmd) => experiment_cmd::run(cmd),
         Command::Bench(cmd) => bench::run(cmd),
     };
     if let Err(e) = result {

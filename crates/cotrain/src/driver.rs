@@ -84,6 +84,8 @@ pub struct PartyOutcome {
     pub before: Metrics,
     pub after: Metrics,
     pub queries: usize,
+    /// Test RMSE after each round.
+    pub rmse_per_round: Vec<f64>,
     /// ρ charged by this party's releases, per requester (calibrated DP only).
     pub rho_released: Vec<(String, f64)>,
     /// ε of those releases at the ledger's δ (exact Gaussian-DP conversion).
@@ -97,6 +99,9 @@ pub struct RunReport {
     pub turns: Vec<TurnReport>,
 }
 
+/// The thesis's number of rounds (D7).
+pub const DEFAULT_ROUNDS: usize = 25;
+
 /// Run `rounds` rounds among in-process parties (each asks all the others, D16).
 pub async fn run_in_process(parties: &[Arc<Mutex<Party>>], rounds: usize) -> Result<RunReport, CotrainError> {
     let mut before = Vec::new();
@@ -104,6 +109,7 @@ pub async fn run_in_process(parties: &[Arc<Mutex<Party>>], rounds: usize) -> Res
         before.push(evaluate(&mut *lock(p)?)?);
     }
     let mut turns = Vec::new();
+    let mut per_round = vec![Vec::with_capacity(rounds); parties.len()];
     for round in 0..rounds {
         for (i, q) in parties.iter().enumerate() {
             let peers: Vec<InProcessPeer> = parties
@@ -113,6 +119,9 @@ pub async fn run_in_process(parties: &[Arc<Mutex<Party>>], rounds: usize) -> Res
                 .map(|(_, p)| InProcessPeer { party: p.clone() })
                 .collect();
             turns.push(query_turn(q, &peers, round).await?);
+        }
+        for (i, p) in parties.iter().enumerate() {
+            per_round[i].push(evaluate(&mut *lock(p)?)?.rmse);
         }
     }
     let mut outcomes = Vec::new();
@@ -133,6 +142,7 @@ pub async fn run_in_process(parties: &[Arc<Mutex<Party>>], rounds: usize) -> Res
             before: before[i],
             after,
             queries: turns.iter().filter(|t| t.querier == g.name && t.index.is_some()).count(),
+            rmse_per_round: per_round[i].clone(),
             rho_released: rho,
             epsilon_released: eps,
         });

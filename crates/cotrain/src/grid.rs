@@ -1,0 +1,304 @@
+//! The experiment grids of Thomas 2017 §4.3 and §4.5 (science-notes §2.1, §2.3): every data
+//! configuration × method × seed is one independent, seeded co-training run. Runs are executed
+//! in parallel (rayon); each run's numbers depend only on its own seed, so the grid is
+//! deterministic whatever the thread count.
+
+use crate::CotrainError;
+use crate::answer::Uncertainty;
+use crate::ccpp::{CcppConfig, ccpp};
+use crate::combiner::CombinerKind;
+use crate::data::Scenario;
+use crate::driver::{RunReport, block_on, build_parties, run_in_process};
+use crate::responder::{DpConfig, DpMode, ReleasePolicy};
+use crate::simulate::{SimConfig, simulate};
+use dpcotrain_privacy::calibrate::{Mechanism, THESIS_MULTIPLIER};
+use dpcotrain_privacy::sensitivity::LabelRange;
+use rayon::prelude::*;
+use serde::Serialize;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// The privacy setting of a grid.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DpSetting {
+    Off,
+    /// Thomas's reproduction mode: multiplier 0.42, per-query releases, no guarantee.
+    Thesis,
+    /// Calibrated label DP (analytic Gaussian) with a per-requester budget of ε.
+    Calibrated {
+        epsilon: f64,
+        delta: f64,
+        policy: ReleasePolicy,
+        range: LabelRange,
+    },
+}
+
+impl DpSetting {
+    pub fn name(&self) -> String {
+        match self {
+            DpSetting::Off => "off".into(),
+            DpSetting::Thesis => "thesis".into(),
+            DpSetting::Calibrated { epsilon, policy, .. } => format!(
+                "calibrated(eps={epsilon},{})",
+                if *policy == ReleasePolicy::ReleaseOnce { "release-once" } else { "per-query" }
+            ),
+        }
+    }
+
+    pub fn config(&self) -> DpConfig {
+        match self {
+            DpSetting::Off => DpConfig::off(),
+            DpSetting::Thesis => DpConfig {
+                mode: DpMode::Thesis { multiplier: THESIS_MULTIPLIER },
+                policy: ReleasePolicy::PerQuery,
+                inflate_variance: false,
+            },
+            DpSetting::Calibrated { epsilon, delta, policy, range } => DpConfig {
+                mode: DpMode::Calibrated {
+                    epsilon: *epsilon,
+                    delta: *delta,
+                    mechanism: Mechanism::Analytic,
+                    range: *range,
+                    budget_epsilon: *epsilon,
+                },
+                policy: *policy,
+                inflate_variance: true,
+            },
+        }
+    }
+}
+
+/// Which data a grid runs on.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Dataset {
+    Simulated { r: Vec<f64>, ci: Vec<bool>, n_pool: usize, n_test: usize },
+    Ccpp { n_pool: usize, n_test: usize },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Grid {
+    pub dataset: Dataset,
+    pub seeds: Vec<u64>,
+    pub nobs: Vec<usize>,
+    pub masking: Vec<bool>,
+    pub combiners: Vec<CombinerKind>,
+    pub uncertainty: Vec<Uncertainty>,
+    pub dp: DpSetting,
+    pub rounds: usize,
+}
+
+impl Grid {
+    /// The thesis's full simulated grid (§2.1): r × CI × masking × n_obs × 10 seeds, 3 combiners
+    /// × 3 uncertainty modes, 500 test, 500 pool, 25 rounds.
+    pub fn thesis_simulated(dp: DpSetting) -> Self {
+        Grid {
+            dataset: Dataset::Simulated {
+                r: vec![0.5, 0.75, 0.9, 0.99],
+                ci: vec![false, true],
+                n_pool: 500,
+                n_test: 500,
+            },
+            seeds: (0..10).collect(),
+            nobs: vec![25, 50, 200],
+            masking: vec![false, true],
+            combiners: vec![CombinerKind::Blocky, CombinerKind::Noisy, CombinerKind::Hybrid],
+            uncertainty: vec![Uncertainty::None, Uncertainty::Marginal, Uncertainty::Full],
+            dp,
+            rounds: 25,
+        }
+    }
+
+    /// The thesis's CCPP grid (§2.3): n_obs 25/50/100/200, masking, 250 test, 250 pool.
+    pub fn thesis_ccpp(dp: DpSetting) -> Self {
+        Grid {
+            dataset: Dataset::Ccpp { n_pool: 250, n_test: 250 },
+            seeds: (0..10).collect(),
+            nobs: vec![25, 50, 100, 200],
+            masking: vec![false, true],
+            combiners: vec![CombinerKind::Blocky, CombinerKind::Noisy, CombinerKind::Hybrid],
+            uncertainty: vec![Uncertainty::None, Uncertainty::Marginal, Uncertainty::Full],
+            dp,
+            rounds: 25,
+        }
+    }
+
+    /// Data configurations (one scenario each) and methods.
+    fn data_configs(&self) -> Vec<DataConfig> {
+        let mut out = Vec::new();
+        let (rs, cis): (Vec<Option<f64>>, Vec<Option<bool>>) = match &self.dataset {
+            Dataset::Simulated { r, ci, .. } => {
+                (r.iter().map(|v| Some(*v)).collect(), ci.iter().map(|v| Some(*v)).collect())
+            }
+            Dataset::Ccpp { .. } => (vec![None], vec![None]),
+        };
+        for &r in &rs {
+            for &ci in &cis {
+                for &masking in &self.masking {
+                    for &nobs in &self.nobs {
+                        for &seed in &self.seeds {
+                            out.push(DataConfig { r, ci, masking, nobs, seed });
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Number of co-training runs.
+    pub fn n_runs(&self) -> usize {
+        self.data_configs().len() * self.combiners.len() * self.uncertainty.len()
+    }
+
+    fn scenario(&self, dc: &DataConfig) -> Result<Scenario, CotrainError> {
+        match &self.dataset {
+            Dataset::Simulated { n_pool, n_test, .. } => simulate(&SimConfig {
+                r: dc.r.unwrap_or(0.9),
+                conditional_independence: dc.ci.unwrap_or(true),
+                masking: dc.masking,
+                n_obs: dc.nobs,
+                n_pool: *n_pool,
+                n_test: *n_test,
+                seed: dc.seed,
+            }),
+            Dataset::Ccpp { n_pool, n_test } => ccpp(&CcppConfig {
+                masking: dc.masking,
+                n_obs: dc.nobs,
+                n_pool: *n_pool,
+                n_test: *n_test,
+                seed: dc.seed,
+                ..CcppConfig::default()
+            }),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct DataConfig {
+    r: Option<f64>,
+    ci: Option<bool>,
+    masking: bool,
+    nobs: usize,
+    seed: u64,
+}
+
+/// One row per run and party (the `--json` / CSV schema of `dpcotrain experiment`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunRow {
+    pub dataset: String,
+    pub r: Option<f64>,
+    pub ci: Option<bool>,
+    pub masking: bool,
+    pub nobs: usize,
+    pub seed: u64,
+    pub combiner: String,
+    pub uncertainty: String,
+    pub dp: String,
+    pub party: String,
+    /// The party's view (column names).
+    pub view: String,
+    pub rmse_before: f64,
+    pub rmse_after: f64,
+    pub nlpd_before: f64,
+    pub nlpd_after: f64,
+    /// ε spent on this party's labels by its releases (exact Gaussian-DP, at δ); 0 without
+    /// calibrated DP. `None` for the thesis mode, whose releases carry no guarantee.
+    pub epsilon_spent: Option<f64>,
+    /// Test RMSE after each round (after both parties' turns), for the per-round plots.
+    pub rmse_per_round: Vec<f64>,
+    /// Error message if the run failed (the numbers are then NaN).
+    pub error: Option<String>,
+}
+
+fn rows_of(
+    grid: &Grid,
+    dc: &DataConfig,
+    sc: &Scenario,
+    kind: CombinerKind,
+    unc: Uncertainty,
+    rep: Result<RunReport, CotrainError>,
+) -> Vec<RunRow> {
+    let base = |party: &str, view: &str| RunRow {
+        dataset: match grid.dataset {
+            Dataset::Simulated { .. } => "simulated".into(),
+            Dataset::Ccpp { .. } => "ccpp".into(),
+        },
+        r: dc.r,
+        ci: dc.ci,
+        masking: dc.masking,
+        nobs: dc.nobs,
+        seed: dc.seed,
+        combiner: kind.name().into(),
+        uncertainty: unc.name().into(),
+        dp: grid.dp.name(),
+        party: party.into(),
+        view: view.into(),
+        rmse_before: f64::NAN,
+        rmse_after: f64::NAN,
+        nlpd_before: f64::NAN,
+        nlpd_after: f64::NAN,
+        epsilon_spent: None,
+        rmse_per_round: vec![],
+        error: None,
+    };
+    match rep {
+        Ok(rep) => rep
+            .parties
+            .iter()
+            .zip(&sc.parties)
+            .map(|(p, d)| {
+                let mut row = base(&p.name, &d.columns.join("+"));
+                row.rmse_before = p.before.rmse;
+                row.rmse_after = p.after.rmse;
+                row.nlpd_before = p.before.nlpd;
+                row.nlpd_after = p.after.nlpd;
+                row.epsilon_spent = match grid.dp {
+                    DpSetting::Thesis => None,
+                    _ => Some(p.epsilon_released.iter().map(|(_, e)| *e).fold(0.0, f64::max)),
+                };
+                row.rmse_per_round = p.rmse_per_round.clone();
+                row
+            })
+            .collect(),
+        Err(e) => sc
+            .parties
+            .iter()
+            .map(|d| {
+                let mut row = base(&d.name, &d.columns.join("+"));
+                row.error = Some(e.to_string());
+                row
+            })
+            .collect(),
+    }
+}
+
+/// Run the whole grid in parallel; `progress(done, total)` is called after each run.
+pub fn run_grid(grid: &Grid, progress: &(dyn Fn(usize, usize) + Sync)) -> Result<Vec<RunRow>, CotrainError> {
+    let dcs = grid.data_configs();
+    let mut jobs = Vec::new();
+    for dc in &dcs {
+        for &kind in &grid.combiners {
+            for &unc in &grid.uncertainty {
+                jobs.push((*dc, kind, unc));
+            }
+        }
+    }
+    let total = jobs.len();
+    let done = AtomicUsize::new(0);
+    let dp = grid.dp.config();
+    let results: Vec<Result<Vec<RunRow>, CotrainError>> = jobs
+        .par_iter()
+        .map(|(dc, kind, unc)| {
+            let sc = grid.scenario(dc)?;
+            let rep =
+                build_parties(&sc, *kind, *unc, &dp, dc.seed).and_then(|ps| block_on(run_in_process(&ps, grid.rounds)));
+            let rows = rows_of(grid, dc, &sc, *kind, *unc, rep);
+            progress(done.fetch_add(1, Ordering::Relaxed) + 1, total);
+            Ok(rows)
+        })
+        .collect();
+    let mut out = Vec::new();
+    for r in results {
+        out.extend(r?);
+    }
+    Ok(out)
+}

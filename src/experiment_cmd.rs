@@ -1,0 +1,331 @@
+//! `dpcotrain experiment floors | simulated | ccpp`: the thesis's grids (science-notes §2).
+
+use clap::{Args, Subcommand, ValueEnum};
+use dpcotrain_cotrain::answer::Uncertainty;
+use dpcotrain_cotrain::combiner::CombinerKind;
+use dpcotrain_cotrain::floors::{floors_table, monte_carlo_floor};
+use dpcotrain_cotrain::grid::{Dataset, DpSetting, Grid, RunRow, run_grid};
+use dpcotrain_cotrain::responder::ReleasePolicy;
+use dpcotrain_cotrain::simulate::SimConfig;
+use dpcotrain_privacy::sensitivity::LabelRange;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(Debug, Subcommand)]
+pub enum ExperimentCommand {
+    /// Tables 4.1 and 4.2 (analytic explainable standard deviation) with a Monte-Carlo check.
+    Floors {
+        #[arg(long)]
+        json: bool,
+    },
+    /// The simulated grid of Thomas §4.3 (defaults: the thesis's full grid).
+    Simulated(SimArgs),
+    /// The CCPP grid of Thomas §4.5.
+    Ccpp(GridArgs),
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq)]
+pub enum DpArg {
+    Off,
+    Thesis,
+    Calibrated,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq)]
+pub enum PolicyArg {
+    ReleaseOnce,
+    PerQuery,
+}
+
+#[derive(Debug, Args)]
+pub struct GridArgs {
+    /// Number of seeds (0..N).
+    #[arg(long, default_value_t = 10)]
+    pub seeds: u64,
+    /// Private labelled rows per party (comma list). Default: the thesis's values.
+    #[arg(long, value_delimiter = ',')]
+    pub nobs: Option<Vec<usize>>,
+    /// Masking values (comma list of yes/no).
+    #[arg(long, value_delimiter = ',', default_value = "no,yes")]
+    pub masking: Vec<String>,
+    #[arg(long, value_delimiter = ',', default_value = "blocky,noisy,hybrid")]
+    pub combiner: Vec<String>,
+    #[arg(long, value_delimiter = ',', default_value = "none,marginal,full")]
+    pub uncertainty: Vec<String>,
+    #[arg(long, value_enum, default_value = "off")]
+    pub dp: DpArg,
+    /// Calibrated DP: ε per requester (one release with the release-once policy).
+    #[arg(long, default_value_t = 1.0)]
+    pub epsilon: f64,
+    #[arg(long, default_value_t = 1e-5)]
+    pub delta: f64,
+    #[arg(long, value_enum, default_value = "release-once")]
+    pub policy: PolicyArg,
+    /// Label clipping range for calibrated DP (standardised labels).
+    #[arg(long, value_delimiter = ',', default_value = "-3,3", allow_negative_numbers = true)]
+    pub label_range: Vec<f64>,
+    #[arg(long, default_value_t = 25)]
+    pub rounds: usize,
+    /// A small subset (2 seeds, n_obs 25, 5 rounds) for smoke tests.
+    #[arg(long)]
+    pub quick: bool,
+    /// Write runs.csv and summary.md here.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Print one JSON row per run and party.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SimArgs {
+    /// Correlations r (comma list).
+    #[arg(long, value_delimiter = ',', default_value = "0.5,0.75,0.9,0.99")]
+    pub r: Vec<f64>,
+    /// Conditional independence values (comma list of yes/no).
+    #[arg(long, value_delimiter = ',', default_value = "no,yes")]
+    pub ci: Vec<String>,
+    #[command(flatten)]
+    pub grid: GridArgs,
+}
+
+fn yes_no(v: &[String], flag: &str) -> anyhow::Result<Vec<bool>> {
+    v.iter()
+        .map(|s| match s.trim() {
+            "yes" | "true" => Ok(true),
+            "no" | "false" => Ok(false),
+            other => anyhow::bail!("--{flag}: {other:?} is not yes or no"),
+        })
+        .collect()
+}
+
+fn combiners(v: &[String]) -> anyhow::Result<Vec<CombinerKind>> {
+    v.iter()
+        .map(|s| match s.trim() {
+            "blocky" => Ok(CombinerKind::Blocky),
+            "noisy" => Ok(CombinerKind::Noisy),
+            "hybrid" => Ok(CombinerKind::Hybrid),
+            other => anyhow::bail!("--combiner: unknown combiner {other:?} (blocky, noisy, hybrid)"),
+        })
+        .collect()
+}
+
+fn modes(v: &[String]) -> anyhow::Result<Vec<Uncertainty>> {
+    v.iter()
+        .map(|s| match s.trim() {
+            "none" => Ok(Uncertainty::None),
+            "marginal" => Ok(Uncertainty::Marginal),
+            "full" => Ok(Uncertainty::Full),
+            other => anyhow::bail!("--uncertainty: unknown mode {other:?} (none, marginal, full)"),
+        })
+        .collect()
+}
+
+fn dp_setting(a: &GridArgs) -> anyhow::Result<DpSetting> {
+    Ok(match a.dp {
+        DpArg::Off => DpSetting::Off,
+        DpArg::Thesis => DpSetting::Thesis,
+        DpArg::Calibrated => {
+            if a.label_range.len() != 2 {
+                anyhow::bail!("--label-range takes two numbers LO,HI");
+            }
+            DpSetting::Calibrated {
+                epsilon: a.epsilon,
+                delta: a.delta,
+                policy: if a.policy == PolicyArg::ReleaseOnce {
+                    ReleasePolicy::ReleaseOnce
+                } else {
+                    ReleasePolicy::PerQuery
+                },
+                range: LabelRange::new(a.label_range[0], a.label_range[1])?,
+            }
+        }
+    })
+}
+
+fn fill_grid(grid: &mut Grid, a: &GridArgs) -> anyhow::Result<()> {
+    grid.seeds = (0..a.seeds).collect();
+    if let Some(n) = &a.nobs {
+        grid.nobs = n.clone();
+    }
+    grid.masking = yes_no(&a.masking, "masking")?;
+    grid.combiners = combiners(&a.combiner)?;
+    grid.uncertainty = modes(&a.uncertainty)?;
+    grid.rounds = a.rounds;
+    if a.quick {
+        grid.seeds = (0..a.seeds.min(2)).collect();
+        grid.nobs = vec![25];
+        grid.rounds = a.rounds.min(5);
+    }
+    if grid.seeds.is_empty() || grid.nobs.is_empty() || grid.rounds == 0 {
+        anyhow::bail!("the grid is empty: need at least one seed, one n_obs and one round");
+    }
+    Ok(())
+}
+
+pub fn run(cmd: ExperimentCommand) -> anyhow::Result<()> {
+    match cmd {
+        ExperimentCommand::Floors { json } => floors(json),
+        ExperimentCommand::Simulated(a) => {
+            let mut grid = Grid::thesis_simulated(dp_setting(&a.grid)?);
+            let r = a.r.clone();
+            if let Some(bad) = r.iter().find(|v| !(**v > 0.0 && **v <= 1.0)) {
+                anyhow::bail!("--r: {bad} is outside (0, 1]");
+            }
+            grid.dataset = Dataset::Simulated { r, ci: yes_no(&a.ci, "ci")?, n_pool: 500, n_test: 500 };
+            fill_grid(&mut grid, &a.grid)?;
+            execute(&grid, &a.grid)
+        }
+        ExperimentCommand::Ccpp(a) => {
+            let mut grid = Grid::thesis_ccpp(dp_setting(&a)?);
+            fill_grid(&mut grid, &a)?;
+            execute(&grid, &a)
+        }
+    }
+}
+
+fn floors(json: bool) -> anyhow::Result<()> {
+    let rows = floors_table();
+    let mut out = Vec::new();
+    for row in &rows {
+        let cfg = SimConfig { r: row.r, conditional_independence: row.ci, masking: row.masked, ..SimConfig::default() };
+        let (mc_ind, mc_joint) = monte_carlo_floor(&cfg, 200_000);
+        out.push(json!({"r": row.r, "ci": row.ci, "masked": row.masked, "individual": row.individual,
+                        "joint": row.joint, "mc_individual": mc_ind, "mc_joint": mc_joint}));
+    }
+    if json {
+        println!("{}", serde_json::to_string(&out)?);
+    } else {
+        println!("Tables 4.1/4.2: explainable standard deviation (analytic | Monte Carlo, n = 200,000)");
+        println!("{:>5} {:>4} {:>7} {:>18} {:>18}", "r", "CI", "masked", "individual", "joint");
+        for o in &out {
+            println!(
+                "{:>5} {:>4} {:>7} {:>8.3} | {:>7.3} {:>8.3} | {:>7.3}",
+                o["r"],
+                if o["ci"] == true { "yes" } else { "no" },
+                if o["masked"] == true { "yes" } else { "no" },
+                o["individual"].as_f64().unwrap_or(f64::NAN),
+                o["mc_individual"].as_f64().unwrap_or(f64::NAN),
+                o["joint"].as_f64().unwrap_or(f64::NAN),
+                o["mc_joint"].as_f64().unwrap_or(f64::NAN)
+            );
+        }
+    }
+    Ok(())
+}
+
+fn execute(grid: &Grid, a: &GridArgs) -> anyhow::Result<()> {
+    let total = grid.n_runs();
+    let bar = ProgressBar::new(total as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} runs  ETA {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let start = Instant::now();
+    let rows = run_grid(grid, &|done, _| bar.set_position(done as u64))?;
+    bar.finish_and_clear();
+    let secs = start.elapsed().as_secs_f64();
+    eprintln!("{total} runs in {secs:.1} s on {} threads", rayon::current_num_threads());
+    let failed = rows.iter().filter(|r| r.error.is_some()).count();
+    if failed > 0 {
+        eprintln!("warning: {failed} party-rows come from failed runs (see the error column)");
+    }
+    if let Some(dir) = &a.out {
+        write_report(dir, grid, &rows, secs)?;
+        eprintln!("report written to {}", dir.display());
+    }
+    if a.json {
+        let mut out = std::io::stdout().lock();
+        for r in &rows {
+            writeln!(out, "{}", serde_json::to_string(r)?)?;
+        }
+    } else {
+        print!("{}", summary_table(&rows));
+    }
+    Ok(())
+}
+
+fn mean_sd(v: &[f64]) -> (f64, f64) {
+    let v: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+    let n = v.len() as f64;
+    if n == 0.0 {
+        return (f64::NAN, f64::NAN);
+    }
+    let m = v.iter().sum::<f64>() / n;
+    let s = if n > 1.0 { (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0)).sqrt() } else { 0.0 };
+    (m, s)
+}
+
+/// Mean ± sd of the after-co-training RMSE by combiner × uncertainty (pooling both parties,
+/// D14), with the pre-co-training RMSE.
+fn summary_table(rows: &[RunRow]) -> String {
+    let mut cells: BTreeMap<(String, String), Vec<f64>> = BTreeMap::new();
+    let mut before = Vec::new();
+    for r in rows {
+        cells.entry((r.combiner.clone(), r.uncertainty.clone())).or_default().push(r.rmse_after);
+        before.push(r.rmse_before);
+    }
+    let (bm, bs) = mean_sd(&before);
+    let mut s = format!(
+        "| combiner | uncertainty | RMSE after (mean ± sd) |\n|---|---|---|\n| (before) | – | {bm:.3} ± {bs:.3} |\n"
+    );
+    for ((c, u), v) in &cells {
+        let (m, sd) = mean_sd(v);
+        s += &format!("| {c} | {u} | {m:.3} ± {sd:.3} |\n");
+    }
+    s
+}
+
+fn write_report(dir: &PathBuf, grid: &Grid, rows: &[RunRow], secs: f64) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
+    let mut csv = String::from(
+        "dataset,r,ci,masking,nobs,seed,combiner,uncertainty,dp,party,view,rmse_before,rmse_after,nlpd_before,nlpd_after,epsilon_spent,error\n",
+    );
+    let opt = |v: Option<f64>| v.map(|x| x.to_string()).unwrap_or_default();
+    for r in rows {
+        csv += &format!(
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+            r.dataset,
+            opt(r.r),
+            r.ci.map(|b| if b { "yes" } else { "no" }).unwrap_or(""),
+            if r.masking { "yes" } else { "no" },
+            r.nobs,
+            r.seed,
+            r.combiner,
+            r.uncertainty,
+            r.dp,
+            r.party,
+            r.view,
+            r.rmse_before,
+            r.rmse_after,
+            r.nlpd_before,
+            r.nlpd_after,
+            opt(r.epsilon_spent),
+            r.error.as_deref().unwrap_or("").replace(',', ";")
+        );
+    }
+    write_atomic(&dir.join("runs.csv"), &csv)?;
+    let md = format!(
+        "# dpcotrain experiment\n\n- runs: {} ({} party-rows), {:.1} s\n- DP: {}\n- rounds: {}\n\n{}",
+        grid.n_runs(),
+        rows.len(),
+        secs,
+        grid.dp.name(),
+        grid.rounds,
+        summary_table(rows)
+    );
+    write_atomic(&dir.join("summary.md"), &md)?;
+    Ok(())
+}
+
+/// Write via a temporary file and rename, so a crash never leaves a half-written report.
+fn write_atomic(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, path).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    Ok(())
+}

@@ -1,0 +1,108 @@
+//! `dpcotrain experiment`: floors exact to 3 decimals; a --quick grid runs and emits the
+//! documented row schema.
+
+use serde_json::Value;
+use std::process::Command;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_dpcotrain"))
+}
+
+#[test]
+fn floors_match_tables_4_1_and_4_2() {
+    let out = bin().args(["experiment", "floors", "--json"]).output().unwrap();
+    assert!(out.status.success());
+    let rows: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(rows.len(), 16);
+    let find = |r: f64, ci: bool, masked: bool| {
+        rows.iter().find(|x| x["r"].as_f64() == Some(r) && x["ci"] == ci && x["masked"] == masked).unwrap().clone()
+    };
+    // Surviving cells of Table 4.1 (masked individual) and the joint CI floor.
+    for (r, v) in [(0.5, 0.935), (0.75, 0.848), (0.9, 0.771)] {
+        let row = find(r, true, true);
+        assert!((row["individual"].as_f64().unwrap() - v).abs() < 5e-4);
+        assert!((row["mc_individual"].as_f64().unwrap() - v).abs() < 0.01);
+    }
+    let j = find(0.9, true, false)["joint"].as_f64().unwrap();
+    assert!((j - ((1.0 - 0.81) / (1.0 + 0.81f64)).sqrt()).abs() < 1e-12);
+}
+
+#[test]
+fn quick_simulated_grid_emits_rows() {
+    let out = bin()
+        .args([
+            "experiment",
+            "simulated",
+            "--quick",
+            "--r",
+            "0.9",
+            "--ci",
+            "yes",
+            "--masking",
+            "yes",
+            "--combiner",
+            "noisy,hybrid",
+            "--uncertainty",
+            "marginal",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rows: Vec<Value> =
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    // 2 seeds × 2 combiners × 2 parties.
+    assert_eq!(rows.len(), 8);
+    for r in &rows {
+        for key in [
+            "r",
+            "ci",
+            "masking",
+            "nobs",
+            "seed",
+            "combiner",
+            "uncertainty",
+            "dp",
+            "party",
+            "rmse_before",
+            "rmse_after",
+            "epsilon_spent",
+        ] {
+            assert!(r.get(key).is_some(), "missing {key}");
+        }
+        assert!(r["rmse_after"].as_f64().unwrap().is_finite());
+        assert_eq!(r["rmse_per_round"].as_array().unwrap().len(), 5);
+    }
+    // Deterministic whatever the thread count.
+    let again = bin()
+        .env("RAYON_NUM_THREADS", "1")
+        .args([
+            "experiment",
+            "simulated",
+            "--quick",
+            "--r",
+            "0.9",
+            "--ci",
+            "yes",
+            "--masking",
+            "yes",
+            "--combiner",
+            "noisy,hybrid",
+            "--uncertainty",
+            "marginal",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let rows2: Vec<Value> =
+        String::from_utf8(again.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(rows, rows2);
+}
+
+#[test]
+fn bad_grid_arguments_are_one_clear_line() {
+    let out = bin().args(["experiment", "simulated", "--combiner", "magic"]).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("magic") && err.lines().count() == 1, "{err}");
+}
