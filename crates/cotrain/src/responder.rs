@@ -173,6 +173,13 @@ impl Party {
         }
     }
 
+    /// Names of the peers this party has answered.
+    pub fn requesters(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.requesters.keys().cloned().collect();
+        v.sort();
+        v
+    }
+
     /// The requester's ledger (created on first use).
     pub fn ledger(&self, requester: &str) -> Option<&Ledger> {
         self.requesters.get(requester).and_then(|r| r.ledger.as_ref())

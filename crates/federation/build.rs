@@ -1,0 +1,11 @@
+// Compile the protocol with protox (pure Rust): no system protoc is needed.
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let protos = ["../../proto/dpcotrain/v1/node.proto"];
+    let includes = ["../../proto"];
+    let fds = protox::compile(protos, includes)?;
+    tonic_prost_build::configure().build_server(true).build_client(true).compile_fds(fds)?;
+    for p in protos {
+        println!("cargo:rerun-if-changed={p}");
+    }
+    Ok(())
+}

@@ -1,0 +1,127 @@
+//! Conversions between the co-training types and their protobuf messages. Doubles travel as
+//! IEEE-754 bit patterns, so a gRPC run reproduces an in-process run number for number.
+//! Everything arriving from the network is validated: a peer's malformed message becomes an
+//! error, never a panic.
+
+use crate::pb;
+use dpcotrain_cotrain::answer::{Answer, ChargeInfo, PredictRequest, Uncertainty};
+use nalgebra::DMatrix;
+
+pub fn matrix_to_pb(m: &DMatrix<f64>) -> pb::Matrix {
+    pb::Matrix { rows: m.nrows() as u32, cols: m.ncols() as u32, data: m.as_slice().to_vec() }
+}
+
+pub fn matrix_from_pb(m: &pb::Matrix) -> Result<DMatrix<f64>, String> {
+    let (r, c) = (m.rows as usize, m.cols as usize);
+    if r.checked_mul(c) != Some(m.data.len()) {
+        return Err(format!("matrix {r}×{c} carries {} values", m.data.len()));
+    }
+    if m.data.iter().any(|v| !v.is_finite()) {
+        return Err("matrix contains a non-finite value".into());
+    }
+    Ok(DMatrix::from_column_slice(r, c, &m.data))
+}
+
+pub fn uncertainty_name(u: Uncertainty) -> &'static str {
+    u.name()
+}
+
+pub fn uncertainty_from(s: &str) -> Result<Uncertainty, String> {
+    match s {
+        "none" => Ok(Uncertainty::None),
+        "marginal" => Ok(Uncertainty::Marginal),
+        "full" => Ok(Uncertainty::Full),
+        other => Err(format!("unknown uncertainty mode {other:?} (none, marginal, full)")),
+    }
+}
+
+pub fn request_to_pb(r: &PredictRequest, federation_id: &str) -> pb::PredictRequest {
+    pb::PredictRequest {
+        request_id: r.request_id.clone(),
+        requester: r.requester.clone(),
+        indices: r.indices.iter().map(|&i| i as u64).collect(),
+        uncertainty: uncertainty_name(r.uncertainty).into(),
+        want_prior: r.want_prior,
+        federation_id: federation_id.into(),
+    }
+}
+
+/// Largest number of indices one request may carry.
+pub const MAX_INDICES: usize = 10_000;
+
+pub fn request_from_pb(r: &pb::PredictRequest) -> Result<PredictRequest, String> {
+    if r.request_id.is_empty() {
+        return Err("request_id is empty".into());
+    }
+    if r.indices.len() > MAX_INDICES {
+        return Err(format!("{} indices in one request (at most {MAX_INDICES})", r.indices.len()));
+    }
+    let indices = r
+        .indices
+        .iter()
+        .map(|&i| usize::try_from(i).map_err(|_| format!("index {i} too large")))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(PredictRequest {
+        request_id: r.request_id.clone(),
+        requester: r.requester.clone(),
+        indices,
+        uncertainty: uncertainty_from(&r.uncertainty)?,
+        want_prior: r.want_prior,
+    })
+}
+
+pub fn answer_to_pb(a: &Answer) -> pb::PredictResponse {
+    pb::PredictResponse {
+        responder: a.responder.clone(),
+        indices: a.indices.iter().map(|&i| i as u64).collect(),
+        mean: a.mean.clone(),
+        has_var: a.var.is_some(),
+        var: a.var.clone().unwrap_or_default(),
+        answered: a.answered.iter().map(|&i| i as u64).collect(),
+        cov: a.cov.as_ref().map(matrix_to_pb),
+        prior_cov: a.prior_cov.as_ref().map(matrix_to_pb),
+        model_version: a.model_version,
+        charge: a.charge.as_ref().map(|c| pb::Charge {
+            rho: c.rho,
+            sigma: c.sigma,
+            sensitivity: c.sensitivity,
+            mechanism: c.mechanism.clone(),
+            guaranteed: c.guaranteed,
+            new_release: c.new_release,
+        }),
+        has_budget: a.budget_rho_left.is_some(),
+        budget_rho_left: a.budget_rho_left.unwrap_or(0.0),
+    }
+}
+
+pub fn answer_from_pb(r: pb::PredictResponse) -> Result<Answer, String> {
+    let idx = |v: &[u64]| {
+        v.iter().map(|&i| usize::try_from(i).map_err(|_| format!("index {i} too large"))).collect::<Result<Vec<_>, _>>()
+    };
+    let indices = idx(&r.indices)?;
+    if r.mean.len() != indices.len() {
+        return Err(format!("{} means for {} indices", r.mean.len(), indices.len()));
+    }
+    if r.has_var && r.var.len() != indices.len() {
+        return Err(format!("{} variances for {} indices", r.var.len(), indices.len()));
+    }
+    Ok(Answer {
+        responder: r.responder,
+        indices,
+        mean: r.mean,
+        var: r.has_var.then_some(r.var),
+        answered: idx(&r.answered)?,
+        cov: r.cov.as_ref().map(matrix_from_pb).transpose()?,
+        prior_cov: r.prior_cov.as_ref().map(matrix_from_pb).transpose()?,
+        model_version: r.model_version,
+        charge: r.charge.map(|c| ChargeInfo {
+            rho: c.rho,
+            sigma: c.sigma,
+            sensitivity: c.sensitivity,
+            mechanism: c.mechanism,
+            guaranteed: c.guaranteed,
+            new_release: c.new_release,
+        }),
+        budget_rho_left: r.has_budget.then_some(r.budget_rho_left),
+    })
+}

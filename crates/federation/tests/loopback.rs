@@ -1,0 +1,143 @@
+//! Real gRPC on loopback: two statisticians, 25 rounds, Noisy + marginal with calibrated DP —
+//! the same numbers as the in-process run; and malformed requests get status codes while the
+//! node stays up.
+
+use dpcotrain_cotrain::answer::Uncertainty;
+use dpcotrain_cotrain::combiner::CombinerKind;
+use dpcotrain_cotrain::driver::{build_parties, evaluate, query_turn, run_in_process};
+use dpcotrain_cotrain::responder::{DpConfig, DpMode, Party, ReleasePolicy};
+use dpcotrain_cotrain::simulate::{SimConfig, simulate};
+use dpcotrain_federation::pb::node_client::NodeClient;
+use dpcotrain_federation::{GrpcPeer, NodeService, pb, serve};
+use dpcotrain_privacy::calibrate::Mechanism;
+use dpcotrain_privacy::sensitivity::LabelRange;
+use std::sync::{Arc, Mutex};
+use tokio::net::TcpListener;
+
+const FED: &str = "fed-test";
+
+fn dp() -> DpConfig {
+    DpConfig {
+        mode: DpMode::Calibrated {
+            epsilon: 1.0,
+            delta: 1e-5,
+            mechanism: Mechanism::Analytic,
+            range: LabelRange::new(-3.0, 3.0).unwrap(),
+            budget_epsilon: 1.0,
+        },
+        policy: ReleasePolicy::ReleaseOnce,
+        inflate_variance: true,
+    }
+}
+
+fn parties() -> Vec<Arc<Mutex<Party>>> {
+    let sc =
+        simulate(&SimConfig { r: 0.9, n_obs: 25, n_pool: 200, n_test: 200, seed: 3, ..SimConfig::default() }).unwrap();
+    build_parties(&sc, CombinerKind::Noisy, Uncertainty::Marginal, &dp(), 3).unwrap()
+}
+
+async fn start(party: Arc<Mutex<Party>>) -> (String, tokio::sync::oneshot::Sender<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = format!("http://{}", listener.local_addr().unwrap());
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let svc = NodeService::new(party, FED);
+    tokio::spawn(async move {
+        serve(svc, listener, async {
+            let _ = rx.await;
+        })
+        .await
+        .unwrap();
+    });
+    (addr, tx)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_run_equals_in_process_run() {
+    // In-process reference.
+    let local = parties();
+    let reference = run_in_process(&local, 25).await.unwrap();
+
+    // The same parties, each behind its own gRPC node.
+    let remote = parties();
+    let (addr_a, stop_a) = start(remote[0].clone()).await;
+    let (addr_b, stop_b) = start(remote[1].clone()).await;
+    let name_a = remote[0].lock().unwrap().name.clone();
+    let name_b = remote[1].lock().unwrap().name.clone();
+    let peer_of_a = vec![GrpcPeer::connect(&name_b, FED, &addr_b).await.unwrap()];
+    let peer_of_b = vec![GrpcPeer::connect(&name_a, FED, &addr_a).await.unwrap()];
+    for round in 0..25 {
+        query_turn(&remote[0], &peer_of_a, round).await.unwrap();
+        query_turn(&remote[1], &peer_of_b, round).await.unwrap();
+    }
+    for (i, p) in remote.iter().enumerate() {
+        let after = evaluate(&mut p.lock().unwrap()).unwrap();
+        assert_eq!(after.rmse.to_bits(), reference.parties[i].after.rmse.to_bits(), "party {i}");
+        assert_eq!(after.nlpd.to_bits(), reference.parties[i].after.nlpd.to_bits());
+    }
+    // Release-once: exactly one charge per requester, within the budget.
+    let a = remote[0].lock().unwrap();
+    let l = a.ledger(&name_b).unwrap();
+    assert_eq!(l.releases.len(), 1);
+    assert!(l.epsilon_spent() <= 1.0 + 1e-9);
+    drop(a);
+    let _ = stop_a.send(());
+    let _ = stop_b.send(());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_requests_get_status_codes_and_the_node_stays_up() {
+    let ps = parties();
+    let (addr, stop) = start(ps[0].clone()).await;
+    let mut c = NodeClient::connect(addr).await.unwrap();
+    let good = pb::PredictRequest {
+        request_id: "r1".into(),
+        requester: "P2".into(),
+        indices: vec![3],
+        uncertainty: "marginal".into(),
+        want_prior: false,
+        federation_id: FED.into(),
+    };
+    let cases = [
+        (pb::PredictRequest { indices: vec![], ..good.clone() }, tonic::Code::InvalidArgument),
+        (
+            pb::PredictRequest { request_id: "x1".into(), indices: vec![100_000], ..good.clone() },
+            tonic::Code::InvalidArgument,
+        ),
+        (
+            pb::PredictRequest { request_id: "x2".into(), indices: vec![4, 4], ..good.clone() },
+            tonic::Code::InvalidArgument,
+        ),
+        (
+            pb::PredictRequest { request_id: "x3".into(), uncertainty: "maybe".into(), ..good.clone() },
+            tonic::Code::InvalidArgument,
+        ),
+        (pb::PredictRequest { request_id: "".into(), ..good.clone() }, tonic::Code::InvalidArgument),
+        (
+            pb::PredictRequest { request_id: "x4".into(), federation_id: "other".into(), ..good.clone() },
+            tonic::Code::PermissionDenied,
+        ),
+    ];
+    for (req, code) in cases {
+        let err = c.predict(req.clone()).await.unwrap_err();
+        assert_eq!(err.code(), code, "{req:?}: {}", err.message());
+    }
+    let ok = c.predict(good.clone()).await.unwrap().into_inner();
+    assert_eq!(ok.indices, vec![3]);
+    // A retry with the same id returns the same answer.
+    let again = c.predict(good).await.unwrap().into_inner();
+    assert_eq!(ok, again);
+    let hs = c
+        .handshake(pb::HandshakeRequest {
+            protocol_version: "dpcotrain.v0".into(),
+            federation_id: FED.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!hs.accepted && hs.reason.contains("protocol"));
+    let st = c.status(pb::StatusRequest {}).await.unwrap().into_inner();
+    assert_eq!(st.spend.len(), 1);
+    assert!(st.spend[0].epsilon <= 1.0 + 1e-9);
+    let _ = stop.send(());
+}
