@@ -5,6 +5,7 @@
 mod bench;
 mod experiment_cmd;
 mod gp_cmd;
+mod node_cmd;
 mod privacy_cmd;
 mod table;
 
@@ -28,9 +29,31 @@ enum Command {
     /// The thesis's experiment grids: floors, simulated, ccpp.
     #[command(subcommand)]
     Experiment(experiment_cmd::ExperimentCommand),
+    /// A party's gRPC node.
+    #[command(subcommand)]
+    Node(NodeCommand),
+    /// Drive co-training rounds across running nodes (federation.toml).
+    Run(node_cmd::RunArgs),
+    /// A running node's model version, rounds and privacy spent.
+    Status(node_cmd::StatusArgs),
+    /// Data helpers.
+    #[command(subcommand)]
+    Data(DataCommand),
     /// Benchmarks (speed and memory of the numerical core on this machine).
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum NodeCommand {
+    /// Load the private view, fit the local GP and serve the release path over gRPC.
+    Serve(node_cmd::ServeArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum DataCommand {
+    /// Write the shipped CCPP data as two parties' CSV views ({AT,V} and {AP,RH}).
+    SplitCcpp(node_cmd::SplitArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -41,7 +64,14 @@ enum GpCommand {
 
 fn main() {
     let cli = Cli::parse();
+    let rt = || tokio::runtime::Builder::new_multi_thread().enable_all().build();
     let result = match cli.command {
+        Command::Node(NodeCommand::Serve(a)) => {
+            rt().map_err(anyhow::Error::from).and_then(|r| r.block_on(node_cmd::serve_node(a)))
+        }
+        Command::Run(a) => rt().map_err(anyhow::Error::from).and_then(|r| r.block_on(node_cmd::run(a))),
+        Command::Status(a) => rt().map_err(anyhow::Error::from).and_then(|r| r.block_on(node_cmd::status(a))),
+        Command::Data(DataCommand::SplitCcpp(a)) => node_cmd::split_ccpp(a),
         Command::Gp(GpCommand::Fit(args)) => gp_cmd::run(args),
         Command::Privacy(cmd) => privacy_cmd::run(cmd),
         Command::Experiment(cmd) => experiment_cmd::run(cmd),

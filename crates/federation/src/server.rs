@@ -120,7 +120,7 @@ impl Node for NodeService {
         let peers = self.peers.lock().await.clone();
         let party = self.party.clone();
         // query_turn locks the party only around synchronous sections.
-        let rep = query_turn(&*party, &peers, round).await.map_err(to_status)?;
+        let rep = query_turn(&party, &peers, round).await.map_err(to_status)?;
         self.rounds_done.fetch_add(1, Ordering::Relaxed);
         let rmse = {
             let mut p = self.party.lock().map_err(|_| Status::internal("party lock poisoned"))?;
