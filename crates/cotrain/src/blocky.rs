@@ -11,7 +11,7 @@
 //! covariances, k₁(x*, [X_tr; X₁^q]); train- and test-time kernels are inconsistent, so the
 //! variance can go negative and is clamped (the clamp count is reported in the prediction).
 
-use dpcotrain_gp::kernels::{Bounds, Kernel};
+use dpcotrain_gp::kernels::Kernel;
 use dpcotrain_gp::linalg::{Cholesky, JitterPolicy, col_sq_norms, gemm};
 use dpcotrain_gp::{Evaluation, ExactGp, GpError, NoiseModel, NoiseVariance, Objective, Prediction};
 use nalgebra::{DMatrix, DVector};
@@ -108,26 +108,7 @@ impl BlockyModel {
 }
 
 impl Objective for BlockyModel {
-    fn params(&self) -> Vec<f64> {
-        let mut p = self.kernel.params();
-        p.push(self.noise.variance.ln());
-        p
-    }
-    fn set_params(&mut self, p: &[f64]) {
-        let nk = self.kernel.n_params();
-        self.kernel.set_params(&p[..nk]);
-        self.noise.variance = p[nk].exp();
-    }
-    fn bounds(&self) -> Vec<Bounds> {
-        let mut b = self.kernel.bounds();
-        b.push(self.noise.bounds);
-        b
-    }
-    fn param_names(&self) -> Vec<String> {
-        let mut n = self.kernel.param_names();
-        n.push("noise_variance".into());
-        n
-    }
+    crate::kernel_noise_params!();
     fn evaluate(&self) -> Result<Evaluation, GpError> {
         let mut e = self.private()?.evaluate()?;
         if let Some(chol_q) = self.query_chol()? {

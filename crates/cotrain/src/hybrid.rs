@@ -15,7 +15,7 @@
 //! G_A = ½[W − S_Q(W Pᵀ) − S_Q(W Pᵀ)ᵀ + S_QQ(P W Pᵀ)] (S_Q scatters into the Q columns),
 //! contracted with ∂K₁/∂θ by the kernel, and ∂/∂σ² = tr G_A.
 
-use dpcotrain_gp::kernels::{Bounds, Kernel};
+use dpcotrain_gp::kernels::Kernel;
 use dpcotrain_gp::linalg::{Cholesky, JitterPolicy, matmul};
 use dpcotrain_gp::{Evaluation, GpError, NoiseVariance, Objective, Prediction};
 use nalgebra::{DMatrix, DVector};
@@ -141,26 +141,7 @@ impl HybridModel {
 }
 
 impl Objective for HybridModel {
-    fn params(&self) -> Vec<f64> {
-        let mut p = self.kernel.params();
-        p.push(self.noise.variance.ln());
-        p
-    }
-    fn set_params(&mut self, p: &[f64]) {
-        let nk = self.kernel.n_params();
-        self.kernel.set_params(&p[..nk]);
-        self.noise.variance = p[nk].exp();
-    }
-    fn bounds(&self) -> Vec<Bounds> {
-        let mut b = self.kernel.bounds();
-        b.push(self.noise.bounds);
-        b
-    }
-    fn param_names(&self) -> Vec<String> {
-        let mut n = self.kernel.param_names();
-        n.push("noise_variance".into());
-        n
-    }
+    crate::kernel_noise_params!();
     fn evaluate(&self) -> Result<Evaluation, GpError> {
         let parts = self.parts()?;
         let n = self.n_o();

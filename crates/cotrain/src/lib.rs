@@ -25,6 +25,35 @@ pub mod responder;
 pub mod select;
 pub mod simulate;
 
+/// The parameter vector shared by every combiner's objective: the kernel's log-parameters,
+/// then log σ² (`self.kernel`, `self.noise`).
+#[macro_export]
+#[doc(hidden)]
+macro_rules! kernel_noise_params {
+    () => {
+        fn params(&self) -> Vec<f64> {
+            let mut p = self.kernel.params();
+            p.push(self.noise.variance.ln());
+            p
+        }
+        fn set_params(&mut self, p: &[f64]) {
+            let nk = self.kernel.n_params();
+            self.kernel.set_params(&p[..nk]);
+            self.noise.variance = p[nk].exp();
+        }
+        fn bounds(&self) -> Vec<dpcotrain_gp::Bounds> {
+            let mut b = self.kernel.bounds();
+            b.push(self.noise.bounds);
+            b
+        }
+        fn param_names(&self) -> Vec<String> {
+            let mut n = self.kernel.param_names();
+            n.push("noise_variance".into());
+            n
+        }
+    };
+}
+
 /// Errors of the co-training layer.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum CotrainError {
