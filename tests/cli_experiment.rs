@@ -27,27 +27,26 @@ fn floors_match_tables_4_1_and_4_2() {
     assert!((j - ((1.0 - 0.81) / (1.0 + 0.81f64)).sqrt()).abs() < 1e-12);
 }
 
+const QUICK: [&str; 14] = [
+    "experiment",
+    "simulated",
+    "--quick",
+    "--r",
+    "0.9",
+    "--ci",
+    "yes",
+    "--masking",
+    "yes",
+    "--combiner",
+    "noisy,hybrid",
+    "--uncertainty",
+    "marginal",
+    "--json",
+];
+
 #[test]
 fn quick_simulated_grid_emits_rows() {
-    let out = bin()
-        .args([
-            "experiment",
-            "simulated",
-            "--quick",
-            "--r",
-            "0.9",
-            "--ci",
-            "yes",
-            "--masking",
-            "yes",
-            "--combiner",
-            "noisy,hybrid",
-            "--uncertainty",
-            "marginal",
-            "--json",
-        ])
-        .output()
-        .unwrap();
+    let out = bin().args(QUICK).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let rows: Vec<Value> =
         String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
@@ -74,26 +73,7 @@ fn quick_simulated_grid_emits_rows() {
         assert_eq!(r["rmse_per_round"].as_array().unwrap().len(), 5);
     }
     // Deterministic whatever the thread count.
-    let again = bin()
-        .env("RAYON_NUM_THREADS", "1")
-        .args([
-            "experiment",
-            "simulated",
-            "--quick",
-            "--r",
-            "0.9",
-            "--ci",
-            "yes",
-            "--masking",
-            "yes",
-            "--combiner",
-            "noisy,hybrid",
-            "--uncertainty",
-            "marginal",
-            "--json",
-        ])
-        .output()
-        .unwrap();
+    let again = bin().env("RAYON_NUM_THREADS", "1").args(QUICK).output().unwrap();
     let rows2: Vec<Value> =
         String::from_utf8(again.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(rows, rows2);
