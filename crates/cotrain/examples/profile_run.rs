@@ -1,5 +1,5 @@
 //! Time one simulated co-training run per combiner: where the grid's time goes.
-//! Usage: profile_run [n_obs] [max_iters]
+//! Usage: profile_run [n_obs] [max_iters] [ftol] [pgtol]
 use dpcotrain_cotrain::answer::Uncertainty;
 use dpcotrain_cotrain::combiner::CombinerKind;
 use dpcotrain_cotrain::driver::{block_on, build_parties, run_in_process};
@@ -10,12 +10,17 @@ use std::time::Instant;
 fn main() {
     let nobs: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(200);
     let iters: usize = std::env::args().nth(2).and_then(|s| s.parse().ok()).unwrap_or(200);
+    let ftol: f64 = std::env::args().nth(3).and_then(|s| s.parse().ok()).unwrap_or(1e-10);
+    let pgtol: f64 = std::env::args().nth(4).and_then(|s| s.parse().ok()).unwrap_or(1e-6);
     for kind in [CombinerKind::Noisy, CombinerKind::Hybrid, CombinerKind::Blocky] {
         let sc = simulate(&SimConfig { n_obs: nobs, seed: 1, ..SimConfig::default() }).unwrap();
         let t = Instant::now();
         let ps = build_parties(&sc, kind, Uncertainty::Marginal, &DpConfig::off(), 1).unwrap();
         for p in &ps {
-            p.lock().unwrap().model.train.max_iters = iters;
+            let mut g = p.lock().unwrap();
+            g.model.train.max_iters = iters;
+            g.model.train.ftol = ftol;
+            g.model.train.pgtol = pgtol;
         }
         let t_build = t.elapsed().as_secs_f64();
         let r = block_on(run_in_process(&ps, 25)).unwrap();

@@ -24,11 +24,14 @@ pub struct TrainOptions {
     pub seed: u64,
     /// Half-width (in log units) of the box around the warm start from which restarts draw.
     pub restart_spread: f64,
+    /// L-BFGS stopping tolerances: relative objective reduction and projected-gradient norm.
+    pub ftol: f64,
+    pub pgtol: f64,
 }
 
 impl Default for TrainOptions {
     fn default() -> Self {
-        TrainOptions { max_iters: 200, restarts: 0, seed: 0, restart_spread: 1.5 }
+        TrainOptions { max_iters: 200, restarts: 0, seed: 0, restart_spread: 1.5, ftol: 1e-10, pgtol: 1e-6 }
     }
 }
 
@@ -62,12 +65,12 @@ struct RunOutcome {
 
 /// One bounded L-BFGS run from the model's current parameters; leaves the best point found in
 /// the model.
-fn run_once<M: Objective>(model: &mut M, max_iters: usize) -> Result<RunOutcome, GpError> {
+fn run_once<M: Objective>(model: &mut M, max_iters: usize, tol: (f64, f64)) -> Result<RunOutcome, GpError> {
     let x0 = model.params();
     let bounds = model.bounds();
     let lower: Vec<f64> = bounds.iter().map(|b| b.lower).collect();
     let upper: Vec<f64> = bounds.iter().map(|b| b.upper).collect();
-    let opts = LbfgsOptions { max_iters, ..LbfgsOptions::default() };
+    let opts = LbfgsOptions { max_iters, ftol: tol.0, pgtol: tol.1, ..LbfgsOptions::default() };
     let res = {
         let f = |p: &[f64]| {
             model.set_params(p);
@@ -123,7 +126,7 @@ pub fn train<M: Objective>(model: &mut M, opts: &TrainOptions) -> Result<TrainRe
                 .collect()
         };
         model.set_params(&x0);
-        match run_once(model, opts.max_iters) {
+        match run_once(model, opts.max_iters, (opts.ftol, opts.pgtol)) {
             Ok(out) => {
                 totals.0 += out.iterations;
                 totals.1 += out.evaluations;
@@ -233,7 +236,7 @@ fn reinit(
     let mut termination = String::new();
     let mut switch_to_joint = false;
     while iters < opts.max_iters && rejected < max_worse {
-        let out = run_once(gp, every.min(opts.max_iters - iters))?;
+        let out = run_once(gp, every.min(opts.max_iters - iters), (opts.ftol, opts.pgtol))?;
         iters += out.iterations.max(1);
         evals += out.evaluations;
         failed += out.failed;
@@ -258,7 +261,7 @@ fn reinit(
         }
     }
     gp.optimize_inducing = switch_to_joint;
-    let out = run_once(gp, tail.max(1));
+    let out = run_once(gp, tail.max(1), (opts.ftol, opts.pgtol));
     gp.optimize_inducing = false;
     let out = out?;
     let eval = gp.evaluate()?;
