@@ -141,3 +141,58 @@ async fn malformed_requests_get_status_codes_and_the_node_stays_up() {
     assert!(st.spend[0].epsilon <= 1.0 + 1e-9);
     let _ = stop.send(());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_parties_complete_a_run_over_grpc() {
+    let make = || {
+        let mut sc = simulate(&SimConfig {
+            r: 0.9,
+            masking: false,
+            n_obs: 15,
+            n_pool: 60,
+            n_test: 60,
+            seed: 8,
+            ..SimConfig::default()
+        })
+        .unwrap();
+        let mut third = sc.parties[0].clone();
+        third.name = "P3".into();
+        for m in [&mut third.x_train, &mut third.x_pool, &mut third.x_test] {
+            *m = m.map(|v| 0.7 * v + 0.1);
+        }
+        sc.parties.push(third);
+        build_parties(&sc, CombinerKind::Hybrid, Uncertainty::Full, &dp(), 8).unwrap()
+    };
+    let local = make();
+    let reference = run_in_process(&local, 4).await.unwrap();
+    let remote = make();
+    let mut addrs = Vec::new();
+    let mut stops = Vec::new();
+    for p in &remote {
+        let (a, s) = start(p.clone()).await;
+        addrs.push(a);
+        stops.push(s);
+    }
+    let names: Vec<String> = remote.iter().map(|p| p.lock().unwrap().name.clone()).collect();
+    let mut peers = Vec::new();
+    for i in 0..3 {
+        let mut v = Vec::new();
+        for j in (0..3).filter(|j| *j != i) {
+            v.push(GrpcPeer::connect(&names[j], FED, &addrs[j]).await.unwrap());
+        }
+        peers.push(v);
+    }
+    for round in 0..4 {
+        for i in 0..3 {
+            let rep = query_turn(&remote[i], &peers[i], round).await.unwrap();
+            assert_eq!(rep.answered_by.len(), 2, "both peers answered");
+        }
+    }
+    for (i, p) in remote.iter().enumerate() {
+        let after = evaluate(&mut p.lock().unwrap()).unwrap();
+        assert_eq!(after.rmse.to_bits(), reference.parties[i].after.rmse.to_bits(), "party {i}");
+    }
+    for s in stops {
+        let _ = s.send(());
+    }
+}
