@@ -182,15 +182,11 @@ impl CoModel {
     }
 
     fn params(&self) -> Vec<f64> {
-        let mut p = self.kernel.params();
-        p.push(self.noise.variance.ln());
-        p
+        crate::kernel_noise_params(self.kernel.as_ref(), &self.noise)
     }
 
     fn set_params(&mut self, p: &[f64]) {
-        let nk = self.kernel.n_params();
-        self.kernel.set_params(&p[..nk]);
-        self.noise.variance = p[nk].exp();
+        crate::set_kernel_noise_params(&mut self.kernel, &mut self.noise, p)
     }
 
     /// Fit the hyperparameters on the private data alone (the pre-co-training model).

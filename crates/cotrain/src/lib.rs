@@ -25,21 +25,34 @@ pub mod responder;
 pub mod select;
 pub mod simulate;
 
-/// The parameter vector shared by every combiner's objective: the kernel's log-parameters,
-/// then log σ² (`self.kernel`, `self.noise`).
+/// The parameter vector shared by every combiner: the kernel's log-parameters, then log σ².
+pub(crate) fn kernel_noise_params(kernel: &dyn dpcotrain_gp::Kernel, noise: &dpcotrain_gp::NoiseVariance) -> Vec<f64> {
+    let mut p = kernel.params();
+    p.push(noise.variance.ln());
+    p
+}
+
+/// Inverse of [`kernel_noise_params`].
+pub(crate) fn set_kernel_noise_params(
+    kernel: &mut Box<dyn dpcotrain_gp::Kernel>,
+    noise: &mut dpcotrain_gp::NoiseVariance,
+    p: &[f64],
+) {
+    let nk = kernel.n_params();
+    kernel.set_params(&p[..nk]);
+    noise.variance = p[nk].exp();
+}
+
+/// The parameter-vector methods of `Objective` for a combiner with `kernel` and `noise` fields.
 #[macro_export]
 #[doc(hidden)]
 macro_rules! kernel_noise_params {
     () => {
         fn params(&self) -> Vec<f64> {
-            let mut p = self.kernel.params();
-            p.push(self.noise.variance.ln());
-            p
+            $crate::kernel_noise_params(self.kernel.as_ref(), &self.noise)
         }
         fn set_params(&mut self, p: &[f64]) {
-            let nk = self.kernel.n_params();
-            self.kernel.set_params(&p[..nk]);
-            self.noise.variance = p[nk].exp();
+            $crate::set_kernel_noise_params(&mut self.kernel, &mut self.noise, p)
         }
         fn bounds(&self) -> Vec<dpcotrain_gp::Bounds> {
             let mut b = self.kernel.bounds();
