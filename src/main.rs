@@ -6,6 +6,7 @@ mod bench;
 mod experiment_cmd;
 mod gp_cmd;
 mod node_cmd;
+mod node_config;
 mod privacy_cmd;
 mod table;
 
@@ -36,6 +37,8 @@ enum Command {
     Run(node_cmd::RunArgs),
     /// A running node's model version, rounds and privacy spent.
     Status(node_cmd::StatusArgs),
+    /// Throw-away development secrets: a CA, certificates and tokens for a federation.
+    Certs(node_cmd::CertsArgs),
     /// Data helpers.
     #[command(subcommand)]
     Data(DataCommand),
@@ -72,6 +75,7 @@ fn main() {
         Command::Run(a) => rt().map_err(anyhow::Error::from).and_then(|r| r.block_on(node_cmd::run(a))),
         Command::Status(a) => rt().map_err(anyhow::Error::from).and_then(|r| r.block_on(node_cmd::status(a))),
         Command::Data(DataCommand::SplitCcpp(a)) => node_cmd::split_ccpp(a),
+        Command::Certs(a) => node_cmd::certs(a),
         Command::Gp(GpCommand::Fit(args)) => gp_cmd::run(args),
         Command::Privacy(cmd) => privacy_cmd::run(cmd),
         Command::Experiment(cmd) => experiment_cmd::run(cmd),

@@ -1,213 +1,24 @@
-//! `dpcotrain node serve`, `dpcotrain run`, `dpcotrain status`, and `dpcotrain data split-ccpp`
-//! (writes ready-made party CSVs from the shipped CCPP data).
+//! `dpcotrain node serve`, `dpcotrain run`, `dpcotrain status`, `dpcotrain certs` and
+//! `dpcotrain data split-ccpp` (writes ready-made party CSVs from the shipped CCPP data).
 
-use crate::table::{Table, write_csv};
+use crate::node_config::{
+    FederationConfig, PartyConfig, SecurityConfig, check_name, load, orchestrator_token, pair_token, party_from_config,
+    read_token, rel,
+};
+use crate::table::write_csv;
 use anyhow::Context;
 use clap::Args;
-use dpcotrain_cotrain::answer::Uncertainty;
 use dpcotrain_cotrain::ccpp::{CcppConfig, RESPONSE, ccpp};
-use dpcotrain_cotrain::combiner::CombinerKind;
-use dpcotrain_cotrain::data::PartyData;
-use dpcotrain_cotrain::driver::default_kernel;
-use dpcotrain_cotrain::responder::{DpConfig, DpMode, Party, ReleasePolicy};
-use dpcotrain_federation::pb::node_client::NodeClient;
-use dpcotrain_federation::{GrpcPeer, NodeService, pb, serve};
-use dpcotrain_privacy::calibrate::{Mechanism, THESIS_MULTIPLIER};
-use dpcotrain_privacy::sensitivity::LabelRange;
+use dpcotrain_cotrain::driver::evaluate;
+use dpcotrain_federation::auth::{Auth, ORCHESTRATOR};
+use dpcotrain_federation::orchestrator::{Orchestrator, orchestrator_retry};
+use dpcotrain_federation::store::StateStore;
+use dpcotrain_federation::tls::{NodeTls, ensure_dev_pki};
+use dpcotrain_federation::{Agreement, GrpcPeer, NodeService, PeerOptions, Retry, pb, serve};
 use nalgebra::DMatrix;
-use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-
-/// A party's node configuration (`party.toml`). Relative paths are relative to the file.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PartyConfig {
-    pub name: String,
-    pub federation_id: String,
-    /// host:port to listen on.
-    pub listen: String,
-    pub data: DataConfig,
-    #[serde(default)]
-    pub model: ModelConfig,
-    #[serde(default)]
-    pub privacy: PrivacyConfig,
-    #[serde(default)]
-    pub peers: Vec<PeerConfig>,
-    #[serde(default)]
-    pub seed: Option<u64>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DataConfig {
-    /// Private labelled rows: this party's covariate columns plus the target column.
-    pub train: PathBuf,
-    /// This party's view of the shared pool (row j = pool index j); covariates only.
-    pub pool: PathBuf,
-    /// This party's view of the shared test entities, with the target (evaluation only).
-    pub test: PathBuf,
-    pub target: String,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ModelConfig {
-    #[serde(default = "noisy")]
-    pub combiner: String,
-    #[serde(default = "marginal")]
-    pub uncertainty: String,
-}
-
-fn noisy() -> String {
-    "noisy".into()
-}
-fn marginal() -> String {
-    "marginal".into()
-}
-
-impl Default for ModelConfig {
-    fn default() -> Self {
-        ModelConfig { combiner: noisy(), uncertainty: marginal() }
-    }
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PrivacyConfig {
-    /// off | thesis | calibrated
-    #[serde(default = "calibrated")]
-    pub mode: String,
-    #[serde(default = "one")]
-    pub epsilon: f64,
-    #[serde(default = "delta")]
-    pub delta: f64,
-    /// ε budget per requester (default: epsilon).
-    pub budget_epsilon: Option<f64>,
-    #[serde(default = "range")]
-    pub label_range: [f64; 2],
-    /// release-once | per-query
-    #[serde(default = "release_once")]
-    pub policy: String,
-}
-
-fn calibrated() -> String {
-    "calibrated".into()
-}
-fn one() -> f64 {
-    1.0
-}
-fn delta() -> f64 {
-    1e-5
-}
-fn range() -> [f64; 2] {
-    [-3.0, 3.0]
-}
-fn release_once() -> String {
-    "release-once".into()
-}
-
-impl Default for PrivacyConfig {
-    fn default() -> Self {
-        PrivacyConfig {
-            mode: calibrated(),
-            epsilon: 1.0,
-            delta: 1e-5,
-            budget_epsilon: None,
-            label_range: range(),
-            policy: release_once(),
-        }
-    }
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PeerConfig {
-    pub name: String,
-    /// e.g. http://127.0.0.1:50052
-    pub address: String,
-}
-
-/// The orchestrator's view (`federation.toml`).
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FederationConfig {
-    pub federation_id: String,
-    #[serde(default = "rounds")]
-    pub rounds: u32,
-    pub nodes: Vec<PeerConfig>,
-}
-
-fn rounds() -> u32 {
-    25
-}
-
-fn load<T: for<'de> Deserialize<'de>>(path: &Path) -> anyhow::Result<T> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
-}
-
-fn rel(base: &Path, p: &Path) -> PathBuf {
-    if p.is_absolute() { p.to_path_buf() } else { base.parent().unwrap_or(Path::new(".")).join(p) }
-}
-
-fn party_from_config(cfg: &PartyConfig, path: &Path) -> anyhow::Result<Party> {
-    let train = Table::read(&rel(path, &cfg.data.train))?;
-    train.require_rows(2, "training data")?;
-    let (x_train, y_train, columns, _) = train.split_target(Some(&cfg.data.target))?;
-    let pool = Table::read(&rel(path, &cfg.data.pool))?;
-    pool.expect_columns(columns.len(), "pool view")?;
-    let test = Table::read(&rel(path, &cfg.data.test))?;
-    let (x_test, y_test, _, _) = test.split_target(Some(&cfg.data.target))?;
-    if x_test.ncols() != columns.len() {
-        anyhow::bail!(
-            "{}: test view has {} covariate columns, training has {}",
-            cfg.data.test.display(),
-            x_test.ncols(),
-            columns.len()
-        );
-    }
-    let data = PartyData { name: cfg.name.clone(), columns, x_train, y_train, x_pool: pool.data, x_test, y_test };
-    let kind = match cfg.model.combiner.as_str() {
-        "noisy" => CombinerKind::Noisy,
-        "blocky" => CombinerKind::Blocky,
-        "hybrid" => CombinerKind::Hybrid,
-        o => anyhow::bail!("{}: model.combiner {o:?} is not noisy, blocky or hybrid", path.display()),
-    };
-    let unc = match cfg.model.uncertainty.as_str() {
-        "none" => Uncertainty::None,
-        "marginal" => Uncertainty::Marginal,
-        "full" => Uncertainty::Full,
-        o => anyhow::bail!("{}: model.uncertainty {o:?} is not none, marginal or full", path.display()),
-    };
-    let pv = &cfg.privacy;
-    let policy = match pv.policy.as_str() {
-        "release-once" => ReleasePolicy::ReleaseOnce,
-        "per-query" => ReleasePolicy::PerQuery,
-        o => anyhow::bail!("{}: privacy.policy {o:?} is not release-once or per-query", path.display()),
-    };
-    for (name, v) in [("epsilon", pv.epsilon), ("delta", pv.delta)] {
-        if !v.is_finite() || v <= 0.0 {
-            anyhow::bail!("{}: privacy.{name} must be a positive number, got {v}", path.display());
-        }
-    }
-    let mode = match pv.mode.as_str() {
-        "off" => DpMode::Off,
-        "thesis" => DpMode::Thesis { multiplier: THESIS_MULTIPLIER },
-        "calibrated" => DpMode::Calibrated {
-            epsilon: pv.epsilon,
-            delta: pv.delta,
-            mechanism: Mechanism::Analytic,
-            range: LabelRange::new(pv.label_range[0], pv.label_range[1])
-                .map_err(|e| anyhow::anyhow!("{}: privacy.label_range: {e}", path.display()))?,
-            budget_epsilon: pv.budget_epsilon.unwrap_or(pv.epsilon),
-        },
-        o => anyhow::bail!("{}: privacy.mode {o:?} is not off, thesis or calibrated", path.display()),
-    };
-    let (k, noise) = default_kernel(&data);
-    let dp = DpConfig { mode, policy, inflate_variance: true };
-    Ok(Party::new(data, kind, unc, k, noise, dp, cfg.seed)?)
-}
+use tonic::transport::{ClientTlsConfig, ServerTlsConfig};
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -215,46 +26,148 @@ pub struct ServeArgs {
     pub config: PathBuf,
 }
 
+/// Make the dev secrets (CA, certificates, tokens) for `names` in `dir` if they are missing.
+/// Safe when several nodes start at once on the same folder.
+pub fn ensure_dev_secrets(dir: &Path, names: &[String], hosts: &[String]) -> anyhow::Result<()> {
+    ensure_dev_pki(dir, names, hosts).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let tokens = dir.join("tokens");
+    std::fs::create_dir_all(&tokens).with_context(|| format!("cannot create {}", tokens.display()))?;
+    let parties: Vec<&String> = names.iter().filter(|n| *n != ORCHESTRATOR).collect();
+    let mut files = Vec::new();
+    for (i, a) in parties.iter().enumerate() {
+        for b in &parties[i + 1..] {
+            files.push(pair_token(dir, a, b));
+        }
+        files.push(orchestrator_token(dir, a));
+    }
+    for f in files {
+        if f.exists() {
+            continue;
+        }
+        let tok: String = (0..32).map(|_| format!("{:02x}", rand::random::<u8>())).collect();
+        let tmp = f.with_extension(format!("tmp{}", std::process::id()));
+        std::fs::write(&tmp, format!("{tok}\n")).with_context(|| format!("cannot write {}", tmp.display()))?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))?;
+        }
+        // hard_link never replaces: if another node won the race, keep its token.
+        let _ = std::fs::hard_link(&tmp, &f);
+        let _ = std::fs::remove_file(&tmp);
+    }
+    Ok(())
+}
+
+/// TLS material of principal `me` in a secrets folder.
+fn node_tls(dir: &Path, me: &str) -> NodeTls {
+    NodeTls { ca: dir.join("ca.pem"), cert: dir.join(format!("{me}.pem")), key: dir.join(format!("{me}.key")) }
+}
+
+fn client_tls(tls: &NodeTls, peer: &str) -> anyhow::Result<ClientTlsConfig> {
+    tls.client_config(peer).map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// A node ready to serve: its service (party fitted, state restored, peers set) and listener.
+pub struct Launched {
+    pub service: NodeService,
+    pub listener: tokio::net::TcpListener,
+    pub tls: Option<ServerTlsConfig>,
+    pub name: String,
+}
+
+/// Everything `node serve` does before serving: validate the config, make or load secrets,
+/// lock the state directory, fit the private model, resume from saved state, bind.
+pub async fn launch(cfg: &PartyConfig, path: &Path) -> anyhow::Result<Launched> {
+    cfg.validate(path)?;
+    let store = StateStore::open(&cfg.state_dir(path)).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut auth = Auth::open();
+    let mut server_tls = None;
+    let mut peer_sec: Vec<(Option<String>, Option<ClientTlsConfig>)> = vec![(None, None); cfg.peers.len()];
+    if let Some(SecurityConfig { dir, generate_dev, hosts }) = &cfg.security {
+        let dir = rel(path, dir);
+        if *generate_dev {
+            ensure_dev_secrets(&dir, &cfg.principals(), hosts)?;
+        }
+        let tls = node_tls(&dir, &cfg.name);
+        server_tls = Some(tls.server_config().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?);
+        let mut tokens = vec![(read_token(&orchestrator_token(&dir, &cfg.name))?, ORCHESTRATOR.to_string())];
+        for (k, p) in cfg.peers.iter().enumerate() {
+            let t = read_token(&pair_token(&dir, &cfg.name, &p.name))?;
+            tokens.push((t.clone(), p.name.clone()));
+            peer_sec[k] = (Some(t), Some(client_tls(&tls, &p.name)?));
+        }
+        auth = Auth::tokens(tokens, true).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    }
+    let cfg_path = path.to_path_buf();
+    let (party, alone, resumed) = tokio::task::block_in_place(|| -> anyhow::Result<_> {
+        let mut party = party_from_config(cfg, &cfg_path)?;
+        let alone = evaluate(&mut party)?.rmse;
+        let resumed = match store.load().map_err(|e| anyhow::anyhow!("{e}"))? {
+            Some(st) => {
+                party.restore(&st).with_context(|| format!("cannot resume from {}", store.path().display()))?;
+                Some((st.turns.len(), st.rho_spent()))
+            }
+            None => None,
+        };
+        Ok((party, alone, resumed))
+    })?;
+    if let Some((turns, rho)) = resumed {
+        eprintln!("{}: resumed from {} ({turns} turns, ρ spent {rho:.4})", cfg.name, store.path().display());
+    }
+    let agreement = Agreement::of(&party, &cfg.federation_id, cfg.data.y_mean, cfg.data.y_scale);
+    let mut peers = Vec::new();
+    for (p, (token, tls)) in cfg.peers.iter().zip(peer_sec) {
+        peers.push(GrpcPeer::new(PeerOptions {
+            me: cfg.name.clone(),
+            name: p.name.clone(),
+            address: p.address.clone(),
+            agreement: agreement.clone(),
+            token,
+            tls,
+            retry: Retry::default(),
+        })?);
+    }
+    let service = NodeService::new(Arc::new(Mutex::new(party)), &cfg.federation_id)
+        .with_agreement(agreement)
+        .with_auth(auth)
+        .with_peers(peers)
+        .with_store(store)
+        .with_rmse_alone(alone);
+    let listener =
+        tokio::net::TcpListener::bind(&cfg.listen).await.with_context(|| format!("cannot listen on {}", cfg.listen))?;
+    Ok(Launched { service, listener, tls: server_tls, name: cfg.name.clone() })
+}
+
 pub async fn serve_node(a: ServeArgs) -> anyhow::Result<()> {
     let cfg: PartyConfig = load(&a.config)?;
     eprintln!("{}: loading data and fitting the local GP…", cfg.name);
-    let party = tokio::task::block_in_place(|| party_from_config(&cfg, &a.config))?;
-    let svc = NodeService::new(Arc::new(Mutex::new(party)), &cfg.federation_id);
-    let listener =
-        tokio::net::TcpListener::bind(&cfg.listen).await.with_context(|| format!("cannot listen on {}", cfg.listen))?;
-    eprintln!("{}: serving federation {:?} on {}", cfg.name, cfg.federation_id, listener.local_addr()?);
-    // Peers are connected lazily (they may start after us).
-    let peers = svc.peers.clone();
-    let fed = cfg.federation_id.clone();
-    let peer_cfgs: Vec<(String, String)> = cfg.peers.iter().map(|p| (p.name.clone(), p.address.clone())).collect();
-    tokio::spawn(async move {
-        for (name, addr) in peer_cfgs {
-            loop {
-                match GrpcPeer::connect(&name, &fed, &addr).await {
-                    Ok(p) => {
-                        peers.lock().await.push(p);
-                        break;
-                    }
-                    Err(_) => tokio::time::sleep(std::time::Duration::from_millis(300)).await,
-                }
-            }
-        }
-    });
+    let node = launch(&cfg, &a.config).await?;
+    eprintln!(
+        "{}: serving federation {:?} on {} ({})",
+        cfg.name,
+        cfg.federation_id,
+        node.listener.local_addr()?,
+        if node.tls.is_some() { "mutual TLS + tokens" } else { "INSECURE: plaintext, no authentication" }
+    );
     let shutdown = async {
         let ctrl_c = tokio::signal::ctrl_c();
         #[cfg(unix)]
         {
-            let mut term =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
-            tokio::select! { _ = ctrl_c => {}, _ = term.recv() => {} }
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut term) => tokio::select! { _ = ctrl_c => {}, _ = term.recv() => {} },
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                }
+            }
         }
         #[cfg(not(unix))]
         {
             let _ = ctrl_c.await;
         }
-        eprintln!("shutting down");
+        eprintln!("shutting down (in-flight calls finish; state is already on disk)");
     };
-    serve(svc, listener, shutdown).await?;
+    serve(node.service, node.listener, node.tls, shutdown).await?;
     Ok(())
 }
 
@@ -262,66 +175,134 @@ pub async fn serve_node(a: ServeArgs) -> anyhow::Result<()> {
 pub struct RunArgs {
     #[arg(long)]
     pub config: PathBuf,
-    /// Override the number of rounds.
+    /// Total number of rounds to reach (default: the config's `rounds`). A federation that
+    /// was interrupted continues where it stopped.
     #[arg(long)]
     pub rounds: Option<u32>,
     #[arg(long)]
     pub json: bool,
 }
 
-async fn client(addr: &str) -> anyhow::Result<NodeClient<tonic::transport::Channel>> {
-    NodeClient::connect(addr.to_string()).await.with_context(|| format!("cannot reach node at {addr} (is it running?)"))
+/// The orchestrator of a federation config.
+pub fn orchestrator(cfg: &FederationConfig, path: &Path) -> anyhow::Result<Orchestrator> {
+    let mut nodes = Vec::new();
+    let mut tls = None;
+    for n in &cfg.nodes {
+        check_name(&n.name, &format!("{}: nodes.name", path.display()))?;
+        let (token, t) = match &cfg.security {
+            Some(sec) => {
+                let dir = rel(path, &sec.dir);
+                let t = tls.get_or_insert_with(|| node_tls(&dir, ORCHESTRATOR));
+                (Some(read_token(&orchestrator_token(&dir, &n.name))?), Some(client_tls(t, &n.name)?))
+            }
+            None => (None, None),
+        };
+        nodes.push((n.name.clone(), n.address.clone(), token, t));
+    }
+    Orchestrator::new(nodes, orchestrator_retry()).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+/// One party's outcome as `run` reports it.
+pub fn party_json(st: &pb::StatusResponse, rmse_per_round: &[f64]) -> serde_json::Value {
+    let spent: Vec<serde_json::Value> = st
+        .spend
+        .iter()
+        .map(|s| {
+            serde_json::json!({"peer": s.peer, "rho": s.rho, "epsilon": s.epsilon, "releases": s.releases,
+                                    "rho_budget": s.rho_budget})
+        })
+        .collect();
+    serde_json::json!({"party": st.party, "rmse_before": st.test_rmse_alone, "rmse_after": st.test_rmse,
+                       "rounds": st.rounds_done, "model_version": st.model_version,
+                       "rmse_per_round": rmse_per_round, "privacy_spent": spent})
+}
+
+/// Bring every node to `target` rounds (continuing an interrupted run), reporting each turn.
+pub async fn drive(
+    orch: &Orchestrator,
+    target: u32,
+    mut on_turn: impl FnMut(u32, usize, &pb::RunRoundResponse),
+) -> anyhow::Result<(u32, Vec<Vec<f64>>, Vec<String>)> {
+    let mut start = u32::MAX;
+    for i in 0..orch.nodes.len() {
+        start = start.min(orch.status(i).await.map_err(anyhow::Error::msg)?.rounds_done);
+    }
+    let mut per_round = vec![Vec::new(); orch.nodes.len()];
+    let mut refusals = Vec::new();
+    for round in start..target {
+        for (i, rmse) in per_round.iter_mut().enumerate() {
+            let r = orch.run_round(i, round).await.map_err(anyhow::Error::msg)?;
+            on_turn(round, i, &r);
+            rmse.push(r.test_rmse);
+            refusals.extend(r.refused);
+        }
+    }
+    Ok((start.min(target), per_round, refusals))
 }
 
 pub async fn run(a: RunArgs) -> anyhow::Result<()> {
     let cfg: FederationConfig = load(&a.config)?;
-    let rounds = a.rounds.unwrap_or(cfg.rounds);
-    let mut clients = Vec::new();
-    let mut before = Vec::new();
-    for n in &cfg.nodes {
-        let mut c = client(&n.address).await?;
-        let st = c.status(pb::StatusRequest {}).await.with_context(|| format!("status of {}", n.name))?.into_inner();
-        before.push(st.test_rmse);
-        clients.push(c);
-    }
-    // Wait until every node has connected its peers (they connect lazily at start-up).
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    let bar = indicatif::ProgressBar::new(rounds as u64 * clients.len() as u64);
-    let mut refusals = Vec::new();
-    for round in 0..rounds {
-        for (i, c) in clients.iter_mut().enumerate() {
-            let r = c
-                .run_round(pb::RunRoundRequest { round })
-                .await
-                .with_context(|| format!("round {round} on {}", cfg.nodes[i].name))?
-                .into_inner();
-            refusals.extend(r.refused);
-            bar.inc(1);
+    let target = a.rounds.unwrap_or(cfg.rounds);
+    let orch = orchestrator(&cfg, &a.config)?;
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} round {msg} ({pos}/{len} turns, eta {eta})")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let n = orch.nodes.len() as u64;
+    let mut first = true;
+    let (start, per_round, refusals) = drive(&orch, target, |round, i, _| {
+        if first {
+            bar.set_length((target - round) as u64 * n);
+            first = false;
         }
-    }
+        bar.set_message(format!("{}/{target}", round + 1));
+        if i + 1 == n as usize {
+            bar.inc(0);
+        }
+        bar.inc(1);
+    })
+    .await?;
     bar.finish_and_clear();
     let mut rows = Vec::new();
-    for (i, c) in clients.iter_mut().enumerate() {
-        let st = c.status(pb::StatusRequest {}).await?.into_inner();
-        let spent: Vec<serde_json::Value> =
-            st.spend.iter().map(|s| serde_json::json!({"peer": s.peer, "rho": s.rho, "epsilon": s.epsilon})).collect();
-        rows.push(serde_json::json!({"party": st.party, "rmse_before": before[i], "rmse_after": st.test_rmse,
-                                     "rounds": st.rounds_done, "privacy_spent": spent}));
+    for (i, rmse) in per_round.iter().enumerate() {
+        rows.push(party_json(&orch.status(i).await.map_err(anyhow::Error::msg)?, rmse));
     }
     if a.json {
         println!(
             "{}",
-            serde_json::json!({"federation_id": cfg.federation_id, "rounds": rounds, "parties": rows, "refused": refusals})
+            serde_json::json!({"federation_id": cfg.federation_id, "rounds": target, "started_at_round": start,
+                               "parties": rows, "refused": refusals})
         );
     } else {
-        println!("{:<10} {:>12} {:>12}  privacy spent on its labels", "party", "RMSE alone", "RMSE after");
+        if start > 0 {
+            println!("continued an earlier run from round {start}");
+        }
+        println!(
+            "{:<10} {:>12} {:>12}  privacy spent on its labels (ε per requester)",
+            "party", "RMSE alone", "RMSE after"
+        );
         for r in &rows {
+            let spent: Vec<String> = r["privacy_spent"]
+                .as_array()
+                .map(|v| {
+                    v.iter()
+                        .map(|s| {
+                            format!(
+                                "{}: {:.3}",
+                                s["peer"].as_str().unwrap_or("?"),
+                                s["epsilon"].as_f64().unwrap_or(0.0)
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
             println!(
                 "{:<10} {:>12.4} {:>12.4}  {}",
                 r["party"].as_str().unwrap_or(""),
                 r["rmse_before"].as_f64().unwrap_or(f64::NAN),
                 r["rmse_after"].as_f64().unwrap_or(f64::NAN),
-                r["privacy_spent"]
+                if spent.is_empty() { "none".to_string() } else { spent.join(", ") }
             );
         }
         for why in &refusals {
@@ -333,19 +314,63 @@ pub async fn run(a: RunArgs) -> anyhow::Result<()> {
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
-    /// Node address, e.g. http://127.0.0.1:50051
+    /// Node name (with --config) or address, e.g. http://127.0.0.1:50051
     #[arg(long)]
     pub node: String,
+    /// The federation config, for the node's address, certificate and token.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
 }
 
 pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
-    let st = client(&a.node).await?.status(pb::StatusRequest {}).await?.into_inner();
-    println!(
-        "{}",
-        serde_json::json!({"party": st.party, "model_version": st.model_version, "rounds_done": st.rounds_done,
-                           "test_rmse": st.test_rmse,
-                           "spend": st.spend.iter().map(|s| serde_json::json!({"peer": s.peer, "rho": s.rho, "epsilon": s.epsilon})).collect::<Vec<_>>()})
-    );
+    let (orch, i) = match &a.config {
+        Some(p) => {
+            let cfg: FederationConfig = load(p)?;
+            let i = cfg
+                .nodes
+                .iter()
+                .position(|n| n.name == a.node || n.address == a.node)
+                .ok_or_else(|| anyhow::anyhow!("{}: no node named or at {:?}", p.display(), a.node))?;
+            (orchestrator(&cfg, p)?, i)
+        }
+        None => {
+            let mut retry = orchestrator_retry();
+            retry.give_up_after = std::time::Duration::from_secs(2);
+            let o =
+                Orchestrator::new(vec![("?".into(), a.node.clone(), None, None)], retry).map_err(anyhow::Error::msg)?;
+            (o, 0)
+        }
+    };
+    let mut orch = orch;
+    orch.retry.give_up_after = std::time::Duration::from_secs(2);
+    let st = orch.status_unchecked(i).await.map_err(anyhow::Error::msg)?;
+    println!("{}", party_json(&st, &[]));
+    Ok(())
+}
+
+#[derive(Debug, Args)]
+pub struct CertsArgs {
+    /// Secrets folder to create (ca.pem, NAME.pem/.key, tokens/).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Party names (comma-separated); the orchestrator is always included.
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub parties: Vec<String>,
+    /// Host names / IPs the certificates are valid for.
+    #[arg(long, value_delimiter = ',', default_value = "localhost,127.0.0.1")]
+    pub hosts: Vec<String>,
+}
+
+/// `dpcotrain certs`: throw-away development secrets for a federation.
+pub fn certs(a: CertsArgs) -> anyhow::Result<()> {
+    let mut names = Vec::new();
+    for p in &a.parties {
+        check_name(p, "--parties")?;
+        names.push(p.clone());
+    }
+    names.push(ORCHESTRATOR.into());
+    ensure_dev_secrets(&a.out, &names, &a.hosts)?;
+    eprintln!("development secrets for {} in {} (do not use them in production)", names.join(", "), a.out.display());
     Ok(())
 }
 

@@ -1,8 +1,10 @@
-//! The two-party example end to end with real processes: two `node serve` processes on loopback
-//! and `dpcotrain run --json` driving them (ports moved off the example's defaults).
+//! The two-party example end to end with real processes: `node serve` processes on loopback
+//! with mutual TLS and tokens (secrets generated on first start), `dpcotrain run --json`
+//! driving them; a node killed in the middle of a run and restarted; bad configs.
 
 use serde_json::Value;
-use std::process::{Child, Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 struct Kill(Child);
@@ -17,67 +19,184 @@ fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_dpcotrain"))
 }
 
-#[test]
-fn two_party_example_runs_over_grpc() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+/// A copy of examples/two-party in a fresh folder, on ports `pa`, `pb`, with `edit` applied
+/// to each party config.
+fn setup(tag: &str, pa: u16, pb: u16, edit: impl Fn(String) -> String) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let ex = root.join("examples/two-party");
-    let dir = std::env::temp_dir().join(format!("dpcotrain-node-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("dpcotrain-node-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let base = 41000 + (std::process::id() % 2000) as u16 * 2;
-    let (pa, pb) = (base, base + 1);
-    for (file, _) in [("party-a.toml", pa), ("party-b.toml", pb)] {
+    let ports = |t: String| t.replace("50051", &pa.to_string()).replace("50052", &pb.to_string());
+    for file in ["party-a.toml", "party-b.toml"] {
         let text = std::fs::read_to_string(ex.join(file)).unwrap();
-        let text = text
-            .replace("50051", &pa.to_string())
-            .replace("50052", &pb.to_string())
-            .replace("\"data/", &format!("\"{}/data/", ex.display()));
-        std::fs::write(dir.join(file), text).unwrap();
+        let text = ports(text).replace("\"data/", &format!("\"{}/data/", ex.display()));
+        std::fs::write(dir.join(file), edit(text)).unwrap();
     }
-    let fed = std::fs::read_to_string(ex.join("federation.toml"))
-        .unwrap()
-        .replace("50051", &pa.to_string())
-        .replace("50052", &pb.to_string());
-    std::fs::write(dir.join("federation.toml"), fed).unwrap();
-    let _a = Kill(
-        bin().args(["node", "serve", "--config"]).arg(dir.join("party-a.toml")).stderr(Stdio::null()).spawn().unwrap(),
-    );
-    let _b = Kill(
-        bin().args(["node", "serve", "--config"]).arg(dir.join("party-b.toml")).stderr(Stdio::null()).spawn().unwrap(),
-    );
-    // Wait for both nodes to answer Status.
+    std::fs::write(dir.join("federation.toml"), ports(std::fs::read_to_string(ex.join("federation.toml")).unwrap()))
+        .unwrap();
+    dir
+}
+
+fn node(dir: &Path, file: &str) -> Kill {
+    Kill(bin().args(["node", "serve", "--config"]).arg(dir.join(file)).stderr(Stdio::null()).spawn().unwrap())
+}
+
+fn wait_up(dir: &Path, names: &[&str]) {
     let start = Instant::now();
-    for port in [pa, pb] {
+    for name in names {
         loop {
-            let ok = bin()
-                .args(["status", "--node", &format!("http://127.0.0.1:{port}")])
-                .output()
-                .unwrap()
-                .status
-                .success();
-            if ok {
+            let out =
+                bin().args(["status", "--node", name, "--config"]).arg(dir.join("federation.toml")).output().unwrap();
+            if out.status.success() {
                 break;
             }
-            assert!(start.elapsed() < Duration::from_secs(60), "node on port {port} did not come up");
+            assert!(start.elapsed() < Duration::from_secs(60), "node {name} did not come up");
             std::thread::sleep(Duration::from_millis(200));
         }
     }
-    let out =
-        bin().args(["run", "--rounds", "3", "--json", "--config"]).arg(dir.join("federation.toml")).output().unwrap();
+}
+
+fn run(dir: &Path, rounds: u32) -> Output {
+    bin()
+        .args(["run", "--rounds", &rounds.to_string(), "--json", "--config"])
+        .arg(dir.join("federation.toml"))
+        .output()
+        .unwrap()
+}
+
+fn json(out: &Output) -> Value {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn ports(k: u16) -> (u16, u16) {
+    let base = 41000 + (std::process::id() % 1000) as u16 * 6 + 2 * k;
+    (base, base + 1)
+}
+
+#[test]
+fn two_party_example_runs_over_mutual_tls() {
+    let (pa, pb) = ports(0);
+    let dir = setup("example", pa, pb, |t| t);
+    let _a = node(&dir, "party-a.toml");
+    let _b = node(&dir, "party-b.toml");
+    wait_up(&dir, &["A", "B"]);
+    // The secrets were generated on first start, keys private to their owner.
+    for f in
+        ["ca.pem", "A.pem", "A.key", "B.key", "orchestrator.pem", "tokens/A-B.token", "tokens/orchestrator-A.token"]
+    {
+        assert!(dir.join("secrets").join(f).exists(), "{f}");
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir.join("secrets/A.key")).unwrap().permissions().mode();
+        assert_eq!(mode & 0o077, 0, "private key readable by others: {mode:o}");
+    }
+    let v = json(&run(&dir, 3));
     let parties = v["parties"].as_array().unwrap();
     assert_eq!(parties.len(), 2);
     for p in parties {
         assert_eq!(p["rounds"], 3);
         assert!(p["rmse_after"].as_f64().unwrap().is_finite());
+        assert!(p["rmse_before"].as_f64().unwrap().is_finite());
         let spent = p["privacy_spent"].as_array().unwrap();
         assert_eq!(spent.len(), 1);
+        assert_eq!(spent[0]["releases"], 1, "release-once: one release per requester");
         assert!(spent[0]["epsilon"].as_f64().unwrap() <= 1.0 + 1e-9, "budget respected");
     }
+    // Running again to the same total is a no-op that reports the same result.
+    let again = json(&run(&dir, 3));
+    assert_eq!(
+        again["parties"],
+        v["parties"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                let mut p = p.clone();
+                p["rmse_per_round"] = serde_json::json!([]);
+                p
+            })
+            .collect::<Value>()
+    );
+    // Without the orchestrator's token and certificate a node refuses to talk.
+    let out = bin().args(["status", "--node", &format!("https://127.0.0.1:{pa}")]).output().unwrap();
+    assert!(!out.status.success());
+    let out = bin().args(["status", "--node", &format!("http://127.0.0.1:{pa}")]).output().unwrap();
+    assert!(!out.status.success());
+
     // A bad config is one clear error naming the file.
     std::fs::write(dir.join("bad.toml"), "name = \"A\"\nfederation_id = \"x\"\n").unwrap();
     let out = bin().args(["node", "serve", "--config"]).arg(dir.join("bad.toml")).output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("bad.toml") && err.contains("missing field"), "{err}");
+    // A second node on the same state directory is refused (one ledger, one owner).
+    let out = bin().args(["node", "serve", "--config"]).arg(dir.join("party-a.toml")).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("in use by another running node"), "{err}");
+}
+
+#[test]
+fn a_node_killed_mid_run_resumes_and_the_ledger_shows_each_release_once() {
+    // Per-query releases (a new charge whenever a peer's model changed) make the ledger long.
+    let per_query = |t: String| {
+        t.replace("policy = \"release-once\"", "policy = \"per-query\"")
+            .replace("epsilon = 1.0\n", "epsilon = 1.0\nbudget_epsilon = 40.0\n")
+    };
+    let rounds = 10;
+    // Reference: an uninterrupted run.
+    let (pa, pb) = ports(1);
+    let dir = setup("reference", pa, pb, per_query);
+    let reference = {
+        let _a = node(&dir, "party-a.toml");
+        let _b = node(&dir, "party-b.toml");
+        wait_up(&dir, &["A", "B"]);
+        json(&run(&dir, rounds))
+    };
+
+    // The same federation; B is killed (SIGKILL) after round 4, the orchestrator is started
+    // while B is down (so A's turn and B's turn wait on it), and B comes back 1.5 s later.
+    let (pa, pb) = ports(2);
+    let dir = setup("killed", pa, pb, per_query);
+    let _a = node(&dir, "party-a.toml");
+    let mut b = node(&dir, "party-b.toml");
+    wait_up(&dir, &["A", "B"]);
+    json(&run(&dir, 4));
+    let _ = b.0.kill();
+    let _ = b.0.wait();
+    let orchestrator = bin()
+        .args(["run", "--rounds", &rounds.to_string(), "--json", "--config"])
+        .arg(dir.join("federation.toml"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let _b = node(&dir, "party-b.toml");
+    let out = orchestrator.wait_with_output().unwrap();
+    let resumed = json(&out);
+    assert_eq!(resumed["started_at_round"], 4);
+    let (r, s) = (&reference["parties"], &resumed["parties"]);
+    for i in 0..2 {
+        assert_eq!(s[i]["rounds"], rounds);
+        assert_eq!(s[i]["rmse_after"], r[i]["rmse_after"], "party {i}: same numbers as the uninterrupted run");
+        assert_eq!(s[i]["model_version"], r[i]["model_version"]);
+        // Every release is in the ledger exactly once: the same charges as without the crash.
+        assert_eq!(s[i]["privacy_spent"], r[i]["privacy_spent"], "party {i}");
+        let spent = &s[i]["privacy_spent"][0];
+        assert!(spent["releases"].as_u64().unwrap() > 1);
+        assert!(spent["rho"].as_f64().unwrap() <= spent["rho_budget"].as_f64().unwrap());
+    }
+    // The ledger on disk lists distinct release ids.
+    let state: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("state/B/state.json")).unwrap()).unwrap();
+    let releases = state["requesters"]["A"]["ledger"]["releases"].as_array().unwrap();
+    let mut ids: Vec<&str> = releases.iter().map(|r| r["id"].as_str().unwrap()).collect();
+    let n = ids.len();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), n, "no release recorded twice");
 }

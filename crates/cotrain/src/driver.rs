@@ -43,7 +43,10 @@ pub async fn query_turn<P: Peer>(
     };
     let mut report =
         TurnReport { round, querier: name.clone(), index, answered_by: vec![], refused: vec![], objective: None };
-    let Some(index) = index else { return Ok(report) };
+    let Some(index) = index else {
+        lock(querier)?.fold_in(round, None, vec![], vec![])?;
+        return Ok(report);
+    };
     let mut answers = Vec::new();
     for peer in peers {
         let pname = peer.name();
@@ -60,13 +63,9 @@ pub async fn query_turn<P: Peer>(
         }
     }
     let mut q = lock(querier)?;
-    for a in &answers {
-        q.model.absorb(a)?;
-        report.answered_by.push(a.responder.clone());
-    }
-    if !answers.is_empty() {
-        report.objective = Some(q.model.refit()?);
-    }
+    let rec = q.fold_in(round, Some(index), answers, report.refused.clone())?;
+    report.answered_by = rec.answers.iter().map(|a| a.responder.clone()).collect();
+    report.objective = rec.objective;
     Ok(report)
 }
 

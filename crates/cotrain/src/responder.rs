@@ -71,24 +71,24 @@ impl DpConfig {
 
 /// Release bookkeeping for one requester.
 #[derive(Debug, Clone, Default)]
-struct RequesterState {
-    answered: Vec<usize>,
-    released: HashMap<usize, f64>,
-    ledger: Option<Ledger>,
+pub(crate) struct RequesterState {
+    pub(crate) answered: Vec<usize>,
+    pub(crate) released: HashMap<usize, f64>,
+    pub(crate) ledger: Option<Ledger>,
     /// The noise path and the model version (mean function) it belongs to.
-    path: Option<(u64, NoisePath, f64)>,
+    pub(crate) path: Option<(u64, NoisePath, f64)>,
 }
 
 /// The frozen private-only release of [`ReleasePolicy::ReleaseOnce`].
 #[derive(Debug, Clone)]
-struct Frozen {
+pub(crate) struct Frozen {
     mean: DVector<f64>,
     var: DVector<f64>,
     cov: DMatrix<f64>,
     prior: DMatrix<f64>,
-    sigma: f64,
-    sensitivity: f64,
-    noise: DVector<f64>,
+    pub(crate) sigma: f64,
+    pub(crate) sensitivity: f64,
+    pub(crate) noise: DVector<f64>,
 }
 
 #[derive(Debug, Clone)]
@@ -99,9 +99,22 @@ pub struct Party {
     pub dp: DpConfig,
     /// Seed for simulation noise; `None` draws noise from the OS CSPRNG.
     pub seed: Option<u64>,
-    requesters: HashMap<String, RequesterState>,
-    cache: HashMap<String, Answer>,
-    frozen: Option<Frozen>,
+    pub(crate) requesters: HashMap<String, RequesterState>,
+    pub(crate) cache: HashMap<String, Answer>,
+    pub(crate) frozen: Option<Frozen>,
+    /// Every querier turn this party has folded in, in order (the model's history).
+    pub(crate) turns: Vec<TurnRecord>,
+}
+
+/// One querier turn as folded into the model: replaying these in order rebuilds the model
+/// (absorb + re-fit are deterministic), which is how a restarted node resumes.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TurnRecord {
+    pub round: usize,
+    pub index: Option<usize>,
+    pub answers: Vec<Answer>,
+    pub refused: Vec<(String, String)>,
+    pub objective: Option<f64>,
 }
 
 fn mix(seed: u64, name: &str, version: u64) -> u64 {
@@ -157,6 +170,7 @@ impl Party {
             requesters: HashMap::new(),
             cache: HashMap::new(),
             frozen: None,
+            turns: Vec::new(),
         };
         if party.dp.policy == ReleasePolicy::ReleaseOnce {
             party.freeze()?;
@@ -164,13 +178,39 @@ impl Party {
         Ok(party)
     }
 
-    fn path(&self, requester: &str, version: u64) -> NoisePath {
+    pub(crate) fn path(&self, requester: &str, version: u64) -> NoisePath {
         let k = self.model.kernel.clone();
         let d = self.data.dim();
         match self.seed {
             Some(s) => NoisePath::seeded(k, d, mix(s, requester, version)),
             None => NoisePath::from_os_entropy(k, d),
         }
+    }
+
+    /// Fold one turn's answers into the model (absorb each, then re-fit once) and record it.
+    pub fn fold_in(
+        &mut self,
+        round: usize,
+        index: Option<usize>,
+        answers: Vec<Answer>,
+        refused: Vec<(String, String)>,
+    ) -> Result<&TurnRecord, CotrainError> {
+        for a in &answers {
+            self.model.absorb(a)?;
+        }
+        let objective = if answers.is_empty() { None } else { Some(self.model.refit()?) };
+        self.turns.push(TurnRecord { round, index, answers, refused, objective });
+        Ok(self.turns.last().expect("just pushed"))
+    }
+
+    /// The turn this party took in `round`, if it has taken it.
+    pub fn turn(&self, round: usize) -> Option<&TurnRecord> {
+        self.turns.iter().rev().find(|t| t.round == round)
+    }
+
+    /// Every turn folded in so far.
+    pub fn turns(&self) -> &[TurnRecord] {
+        &self.turns
     }
 
     /// Names of the peers this party has answered.

@@ -1,40 +1,95 @@
 //! The node server: a [`Party`] behind the `dpcotrain.v1.Node` service.
 //!
-//! Only `Predict` returns anything derived from labels, and only through `Party::answer` (the
-//! release path). Malformed requests get `INVALID_ARGUMENT`, a wrong federation id
-//! `PERMISSION_DENIED`, an exhausted budget `RESOURCE_EXHAUSTED`; the node stays up. The party
-//! lock is never held across an await, and numerical work runs on the blocking pool.
+//! - Only `Predict` returns anything derived from labels, and only through `Party::answer` (the
+//!   release path); the caller must be an authenticated peer that has handshaken, and may ask
+//!   only in its own name.
+//! - The state (ledger, released answers, noise paths, model history) is saved crash-safely
+//!   **before** an answer leaves ([`StateStore`]); if saving fails the answer is withheld.
+//! - `RunRound` is for the orchestrator only and is idempotent by round number.
+//! - Malformed requests get `INVALID_ARGUMENT`, a wrong federation id or a requester that is
+//!   not the caller `PERMISSION_DENIED`, an unknown caller `UNAUTHENTICATED`, a missing
+//!   handshake `FAILED_PRECONDITION`, an exhausted budget `RESOURCE_EXHAUSTED`; the node stays
+//!   up. The party lock is never held across an await; numerical work runs on the blocking pool.
 
-use crate::convert;
-use crate::pb;
+use crate::agreement::Agreement;
+use crate::auth::{Auth, Principal};
 use crate::pb::node_server::{Node, NodeServer};
+use crate::store::StateStore;
+use crate::{GrpcPeer, convert, pb};
 use dpcotrain_cotrain::CotrainError;
 use dpcotrain_cotrain::driver::{evaluate, query_turn};
-use dpcotrain_cotrain::responder::Party;
+use dpcotrain_cotrain::responder::{Party, TurnRecord};
+use std::collections::HashSet;
 use std::future::Future;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::net::TcpListener;
+use tonic::transport::ServerTlsConfig;
 use tonic::{Request, Response, Status};
 
 /// The service state of one node.
 #[derive(Clone)]
 pub struct NodeService {
     pub party: Arc<Mutex<Party>>,
-    pub federation_id: String,
+    pub agreement: Agreement,
     /// Peers this node queries when asked to run a round.
-    pub peers: Arc<tokio::sync::Mutex<Vec<crate::GrpcPeer>>>,
-    rounds_done: Arc<AtomicU32>,
+    pub peers: Arc<Vec<GrpcPeer>>,
+    auth: Arc<Auth>,
+    store: Option<Arc<StateStore>>,
+    handshaken: Arc<Mutex<HashSet<String>>>,
+    /// One querier turn at a time.
+    turn: Arc<tokio::sync::Mutex<()>>,
+    /// Test RMSE of the private-only model (reported by Status).
+    rmse_alone: f64,
 }
 
 impl NodeService {
+    /// A node with no authentication, no state file and no peers (library use and tests);
+    /// y is taken as already standardised (mean 0, scale 1).
     pub fn new(party: Arc<Mutex<Party>>, federation_id: &str) -> Self {
+        let agreement = Agreement::of(&party.lock().expect("fresh party lock"), federation_id, 0.0, 1.0);
         NodeService {
             party,
-            federation_id: federation_id.into(),
-            peers: Arc::new(tokio::sync::Mutex::new(Vec::new())),
-            rounds_done: Arc::new(AtomicU32::new(0)),
+            agreement,
+            peers: Arc::new(Vec::new()),
+            auth: Arc::new(Auth::open()),
+            store: None,
+            handshaken: Arc::new(Mutex::new(HashSet::new())),
+            turn: Arc::new(tokio::sync::Mutex::new(())),
+            rmse_alone: f64::NAN,
         }
+    }
+
+    /// The private-only model's test RMSE, for Status (computed before any restore).
+    pub fn with_rmse_alone(mut self, rmse: f64) -> Self {
+        self.rmse_alone = rmse;
+        self
+    }
+
+    pub fn with_agreement(mut self, a: Agreement) -> Self {
+        self.agreement = a;
+        self
+    }
+
+    pub fn with_auth(mut self, auth: Auth) -> Self {
+        self.auth = Arc::new(auth);
+        self
+    }
+
+    pub fn with_peers(mut self, peers: Vec<GrpcPeer>) -> Self {
+        self.peers = Arc::new(peers);
+        self
+    }
+
+    /// Save state to `store` before every answer leaves (the caller restores the party from
+    /// it first, if it holds a state).
+    pub fn with_store(mut self, store: StateStore) -> Self {
+        self.store = Some(Arc::new(store));
+        self
+    }
+
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, Party>, Status> {
+        self.party.lock().map_err(|_| Status::internal("party lock poisoned"))
     }
 }
 
@@ -43,51 +98,105 @@ fn to_status(e: CotrainError) -> Status {
     match e {
         CotrainError::Privacy(_) if msg.contains("budget") => Status::resource_exhausted(msg),
         CotrainError::Invalid(_) => Status::invalid_argument(msg),
+        CotrainError::Peer { .. } => Status::unavailable(msg),
         _ => Status::internal(msg),
     }
+}
+
+fn save(store: &Option<Arc<StateStore>>, p: &Party) -> Result<(), CotrainError> {
+    match store {
+        Some(s) => s
+            .save(&p.state())
+            .map_err(|e| CotrainError::Peer { peer: p.name.clone(), message: format!("answer withheld: {e}") }),
+        None => Ok(()),
+    }
+}
+
+fn turn_to_pb(querier: &str, t: &TurnRecord, rmse: f64) -> pb::RunRoundResponse {
+    pb::RunRoundResponse {
+        querier: querier.into(),
+        asked: t.index.is_some(),
+        index: t.index.unwrap_or(0) as u64,
+        answered_by: t.answers.iter().map(|a| a.responder.clone()).collect(),
+        refused: t.refused.iter().map(|(p, why)| format!("{p}: {why}")).collect(),
+        test_rmse: rmse,
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, CotrainError> + Send + 'static,
+) -> Result<T, Status> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Status::internal(format!("worker failed: {e}")))?
+        .map_err(to_status)
 }
 
 #[tonic::async_trait]
 impl Node for NodeService {
     async fn handshake(&self, req: Request<pb::HandshakeRequest>) -> Result<Response<pb::HandshakeResponse>, Status> {
+        let who = self.auth.check(&req)?;
         let r = req.into_inner();
-        let party = self.party.lock().map_err(|_| Status::internal("party lock poisoned"))?.name.clone();
-        let (accepted, reason) = if r.protocol_version != crate::PROTOCOL_VERSION {
-            (false, format!("protocol {} is not {}", r.protocol_version, crate::PROTOCOL_VERSION))
-        } else if r.federation_id != self.federation_id {
-            (false, format!("federation {:?} is not {:?}", r.federation_id, self.federation_id))
-        } else {
-            (true, String::new())
+        let party = self.lock()?.name.clone();
+        let verdict = match &who {
+            Principal::Orchestrator => Err("the orchestrator does not handshake".to_string()),
+            Principal::Peer(p) if *p != r.party => {
+                Err(format!("you authenticated as {p:?} but call yourself {:?}", r.party))
+            }
+            _ if r.party == party => Err("a party does not handshake with itself".into()),
+            _ => self.agreement.check(&r),
         };
+        if verdict.is_ok() {
+            self.handshaken.lock().map_err(|_| Status::internal("lock poisoned"))?.insert(r.party.clone());
+        }
         Ok(Response::new(pb::HandshakeResponse {
-            accepted,
+            accepted: verdict.is_ok(),
             party,
-            reason,
+            reason: verdict.err().unwrap_or_default(),
             protocol_version: crate::PROTOCOL_VERSION.into(),
         }))
     }
 
     async fn predict(&self, req: Request<pb::PredictRequest>) -> Result<Response<pb::PredictResponse>, Status> {
+        let who = self.auth.check(&req)?;
         let r = req.into_inner();
-        if r.federation_id != self.federation_id {
+        if r.federation_id != self.agreement.federation_id {
             return Err(Status::permission_denied(format!("unknown federation {:?}", r.federation_id)));
+        }
+        match &who {
+            Principal::Orchestrator => {
+                return Err(Status::permission_denied("the orchestrator cannot ask for predictions"));
+            }
+            Principal::Peer(p) if *p != r.requester => {
+                return Err(Status::permission_denied(format!(
+                    "you authenticated as {p:?} and cannot ask in {:?}'s name",
+                    r.requester
+                )));
+            }
+            _ => {}
+        }
+        if !self.handshaken.lock().map_err(|_| Status::internal("lock poisoned"))?.contains(&r.requester) {
+            return Err(Status::failed_precondition(format!("{:?} has not handshaken with this node", r.requester)));
         }
         let creq = convert::request_from_pb(&r).map_err(Status::invalid_argument)?;
         let party = self.party.clone();
-        let answer = tokio::task::spawn_blocking(move || {
+        let store = self.store.clone();
+        let answer = blocking(move || {
             let mut p = party.lock().map_err(|_| CotrainError::invalid("party lock poisoned"))?;
-            p.answer(&creq)
+            let a = p.answer(&creq)?;
+            // Durable before it leaves (also for a cached retry: it may not have been saved).
+            save(&store, &p)?;
+            Ok(a)
         })
-        .await
-        .map_err(|e| Status::internal(format!("worker failed: {e}")))?
-        .map_err(to_status)?;
+        .await?;
         Ok(Response::new(convert::answer_to_pb(&answer)))
     }
 
-    async fn status(&self, _req: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
+    async fn status(&self, req: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
+        self.auth.check(&req)?;
         let party = self.party.clone();
-        let rounds = self.rounds_done.load(Ordering::Relaxed);
-        let resp = tokio::task::spawn_blocking(move || -> Result<pb::StatusResponse, CotrainError> {
+        let alone = self.rmse_alone;
+        let resp = blocking(move || {
             let mut p = party.lock().map_err(|_| CotrainError::invalid("party lock poisoned"))?;
             let rmse = evaluate(&mut p)?.rmse;
             let spend = p
@@ -98,53 +207,70 @@ impl Node for NodeService {
                         peer: name.clone(),
                         rho: l.rho_spent(),
                         epsilon: l.epsilon_spent(),
+                        releases: l.releases.len() as u32,
+                        rho_budget: l.rho_budget,
                     })
                 })
                 .collect();
+            let rounds = p.turns().iter().map(|t| t.round).collect::<HashSet<_>>().len() as u32;
             Ok(pb::StatusResponse {
                 party: p.name.clone(),
                 model_version: p.model.version,
                 rounds_done: rounds,
                 spend,
                 test_rmse: rmse,
+                test_rmse_alone: alone,
             })
         })
-        .await
-        .map_err(|e| Status::internal(format!("worker failed: {e}")))?
-        .map_err(to_status)?;
+        .await?;
         Ok(Response::new(resp))
     }
 
     async fn run_round(&self, req: Request<pb::RunRoundRequest>) -> Result<Response<pb::RunRoundResponse>, Status> {
+        match self.auth.check(&req)? {
+            Principal::Anyone | Principal::Orchestrator => {}
+            Principal::Peer(p) => {
+                return Err(Status::permission_denied(format!("{p:?} is a peer, not the orchestrator")));
+            }
+        }
         let round = req.into_inner().round as usize;
-        let peers = self.peers.lock().await.clone();
+        let _one_turn_at_a_time = self.turn.lock().await;
+        let done = self.lock()?.turn(round).cloned();
+        if done.is_none() {
+            // query_turn locks the party only around synchronous sections.
+            query_turn(&self.party, &self.peers, round).await.map_err(to_status)?;
+        }
         let party = self.party.clone();
-        // query_turn locks the party only around synchronous sections.
-        let rep = query_turn(&party, &peers, round).await.map_err(to_status)?;
-        self.rounds_done.fetch_add(1, Ordering::Relaxed);
-        let rmse = {
-            let mut p = self.party.lock().map_err(|_| Status::internal("party lock poisoned"))?;
-            evaluate(&mut p).map_err(to_status)?.rmse
-        };
-        Ok(Response::new(pb::RunRoundResponse {
-            querier: rep.querier,
-            asked: rep.index.is_some(),
-            index: rep.index.unwrap_or(0) as u64,
-            answered_by: rep.answered_by,
-            refused: rep.refused.into_iter().map(|(p, why)| format!("{p}: {why}")).collect(),
-            test_rmse: rmse,
-        }))
+        let store = self.store.clone();
+        let resp = blocking(move || {
+            let mut p = party.lock().map_err(|_| CotrainError::invalid("party lock poisoned"))?;
+            save(&store, &p)?;
+            let rmse = evaluate(&mut p)?.rmse;
+            let t = p.turn(round).cloned().ok_or_else(|| CotrainError::invalid("turn not recorded"))?;
+            Ok(turn_to_pb(&p.name, &t, rmse))
+        })
+        .await?;
+        Ok(Response::new(resp))
     }
 }
 
-/// Serve `service` on `listener` until `shutdown` resolves.
+/// Serve `service` on `listener` (with mutual TLS when `tls` is given) until `shutdown`
+/// resolves; in-flight calls finish first.
 pub async fn serve(
     service: NodeService,
     listener: TcpListener,
+    tls: Option<ServerTlsConfig>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
-    tonic::transport::Server::builder()
-        .add_service(NodeServer::new(service).max_decoding_message_size(16 << 20))
-        .serve_with_incoming_shutdown(tonic::transport::server::TcpIncoming::from(listener), shutdown)
-        .await
+    let mut b = tonic::transport::Server::builder().timeout(Duration::from_secs(300)).tcp_nodelay(true);
+    if let Some(t) = tls {
+        b = b.tls_config(t)?;
+    }
+    b.add_service(
+        NodeServer::new(service)
+            .max_decoding_message_size(crate::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(crate::MAX_MESSAGE_BYTES),
+    )
+    .serve_with_incoming_shutdown(tonic::transport::server::TcpIncoming::from(listener), shutdown)
+    .await
 }

@@ -8,7 +8,7 @@ use dpcotrain_cotrain::driver::{build_parties, evaluate, query_turn, run_in_proc
 use dpcotrain_cotrain::responder::{DpConfig, DpMode, Party, ReleasePolicy};
 use dpcotrain_cotrain::simulate::{SimConfig, simulate};
 use dpcotrain_federation::pb::node_client::NodeClient;
-use dpcotrain_federation::{GrpcPeer, NodeService, pb, serve};
+use dpcotrain_federation::{Agreement, GrpcPeer, NodeService, PeerOptions, Retry, pb, serve};
 use dpcotrain_privacy::calibrate::Mechanism;
 use dpcotrain_privacy::sensitivity::LabelRange;
 use std::sync::{Arc, Mutex};
@@ -42,13 +42,28 @@ async fn start(party: Arc<Mutex<Party>>) -> (String, tokio::sync::oneshot::Sende
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let svc = NodeService::new(party, FED);
     tokio::spawn(async move {
-        serve(svc, listener, async {
+        serve(svc, listener, None, async {
             let _ = rx.await;
         })
         .await
         .unwrap();
     });
     (addr, tx)
+}
+
+/// `me`'s gRPC peer `name` at `addr` (no TLS, no token: these nodes run open).
+fn peer(me: &Arc<Mutex<Party>>, name: &str, addr: &str) -> GrpcPeer {
+    let p = me.lock().unwrap();
+    GrpcPeer::new(PeerOptions {
+        me: p.name.clone(),
+        name: name.into(),
+        address: addr.into(),
+        agreement: Agreement::of(&p, FED, 0.0, 1.0),
+        token: None,
+        tls: None,
+        retry: Retry::default(),
+    })
+    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -63,8 +78,8 @@ async fn grpc_run_equals_in_process_run() {
     let (addr_b, stop_b) = start(remote[1].clone()).await;
     let name_a = remote[0].lock().unwrap().name.clone();
     let name_b = remote[1].lock().unwrap().name.clone();
-    let peer_of_a = vec![GrpcPeer::connect(&name_b, FED, &addr_b).await.unwrap()];
-    let peer_of_b = vec![GrpcPeer::connect(&name_a, FED, &addr_a).await.unwrap()];
+    let peer_of_a = vec![peer(&remote[0], &name_b, &addr_b)];
+    let peer_of_b = vec![peer(&remote[1], &name_a, &addr_a)];
     for round in 0..25 {
         query_turn(&remote[0], &peer_of_a, round).await.unwrap();
         query_turn(&remote[1], &peer_of_b, round).await.unwrap();
@@ -97,6 +112,21 @@ async fn malformed_requests_get_status_codes_and_the_node_stays_up() {
         want_prior: false,
         federation_id: FED.into(),
     };
+    // No handshake yet.
+    let err = c.predict(good.clone()).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{}", err.message());
+    let agreement = Agreement::of(&ps[0].lock().unwrap(), FED, 0.0, 1.0);
+    // A handshake that disagrees on the pool or the privacy policy is refused.
+    let mut bad = agreement.clone();
+    bad.pool_hash = dpcotrain_federation::agreement::pool_hash(7);
+    let hs = c.handshake(bad.to_pb("P2")).await.unwrap().into_inner();
+    assert!(!hs.accepted && hs.reason.contains("pool"), "{}", hs.reason);
+    let mut bad = agreement.clone();
+    bad.epsilon = 8.0;
+    let hs = c.handshake(bad.to_pb("P2")).await.unwrap().into_inner();
+    assert!(!hs.accepted && hs.reason.contains("privacy policy"), "{}", hs.reason);
+    let hs = c.handshake(agreement.to_pb("P2")).await.unwrap().into_inner();
+    assert!(hs.accepted, "{}", hs.reason);
     let cases = [
         (pb::PredictRequest { indices: vec![], ..good.clone() }, tonic::Code::InvalidArgument),
         (
@@ -178,7 +208,7 @@ async fn three_parties_complete_a_run_over_grpc() {
     for i in 0..3 {
         let mut v = Vec::new();
         for j in (0..3).filter(|j| *j != i) {
-            v.push(GrpcPeer::connect(&names[j], FED, &addrs[j]).await.unwrap());
+            v.push(peer(&remote[i], &names[j], &addrs[j]));
         }
         peers.push(v);
     }
@@ -195,4 +225,98 @@ async fn three_parties_complete_a_run_over_grpc() {
     for s in stops {
         let _ = s.send(());
     }
+}
+
+fn with_budget(policy: ReleasePolicy, budget_epsilon: f64) -> Vec<Arc<Mutex<Party>>> {
+    let sc =
+        simulate(&SimConfig { r: 0.9, n_obs: 25, n_pool: 200, n_test: 50, seed: 4, ..SimConfig::default() }).unwrap();
+    let dp = DpConfig {
+        mode: DpMode::Calibrated {
+            epsilon: 1.0,
+            delta: 1e-5,
+            mechanism: Mechanism::Analytic,
+            range: LabelRange::new(-3.0, 3.0).unwrap(),
+            budget_epsilon,
+        },
+        policy,
+        inflate_variance: true,
+    };
+    build_parties(&sc, CombinerKind::Noisy, Uncertainty::Marginal, &dp, 4).unwrap()
+}
+
+/// `n` concurrent Predict calls from each of `requesters`, distinct ids, overlapping indices.
+async fn flood(
+    addr: &str,
+    agreement: &Agreement,
+    requesters: &[&str],
+    n: usize,
+) -> Vec<(String, Result<pb::PredictResponse, tonic::Status>)> {
+    let c = NodeClient::connect(addr.to_string()).await.unwrap();
+    for r in requesters {
+        assert!(c.clone().handshake(agreement.to_pb(r)).await.unwrap().into_inner().accepted);
+    }
+    let mut tasks = Vec::new();
+    for r in requesters {
+        for k in 0..n {
+            let mut c = c.clone();
+            let req = pb::PredictRequest {
+                request_id: format!("{r}-{k}"),
+                requester: r.to_string(),
+                indices: vec![(k * 7) as u64 % 50, 60 + k as u64],
+                uncertainty: "marginal".into(),
+                want_prior: false,
+                federation_id: FED.into(),
+            };
+            let who = r.to_string();
+            tasks.push(tokio::spawn(async move { (who, c.predict(req).await.map(|r| r.into_inner())) }));
+        }
+    }
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_concurrent_predicts_never_overspends() {
+    // Budget for exactly one release per requester: each requester is charged once, whatever
+    // the interleaving, and every answer about an index carries the same released mean.
+    for policy in [ReleasePolicy::ReleaseOnce, ReleasePolicy::PerQuery] {
+        let ps = with_budget(policy, 1.0);
+        let agreement = Agreement::of(&ps[0].lock().unwrap(), FED, 0.0, 1.0);
+        let (addr, stop) = start(ps[0].clone()).await;
+        let requesters = ["P2", "P3", "P4"];
+        let res = flood(&addr, &agreement, &requesters, 25).await;
+        let mut means = std::collections::HashMap::new();
+        for (who, r) in &res {
+            let a = r.as_ref().expect("all fit in the budget");
+            for (i, m) in a.indices.iter().zip(&a.mean) {
+                let first = *means.entry((who.clone(), *i)).or_insert(*m);
+                assert_eq!(first.to_bits(), m.to_bits(), "{policy:?}: index {i} released once to {who}");
+            }
+        }
+        let p = ps[0].lock().unwrap();
+        for r in requesters {
+            let l = p.ledger(r).unwrap();
+            assert_eq!(l.releases.len(), 1, "{policy:?}: {r} charged once");
+            assert!(l.rho_spent() <= l.rho_budget * (1.0 + 1e-9));
+        }
+        drop(p);
+        let _ = stop.send(());
+    }
+    // Budget below one release: every call is refused with RESOURCE_EXHAUSTED and nothing is
+    // charged or released.
+    let ps = with_budget(ReleasePolicy::PerQuery, 0.5);
+    let agreement = Agreement::of(&ps[0].lock().unwrap(), FED, 0.0, 1.0);
+    let (addr, stop) = start(ps[0].clone()).await;
+    for (_, r) in flood(&addr, &agreement, &["P2", "P3"], 20).await {
+        assert_eq!(r.unwrap_err().code(), tonic::Code::ResourceExhausted);
+    }
+    let p = ps[0].lock().unwrap();
+    for r in ["P2", "P3"] {
+        assert_eq!(p.ledger(r).map(|l| l.releases.len()).unwrap_or(0), 0);
+    }
+    drop(p);
+    let _ = stop.send(());
 }

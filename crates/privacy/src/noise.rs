@@ -18,6 +18,22 @@ use nalgebra::{DMatrix, DVector};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use rand_distr::StandardNormal;
+use serde::{Deserialize, Serialize};
+
+/// Everything of a [`NoisePath`] but its kernel: the points drawn, their values and the exact
+/// position of the generator. A node persists this before a release leaves it, so a restarted
+/// node extends the *same* path and never re-draws noise for a mean it has already released.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NoisePathState {
+    pub points: DMatrix<f64>,
+    pub values: DVector<f64>,
+    /// ChaCha20 key.
+    pub seed: [u8; 32],
+    pub stream: u64,
+    /// Word position in the key stream (u128, as decimal text: JSON numbers cannot hold it).
+    pub word_pos: String,
+    pub max_jitter: Jitter,
+}
 
 #[derive(Debug, Clone)]
 pub struct NoisePath {
@@ -47,6 +63,36 @@ impl NoisePath {
             rng,
             max_jitter: Jitter::default(),
         }
+    }
+
+    /// The path's state, to persist (see [`NoisePathState`]).
+    pub fn state(&self) -> NoisePathState {
+        NoisePathState {
+            points: self.points.clone(),
+            values: self.values.clone(),
+            seed: self.rng.get_seed(),
+            stream: self.rng.get_stream(),
+            word_pos: self.rng.get_word_pos().to_string(),
+            max_jitter: self.max_jitter,
+        }
+    }
+
+    /// Rebuild a path from its persisted state and the kernel it was drawn with.
+    pub fn restore(kernel: Box<dyn Kernel>, s: &NoisePathState) -> Result<Self, PrivacyError> {
+        let word_pos: u128 = s.word_pos.parse().map_err(|_| {
+            PrivacyError::invalid(format!("noise path state: word_pos {:?} is not a number", s.word_pos))
+        })?;
+        if s.points.nrows() != s.values.len() {
+            return Err(PrivacyError::invalid(format!(
+                "noise path state: {} points but {} values",
+                s.points.nrows(),
+                s.values.len()
+            )));
+        }
+        let mut rng = ChaCha20Rng::from_seed(s.seed);
+        rng.set_stream(s.stream);
+        rng.set_word_pos(word_pos);
+        Ok(NoisePath { kernel, points: s.points.clone(), values: s.values.clone(), rng, max_jitter: s.max_jitter })
     }
 
     /// Number of points drawn so far.
@@ -169,6 +215,22 @@ mod tests {
         }
         acc /= reps as f64;
         assert!((acc - k).abs().max() < 0.04);
+    }
+
+    #[test]
+    fn restored_path_continues_exactly() {
+        let x1 = DMatrix::from_column_slice(2, 1, &[0.0, 1.0]);
+        let x2 = DMatrix::from_column_slice(2, 1, &[0.4, 2.0]);
+        let mut p = NoisePath::from_os_entropy(kern(), 1);
+        let a = p.sample_at(&x1).unwrap();
+        let state = p.state();
+        let b = p.sample_at(&x2).unwrap();
+        let mut q = NoisePath::restore(kern(), &state).unwrap();
+        assert_eq!(q.sample_at(&x1).unwrap(), a);
+        assert_eq!(q.sample_at(&x2).unwrap(), b);
+        let mut bad = state.clone();
+        bad.word_pos = "x".into();
+        assert!(NoisePath::restore(kern(), &bad).is_err());
     }
 
     #[test]

@@ -1,0 +1,166 @@
+//! A party's durable state: what must survive a crash so that a restarted party never
+//! re-spends privacy or re-draws noise for something it has already released.
+//!
+//! The private data, the kernel and the private-only fit are *not* stored: they are rebuilt
+//! from the party's configuration (the fit is deterministic). What is stored is everything
+//! the party has said or heard:
+//! - per requester: the privacy ledger, the indices answered, the released means and the
+//!   current noise path (its points, values and exact generator position);
+//! - the release-once noise vector (drawn once, possibly from OS entropy);
+//! - every answer by request id (so a retried id returns the same bytes);
+//! - every turn folded into the model (replayed in order to rebuild the augmented model).
+//!
+//! A node writes this before any answer leaves it (see `dpcotrain-federation`'s store).
+
+use crate::CotrainError;
+use crate::answer::Answer;
+use crate::responder::{Party, RequesterState, TurnRecord};
+use dpcotrain_privacy::accountant::Ledger;
+use dpcotrain_privacy::noise::{NoisePath, NoisePathState};
+use nalgebra::DVector;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Format version of [`PartyState`].
+pub const STATE_FORMAT: u32 = 1;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequesterRecord {
+    pub answered: Vec<usize>,
+    /// (pool index, released mean), sorted by index.
+    pub released: Vec<(usize, f64)>,
+    pub ledger: Option<Ledger>,
+    /// (model version, path, σ) of the current noise path.
+    pub path: Option<(u64, NoisePathState, f64)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FrozenRecord {
+    pub sigma: f64,
+    pub sensitivity: f64,
+    pub noise: DVector<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PartyState {
+    pub format: u32,
+    pub party: String,
+    pub model_version: u64,
+    pub requesters: BTreeMap<String, RequesterRecord>,
+    pub frozen: Option<FrozenRecord>,
+    pub answers: BTreeMap<String, Answer>,
+    pub turns: Vec<TurnRecord>,
+}
+
+impl PartyState {
+    /// Total ρ charged across all requesters' ledgers.
+    pub fn rho_spent(&self) -> f64 {
+        self.requesters.values().filter_map(|r| r.ledger.as_ref()).map(|l| l.rho_spent()).sum()
+    }
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1e-300)
+}
+
+impl Party {
+    /// Snapshot of everything the party has released or absorbed.
+    pub fn state(&self) -> PartyState {
+        let requesters = self
+            .requesters
+            .iter()
+            .map(|(name, st)| {
+                let mut released: Vec<(usize, f64)> = st.released.iter().map(|(&i, &m)| (i, m)).collect();
+                released.sort_by_key(|&(i, _)| i);
+                let rec = RequesterRecord {
+                    answered: st.answered.clone(),
+                    released,
+                    ledger: st.ledger.clone(),
+                    path: st.path.as_ref().map(|(v, p, s)| (*v, p.state(), *s)),
+                };
+                (name.clone(), rec)
+            })
+            .collect();
+        PartyState {
+            format: STATE_FORMAT,
+            party: self.name.clone(),
+            model_version: self.model.version,
+            requesters,
+            frozen: self.frozen.as_ref().map(|f| FrozenRecord {
+                sigma: f.sigma,
+                sensitivity: f.sensitivity,
+                noise: f.noise.clone(),
+            }),
+            answers: self.cache.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            turns: self.turns.clone(),
+        }
+    }
+
+    /// Resume from a snapshot. `self` must be freshly built from the same configuration and
+    /// data (nothing absorbed or released yet); the turns are replayed and checked against the
+    /// recorded objectives, the release-once σ against the recomputed one — a mismatch means
+    /// the data or configuration changed, and is refused rather than silently released anew.
+    pub fn restore(&mut self, s: &PartyState) -> Result<(), CotrainError> {
+        let bad = |m: String| CotrainError::invalid(format!("saved state of party {:?}: {m}", s.party));
+        if s.format != STATE_FORMAT {
+            return Err(bad(format!("format {} is not {STATE_FORMAT}", s.format)));
+        }
+        if s.party != self.name {
+            return Err(bad(format!("belongs to another party (this node is {:?})", self.name)));
+        }
+        if !self.turns.is_empty() || !self.requesters.is_empty() || !self.cache.is_empty() {
+            return Err(bad("can only restore into a fresh party".into()));
+        }
+        let pool = self.data.pool_size();
+        for t in &s.turns {
+            let replayed = self.fold_in(t.round, t.index, t.answers.clone(), t.refused.clone())?.objective;
+            match (replayed, t.objective) {
+                (None, None) => {}
+                (Some(a), Some(b)) if close(a, b) => {}
+                (a, b) => {
+                    return Err(bad(format!(
+                        "replaying round {} gives objective {a:?}, the saved run had {b:?}: data or configuration changed",
+                        t.round
+                    )));
+                }
+            }
+        }
+        if self.model.version != s.model_version {
+            return Err(bad(format!("replay reached model version {}, saved {}", self.model.version, s.model_version)));
+        }
+        match (&mut self.frozen, &s.frozen) {
+            (None, None) => {}
+            (Some(f), Some(r)) => {
+                if !close(f.sigma, r.sigma) || !close(f.sensitivity, r.sensitivity) || f.noise.len() != r.noise.len() {
+                    return Err(bad(format!(
+                        "release-once σ {} / Δ {} recomputed as {} / {}: data or privacy settings changed",
+                        r.sigma, r.sensitivity, f.sigma, f.sensitivity
+                    )));
+                }
+                f.noise = r.noise.clone();
+            }
+            _ => return Err(bad("release policy changed".into())),
+        }
+        for (name, r) in &s.requesters {
+            if let Some(&(i, _)) = r.released.iter().find(|(i, _)| *i >= pool) {
+                return Err(bad(format!("released index {i} outside the pool (size {pool})")));
+            }
+            let path = match &r.path {
+                Some((v, ps, sigma)) => {
+                    let p = NoisePath::restore(self.model.kernel.clone(), ps)?;
+                    Some((*v, p, *sigma))
+                }
+                None => None,
+            };
+            let st = RequesterState {
+                answered: r.answered.clone(),
+                released: r.released.iter().copied().collect(),
+                ledger: r.ledger.clone(),
+                path,
+            };
+            self.requesters.insert(name.clone(), st);
+        }
+        self.cache = s.answers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        Ok(())
+    }
+}

@@ -1,0 +1,223 @@
+//! [`GrpcPeer`]: a peer reached over gRPC, implementing the co-training `Peer` trait.
+//!
+//! The channel connects lazily, so a peer may start after us. Before its first Predict the
+//! peer handshakes (and again whenever the node answers `FAILED_PRECONDITION`, e.g. after a
+//! restart). Transient failures (unavailable, deadline exceeded) are retried with exponential
+//! backoff and jitter under the *same* request id — the node returns the same answer for a
+//! retried id, with no new noise and no new charge — until [`Retry::give_up_after`], then a
+//! clear error. Permanent failures (refused handshake, unauthenticated, budget exhausted,
+//! invalid request) are not retried.
+
+use crate::agreement::Agreement;
+use crate::auth::request;
+use crate::{convert, pb};
+use dpcotrain_cotrain::CotrainError;
+use dpcotrain_cotrain::answer::{Answer, PredictRequest};
+use dpcotrain_cotrain::peer::Peer;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
+use tonic::{Code, Status};
+
+/// Retry and deadline policy of outgoing calls.
+#[derive(Debug, Clone, Copy)]
+pub struct Retry {
+    /// Deadline of one call.
+    pub call_timeout: Duration,
+    /// First backoff; doubles up to `max_backoff`.
+    pub first_backoff: Duration,
+    pub max_backoff: Duration,
+    /// Stop retrying after this long and report the peer unreachable.
+    pub give_up_after: Duration,
+}
+
+impl Default for Retry {
+    fn default() -> Self {
+        Retry {
+            call_timeout: Duration::from_secs(60),
+            first_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_secs(2),
+            give_up_after: Duration::from_secs(30),
+        }
+    }
+}
+
+impl Retry {
+    /// Run `call` until it succeeds, fails permanently, or the time is up.
+    pub async fn run<T, F, Fut>(&self, what: &str, mut call: F) -> Result<T, Status>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, Status>>,
+    {
+        let start = Instant::now();
+        let mut backoff = self.first_backoff;
+        let mut tries = 0u32;
+        loop {
+            tries += 1;
+            match call().await {
+                Ok(v) => return Ok(v),
+                Err(s) if is_transient(&s) && start.elapsed() + backoff < self.give_up_after => {
+                    // ±25 % jitter so retrying peers do not stampede together.
+                    let j = 0.75 + 0.5 * rand::random::<f64>();
+                    tokio::time::sleep(backoff.mul_f64(j)).await;
+                    backoff = (backoff * 2).min(self.max_backoff);
+                }
+                Err(s) if is_transient(&s) => {
+                    return Err(Status::new(
+                        s.code(),
+                        format!(
+                            "{what}: still failing after {tries} tries over {:.1} s: {}",
+                            start.elapsed().as_secs_f64(),
+                            s.message()
+                        ),
+                    ));
+                }
+                Err(s) => return Err(s),
+            }
+        }
+    }
+}
+
+/// Worth retrying with the same request id.
+pub fn is_transient(s: &Status) -> bool {
+    matches!(s.code(), Code::Unavailable | Code::DeadlineExceeded | Code::Aborted | Code::Unknown | Code::Cancelled)
+}
+
+/// How to reach one peer.
+#[derive(Debug, Clone)]
+pub struct PeerOptions {
+    /// Our own party name (the `requester` of our calls).
+    pub me: String,
+    /// The peer's party name.
+    pub name: String,
+    /// e.g. `https://127.0.0.1:50052` (or `http://` without TLS).
+    pub address: String,
+    /// What we agree to; sent in the handshake.
+    pub agreement: Agreement,
+    /// The pair's bearer token.
+    pub token: Option<String>,
+    pub tls: Option<ClientTlsConfig>,
+    pub retry: Retry,
+}
+
+/// A peer reached over gRPC.
+#[derive(Clone)]
+pub struct GrpcPeer {
+    opts: Arc<PeerOptions>,
+    client: pb::node_client::NodeClient<Channel>,
+    handshaken: Arc<AtomicBool>,
+}
+
+fn peer_err(name: &str, s: &Status) -> CotrainError {
+    CotrainError::Peer { peer: name.into(), message: format!("{:?}: {}", s.code(), s.message()) }
+}
+
+/// A lazily connecting channel to `address` with our deadlines, limits and TLS.
+pub fn channel(address: &str, tls: Option<&ClientTlsConfig>, retry: &Retry) -> Result<Channel, String> {
+    let mut ep = Endpoint::from_shared(address.to_string())
+        .map_err(|e| format!("bad address {address:?}: {e}"))?
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(retry.call_timeout)
+        .tcp_nodelay(true);
+    if let Some(t) = tls {
+        ep = ep.tls_config(t.clone()).map_err(|e| format!("TLS for {address}: {e}"))?;
+    }
+    Ok(ep.connect_lazy())
+}
+
+impl GrpcPeer {
+    /// A peer (no I/O yet: the channel connects on first use).
+    pub fn new(opts: PeerOptions) -> Result<Self, CotrainError> {
+        let ch = channel(&opts.address, opts.tls.as_ref(), &opts.retry)
+            .map_err(|m| CotrainError::Peer { peer: opts.name.clone(), message: m })?;
+        let client = pb::node_client::NodeClient::new(ch)
+            .max_decoding_message_size(crate::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(crate::MAX_MESSAGE_BYTES);
+        Ok(GrpcPeer { opts: Arc::new(opts), client, handshaken: Arc::new(AtomicBool::new(false)) })
+    }
+
+    /// Handshake now (retrying while the peer is unreachable).
+    pub async fn handshake(&self) -> Result<(), CotrainError> {
+        let o = &self.opts;
+        let resp = o
+            .retry
+            .run(&format!("handshake with {}", o.name), || {
+                let mut c = self.client.clone();
+                let msg = o.agreement.to_pb(&o.me);
+                async move {
+                    let req =
+                        request(msg, o.token.as_deref(), o.retry.call_timeout).map_err(Status::invalid_argument)?;
+                    c.handshake(req).await
+                }
+            })
+            .await
+            .map_err(|s| peer_err(&o.name, &s))?
+            .into_inner();
+        if !resp.accepted {
+            return Err(CotrainError::Peer {
+                peer: o.name.clone(),
+                message: format!("refused the handshake: {}", resp.reason),
+            });
+        }
+        if resp.party != o.name {
+            return Err(CotrainError::Peer {
+                peer: o.name.clone(),
+                message: format!("the node at {} is party {:?}, not {:?}", o.address, resp.party, o.name),
+            });
+        }
+        self.handshaken.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
+    async fn predict_once(&self, msg: pb::PredictRequest) -> Result<pb::PredictResponse, Status> {
+        let o = &self.opts;
+        o.retry
+            .run(&format!("predict from {}", o.name), || {
+                let mut c = self.client.clone();
+                let msg = msg.clone();
+                async move {
+                    let req =
+                        request(msg, o.token.as_deref(), o.retry.call_timeout).map_err(Status::invalid_argument)?;
+                    c.predict(req).await.map(|r| r.into_inner())
+                }
+            })
+            .await
+    }
+}
+
+impl Peer for GrpcPeer {
+    fn name(&self) -> String {
+        self.opts.name.clone()
+    }
+
+    fn predict(&self, req: PredictRequest) -> impl Future<Output = Result<Answer, CotrainError>> + Send {
+        let msg = convert::request_to_pb(&req, &self.opts.agreement.federation_id);
+        async move {
+            let name = &self.opts.name;
+            if !self.handshaken.load(Ordering::SeqCst) {
+                self.handshake().await?;
+            }
+            let resp = match self.predict_once(msg.clone()).await {
+                // The node forgot us (it restarted): handshake again, then retry the same id.
+                Err(s) if s.code() == Code::FailedPrecondition => {
+                    self.handshaken.store(false, Ordering::SeqCst);
+                    self.handshake().await?;
+                    self.predict_once(msg).await
+                }
+                r => r,
+            }
+            .map_err(|s| peer_err(name, &s))?;
+            let a = convert::answer_from_pb(resp)
+                .map_err(|e| CotrainError::Peer { peer: name.clone(), message: format!("malformed answer: {e}") })?;
+            if a.responder != *name {
+                return Err(CotrainError::Peer {
+                    peer: name.clone(),
+                    message: format!("answer signed by {:?}", a.responder),
+                });
+            }
+            Ok(a)
+        }
+    }
+}

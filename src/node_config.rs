@@ -1,0 +1,360 @@
+//! The node and federation configuration files (`party.toml`, `federation.toml`): their
+//! schema, validation with errors that name the file and field, and what they resolve to —
+//! the [`Party`], its peers, its TLS identity and tokens, and its state directory.
+//!
+//! Security layout (`[security] dir`, shared by the nodes of a deployment, or one copy each):
+//! `ca.pem` (the federation CA), `NAME.pem` + `NAME.key` (each party's and the orchestrator's
+//! certificate, CN = NAME), `tokens/A-B.token` (the shared secret of the pair A, B — names in
+//! sorted order) and `tokens/orchestrator-NAME.token` (what the orchestrator presents to NAME).
+
+use crate::table::Table;
+use anyhow::Context;
+use dpcotrain_cotrain::answer::Uncertainty;
+use dpcotrain_cotrain::combiner::CombinerKind;
+use dpcotrain_cotrain::data::PartyData;
+use dpcotrain_cotrain::driver::default_kernel;
+use dpcotrain_cotrain::responder::{DpConfig, DpMode, Party, ReleasePolicy};
+use dpcotrain_federation::auth::ORCHESTRATOR;
+use dpcotrain_privacy::calibrate::{Mechanism, THESIS_MULTIPLIER};
+use dpcotrain_privacy::sensitivity::LabelRange;
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+/// A party's node configuration (`party.toml`). Relative paths are relative to the file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PartyConfig {
+    pub name: String,
+    pub federation_id: String,
+    /// host:port to listen on.
+    pub listen: String,
+    pub data: DataConfig,
+    #[serde(default)]
+    pub model: ModelConfig,
+    #[serde(default)]
+    pub privacy: PrivacyConfig,
+    #[serde(default)]
+    pub peers: Vec<PeerConfig>,
+    /// Seed of simulation noise. Omit it in production: release noise then comes from the OS.
+    #[serde(default)]
+    pub seed: Option<u64>,
+    /// Where the ledger, released answers and model history live (default `state/NAME` next
+    /// to the config file). Keep it on persistent storage: it is what stops a restarted node
+    /// from spending privacy again.
+    #[serde(default)]
+    pub state_dir: Option<PathBuf>,
+    /// TLS + tokens. Omitting it requires `insecure = true`.
+    #[serde(default)]
+    pub security: Option<SecurityConfig>,
+    /// Plaintext, unauthenticated (development on loopback only; refused on other addresses).
+    #[serde(default)]
+    pub insecure: bool,
+}
+
+/// `[security]`: mutual TLS and bearer tokens.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecurityConfig {
+    /// Folder with ca.pem, NAME.pem, NAME.key and tokens/ (see the module docs).
+    pub dir: PathBuf,
+    /// Create a throw-away CA, certificates and tokens there if they are missing (development:
+    /// every node of the federation must see the same folder).
+    #[serde(default)]
+    pub generate_dev: bool,
+    /// Host names / IPs the generated certificates are valid for.
+    #[serde(default = "dev_hosts")]
+    pub hosts: Vec<String>,
+}
+
+fn dev_hosts() -> Vec<String> {
+    vec!["localhost".into(), "127.0.0.1".into()]
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataConfig {
+    /// Private labelled rows: this party's covariate columns plus the target column.
+    pub train: PathBuf,
+    /// This party's view of the shared pool (row j = pool index j); covariates only.
+    pub pool: PathBuf,
+    /// This party's view of the shared test entities, with the target (evaluation only).
+    pub test: PathBuf,
+    pub target: String,
+    /// The public standardisation of y (science-notes D18) the labels are expressed in:
+    /// y_std = (y − y_mean) / y_scale. Every party must declare the same (checked at the
+    /// handshake). Default 0 and 1 (the files are already standardised).
+    #[serde(default)]
+    pub y_mean: f64,
+    #[serde(default = "unit")]
+    pub y_scale: f64,
+}
+
+fn unit() -> f64 {
+    1.0
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    #[serde(default = "noisy")]
+    pub combiner: String,
+    #[serde(default = "marginal")]
+    pub uncertainty: String,
+}
+
+fn noisy() -> String {
+    "noisy".into()
+}
+fn marginal() -> String {
+    "marginal".into()
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        ModelConfig { combiner: noisy(), uncertainty: marginal() }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrivacyConfig {
+    /// off | thesis | calibrated
+    #[serde(default = "calibrated")]
+    pub mode: String,
+    #[serde(default = "one")]
+    pub epsilon: f64,
+    #[serde(default = "delta")]
+    pub delta: f64,
+    /// ε budget per requester (default: epsilon).
+    pub budget_epsilon: Option<f64>,
+    #[serde(default = "range")]
+    pub label_range: [f64; 2],
+    /// release-once | per-query
+    #[serde(default = "release_once")]
+    pub policy: String,
+}
+
+fn calibrated() -> String {
+    "calibrated".into()
+}
+fn one() -> f64 {
+    1.0
+}
+fn delta() -> f64 {
+    1e-5
+}
+fn range() -> [f64; 2] {
+    [-3.0, 3.0]
+}
+fn release_once() -> String {
+    "release-once".into()
+}
+
+impl Default for PrivacyConfig {
+    fn default() -> Self {
+        PrivacyConfig {
+            mode: calibrated(),
+            epsilon: 1.0,
+            delta: 1e-5,
+            budget_epsilon: None,
+            label_range: range(),
+            policy: release_once(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeerConfig {
+    pub name: String,
+    /// e.g. https://127.0.0.1:50052 (http:// only for insecure nodes)
+    pub address: String,
+}
+
+/// The orchestrator's view (`federation.toml`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FederationConfig {
+    pub federation_id: String,
+    #[serde(default = "rounds")]
+    pub rounds: u32,
+    pub nodes: Vec<PeerConfig>,
+    /// The orchestrator's certificate (CN "orchestrator") and tokens; omit for insecure nodes.
+    #[serde(default)]
+    pub security: Option<SecurityConfig>,
+}
+
+fn rounds() -> u32 {
+    25
+}
+
+pub fn load<T: for<'de> Deserialize<'de>>(path: &Path) -> anyhow::Result<T> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+pub fn rel(base: &Path, p: &Path) -> PathBuf {
+    if p.is_absolute() { p.to_path_buf() } else { base.parent().unwrap_or(Path::new(".")).join(p) }
+}
+
+pub fn party_from_config(cfg: &PartyConfig, path: &Path) -> anyhow::Result<Party> {
+    let train = Table::read(&rel(path, &cfg.data.train))?;
+    train.require_rows(2, "training data")?;
+    let (x_train, y_train, columns, _) = train.split_target(Some(&cfg.data.target))?;
+    let pool = Table::read(&rel(path, &cfg.data.pool))?;
+    pool.expect_columns(columns.len(), "pool view")?;
+    let test = Table::read(&rel(path, &cfg.data.test))?;
+    let (x_test, y_test, _, _) = test.split_target(Some(&cfg.data.target))?;
+    if x_test.ncols() != columns.len() {
+        anyhow::bail!(
+            "{}: test view has {} covariate columns, training has {}",
+            cfg.data.test.display(),
+            x_test.ncols(),
+            columns.len()
+        );
+    }
+    let data = PartyData { name: cfg.name.clone(), columns, x_train, y_train, x_pool: pool.data, x_test, y_test };
+    let kind = match cfg.model.combiner.as_str() {
+        "noisy" => CombinerKind::Noisy,
+        "blocky" => CombinerKind::Blocky,
+        "hybrid" => CombinerKind::Hybrid,
+        o => anyhow::bail!("{}: model.combiner {o:?} is not noisy, blocky or hybrid", path.display()),
+    };
+    let unc = match cfg.model.uncertainty.as_str() {
+        "none" => Uncertainty::None,
+        "marginal" => Uncertainty::Marginal,
+        "full" => Uncertainty::Full,
+        o => anyhow::bail!("{}: model.uncertainty {o:?} is not none, marginal or full", path.display()),
+    };
+    let pv = &cfg.privacy;
+    let policy = match pv.policy.as_str() {
+        "release-once" => ReleasePolicy::ReleaseOnce,
+        "per-query" => ReleasePolicy::PerQuery,
+        o => anyhow::bail!("{}: privacy.policy {o:?} is not release-once or per-query", path.display()),
+    };
+    for (name, v) in [("epsilon", pv.epsilon), ("delta", pv.delta)] {
+        if !v.is_finite() || v <= 0.0 {
+            anyhow::bail!("{}: privacy.{name} must be a positive number, got {v}", path.display());
+        }
+    }
+    let mode = match pv.mode.as_str() {
+        "off" => DpMode::Off,
+        "thesis" => DpMode::Thesis { multiplier: THESIS_MULTIPLIER },
+        "calibrated" => DpMode::Calibrated {
+            epsilon: pv.epsilon,
+            delta: pv.delta,
+            mechanism: Mechanism::Analytic,
+            range: LabelRange::new(pv.label_range[0], pv.label_range[1])
+                .map_err(|e| anyhow::anyhow!("{}: privacy.label_range: {e}", path.display()))?,
+            budget_epsilon: pv.budget_epsilon.unwrap_or(pv.epsilon),
+        },
+        o => anyhow::bail!("{}: privacy.mode {o:?} is not off, thesis or calibrated", path.display()),
+    };
+    let (k, noise) = default_kernel(&data);
+    let dp = DpConfig { mode, policy, inflate_variance: true };
+    Ok(Party::new(data, kind, unc, k, noise, dp, cfg.seed)?)
+}
+
+/// Party names become certificate names and file names: letters, digits, '-' and '_'.
+pub fn check_name(name: &str, what: &str) -> anyhow::Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        && name != ORCHESTRATOR;
+    if !ok {
+        anyhow::bail!(
+            "{what} {name:?}: use 1-63 letters, digits, '-' or '_' (and not {ORCHESTRATOR:?}): it names certificates and files"
+        );
+    }
+    Ok(())
+}
+
+/// File name of the token shared by `a` and `b`.
+pub fn pair_token(dir: &Path, a: &str, b: &str) -> PathBuf {
+    let (x, y) = if a <= b { (a, b) } else { (b, a) };
+    dir.join("tokens").join(format!("{x}-{y}.token"))
+}
+
+/// File name of the token the orchestrator presents to `node`.
+pub fn orchestrator_token(dir: &Path, node: &str) -> PathBuf {
+    dir.join("tokens").join(format!("{ORCHESTRATOR}-{node}.token"))
+}
+
+pub fn read_token(path: &Path) -> anyhow::Result<String> {
+    let t = std::fs::read_to_string(path).with_context(|| {
+        format!("cannot read token {} (generate dev secrets with `dpcotrain certs`)", path.display())
+    })?;
+    let t = t.trim().to_string();
+    if t.len() < dpcotrain_federation::auth::MIN_TOKEN_LEN {
+        anyhow::bail!(
+            "{}: token shorter than {} characters",
+            path.display(),
+            dpcotrain_federation::auth::MIN_TOKEN_LEN
+        );
+    }
+    Ok(t)
+}
+
+impl PartyConfig {
+    /// Structural checks that need no files: names, addresses, security mode.
+    pub fn validate(&self, path: &Path) -> anyhow::Result<()> {
+        let f = path.display();
+        check_name(&self.name, &format!("{f}: name"))?;
+        for p in &self.peers {
+            check_name(&p.name, &format!("{f}: peers.name"))?;
+            if p.name == self.name {
+                anyhow::bail!("{f}: peer {:?} is this party itself", p.name);
+            }
+            let scheme_ok =
+                if self.insecure { p.address.starts_with("http://") } else { p.address.starts_with("https://") };
+            if !scheme_ok {
+                anyhow::bail!(
+                    "{f}: peer {} address {:?} must start with {}",
+                    p.name,
+                    p.address,
+                    if self.insecure { "http:// (insecure = true)" } else { "https:// (TLS)" }
+                );
+            }
+        }
+        let mut names: Vec<&str> = self.peers.iter().map(|p| p.name.as_str()).collect();
+        names.sort();
+        if names.windows(2).any(|w| w[0] == w[1]) {
+            anyhow::bail!("{f}: a peer is listed twice");
+        }
+        if !self.data.y_scale.is_finite() || self.data.y_scale <= 0.0 || !self.data.y_mean.is_finite() {
+            anyhow::bail!("{f}: data.y_scale must be positive and data.y_mean finite");
+        }
+        match (&self.security, self.insecure) {
+            (Some(_), true) => anyhow::bail!("{f}: set either [security] or insecure = true, not both"),
+            (None, false) => anyhow::bail!(
+                "{f}: no [security] section: add one (TLS + tokens; `generate_dev = true` makes throw-away secrets) or set insecure = true for a loopback-only development node"
+            ),
+            (None, true) => {
+                let host = self.listen.rsplit_once(':').map(|(h, _)| h).unwrap_or(&self.listen);
+                if !matches!(host, "127.0.0.1" | "localhost" | "[::1]") {
+                    anyhow::bail!(
+                        "{f}: insecure = true is only allowed on a loopback listen address, not {:?}",
+                        self.listen
+                    );
+                }
+            }
+            (Some(_), false) => {}
+        }
+        Ok(())
+    }
+
+    /// Every principal this node's secrets folder must hold (itself, its peers, the orchestrator).
+    pub fn principals(&self) -> Vec<String> {
+        let mut v = vec![self.name.clone()];
+        v.extend(self.peers.iter().map(|p| p.name.clone()));
+        v.push(ORCHESTRATOR.into());
+        v
+    }
+
+    pub fn state_dir(&self, path: &Path) -> PathBuf {
+        match &self.state_dir {
+            Some(d) => rel(path, d),
+            None => rel(path, &Path::new("state").join(&self.name)),
+        }
+    }
+}
