@@ -1,4 +1,5 @@
-//! `dpcotrain bench gp`: speed and memory of the numerical core on this machine.
+//! `dpcotrain bench gp`: speed and memory of the numerical core on this machine
+//! (`bench node`, the federation's speed, is in `bench_node.rs`).
 //!
 //! Reports the best of a few repetitions (setup untimed), GFLOP/s estimated from the dominant
 //! dense kernels, and the machine's GEMM rate as the peak to compare with. The memory
@@ -19,6 +20,9 @@ use std::time::Instant;
 pub enum BenchCommand {
     /// Time VFE ELBO+gradient, exact LML+gradient and GEMM; measure a large VFE fit's memory.
     Gp(GpBenchArgs),
+    /// Federation speed: a 100k-row VFE node's Predict latency over gRPC+TLS, and the gRPC
+    /// overhead per exchange of a two-party 25-round run.
+    Node(crate::bench_node::NodeBenchArgs),
     /// (internal) One VFE fit, printing its peak memory as JSON; used by `bench gp --memory`.
     #[command(hide = true)]
     GpMemory(MemoryArgs),
@@ -86,6 +90,9 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Gp(a) => run_gp(a),
         BenchCommand::GpMemory(a) => run_memory(a),
+        BenchCommand::Node(a) => {
+            tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(crate::bench_node::run(a))
+        }
     }
 }
 

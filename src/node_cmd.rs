@@ -73,7 +73,6 @@ pub struct Launched {
     pub service: NodeService,
     pub listener: tokio::net::TcpListener,
     pub tls: Option<ServerTlsConfig>,
-    pub name: String,
 }
 
 /// Everything `node serve` does before serving: validate the config, make or load secrets,
@@ -136,7 +135,7 @@ pub async fn launch(cfg: &PartyConfig, path: &Path) -> anyhow::Result<Launched> 
         .with_rmse_alone(alone);
     let listener =
         tokio::net::TcpListener::bind(&cfg.listen).await.with_context(|| format!("cannot listen on {}", cfg.listen))?;
-    Ok(Launched { service, listener, tls: server_tls, name: cfg.name.clone() })
+    Ok(Launched { service, listener, tls: server_tls })
 }
 
 pub async fn serve_node(a: ServeArgs) -> anyhow::Result<()> {
@@ -390,8 +389,21 @@ pub struct SplitArgs {
 /// Write each CCPP party's private view (standardised, D18) as CSV files.
 pub fn split_ccpp(a: SplitArgs) -> anyhow::Result<()> {
     let sc = ccpp(&CcppConfig { masking: a.masking == "yes", n_obs: a.n_obs, seed: a.seed, ..CcppConfig::default() })?;
-    for (p, dir) in sc.parties.iter().zip(["party-a", "party-b"]) {
-        let d = a.out.join(dir);
+    write_views(&sc, &a.out, &["party-a", "party-b"], RESPONSE)?;
+    eprintln!("wrote {}", a.out.display());
+    Ok(())
+}
+
+/// Write every party's view of a scenario as `DIR/{train,test,pool}.csv` (train and test with
+/// the `target` column last).
+pub fn write_views(
+    sc: &dpcotrain_cotrain::data::Scenario,
+    out: &Path,
+    dirs: &[&str],
+    target: &str,
+) -> anyhow::Result<()> {
+    for (p, dir) in sc.parties.iter().zip(dirs) {
+        let d = out.join(dir);
         std::fs::create_dir_all(&d).with_context(|| format!("cannot create {}", d.display()))?;
         let with_y = |x: &DMatrix<f64>, y: &nalgebra::DVector<f64>| {
             let mut m = DMatrix::zeros(x.nrows(), x.ncols() + 1);
@@ -400,11 +412,10 @@ pub fn split_ccpp(a: SplitArgs) -> anyhow::Result<()> {
             m
         };
         let mut header = p.columns.clone();
-        header.push(RESPONSE.to_string());
+        header.push(target.to_string());
         write_csv(&d.join("train.csv"), &header, &with_y(&p.x_train, &p.y_train))?;
         write_csv(&d.join("test.csv"), &header, &with_y(&p.x_test, &p.y_test))?;
         write_csv(&d.join("pool.csv"), &p.columns, &p.x_pool)?;
     }
-    eprintln!("wrote {}", a.out.display());
     Ok(())
 }

@@ -260,10 +260,11 @@ pub fn check_name(name: &str, what: &str) -> anyhow::Result<()> {
     let ok = !name.is_empty()
         && name.len() <= 63
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-        && name != ORCHESTRATOR;
+        && name != ORCHESTRATOR
+        && name != "ca";
     if !ok {
         anyhow::bail!(
-            "{what} {name:?}: use 1-63 letters, digits, '-' or '_' (and not {ORCHESTRATOR:?}): it names certificates and files"
+            "{what} {name:?}: use 1-63 letters, digits, '-' or '_' (and not {ORCHESTRATOR:?} or \"ca\"): it names certificates and files"
         );
     }
     Ok(())

@@ -1,30 +1,467 @@
-//! Mutual TLS (temporary stub while the dev PKI lands).
+//! Mutual TLS between federation nodes' gRPC endpoints.
+//!
+//! Every node is both a gRPC server and a client, so each one holds a single leaf
+//! certificate (EKU serverAuth + clientAuth) signed by the federation CA, and trusts
+//! only that CA, both for the servers it calls and for the clients calling it.
+//!
+//! * [`ensure_dev_pki`] / [`generate_dev_pki`] make a throw-away development PKI in a
+//!   directory: `ca.pem`, `ca.key` and `NAME.pem` + `NAME.key` per node.
+//! * [`NodeTls`] points at one node's CA / cert / key files and builds tonic's
+//!   [`ServerTlsConfig`] (client certificates *required*) and [`ClientTlsConfig`].
+//! * [`peer_identity`] gives the CN of the verified client certificate of a request,
+//!   so a handler can check that a message's `requester` is the party that authenticated.
+//!
+//! Certificates are parsed with a small DER walk (subject CN, issuer, public key) rather
+//! than an X.509 crate: that is all this module needs and it adds no dependencies.
+
+use std::fs;
+use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
-use tonic::Request;
-use tonic::transport::{ClientTlsConfig, ServerTlsConfig};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose, PublicKeyData,
+};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
+
+/// Common name of the CA made by [`generate_dev_pki`].
+pub const DEV_CA_CN: &str = "dpcotrain dev federation CA";
+/// How long [`ensure_dev_pki`] waits for another process that holds `dir/.lock`.
+pub const LOCK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Everything that can go wrong; each message names the file involved and what to do.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct TlsError(String);
+pub enum TlsError {
+    /// Reading, writing or creating a file or directory failed.
+    #[error("cannot {action} {}: {source}", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file exists but its content is unusable.
+    #[error("{}: {problem}", path.display())]
+    BadFile { path: PathBuf, problem: String },
+    /// rcgen could not build a key or certificate.
+    #[error("cannot generate {what}: {source}")]
+    Generate {
+        what: String,
+        #[source]
+        source: rcgen::Error,
+    },
+    /// Another process held the PKI lock for too long.
+    #[error(
+        "waited {waited:?} for {}: another process is creating the dev PKI, or one died while \
+         doing so; if no node is starting, delete that directory and retry",
+        path.display()
+    )]
+    LockTimeout { path: PathBuf, waited: Duration },
+    /// A node name unusable as a file name / DNS SAN.
+    #[error("invalid node name {0:?}: use ASCII letters, digits, '-', '_' or '.', not \"ca\"")]
+    BadName(String),
+}
 
+fn io_err(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> TlsError {
+    let path = path.to_path_buf();
+    move |source| TlsError::Io { action, path, source }
+}
+
+fn bad(path: &Path, problem: impl Into<String>) -> TlsError {
+    TlsError::BadFile { path: path.to_path_buf(), problem: problem.into() }
+}
+
+fn gen_err(what: impl Into<String>) -> impl FnOnce(rcgen::Error) -> TlsError {
+    let what = what.into();
+    move |source| TlsError::Generate { what, source }
+}
+
+fn check_names(names: &[String]) -> Result<(), TlsError> {
+    for n in names {
+        let ok_char = |c: char| c.is_ascii_alphanumeric() || "-_.".contains(c);
+        if n.is_empty() || n == "ca" || n.starts_with('.') || !n.chars().all(ok_char) {
+            return Err(TlsError::BadName(n.clone()));
+        }
+    }
+    Ok(())
+}
+
+fn cn(name: &str) -> DistinguishedName {
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, name);
+    dn
+}
+
+fn ca_params(common_name: &str) -> CertificateParams {
+    let mut p = CertificateParams::default();
+    p.distinguished_name = cn(common_name);
+    p.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    p
+}
+
+/// The CA's signing half plus its subject name as DER (to check what we issue).
+struct DevCa {
+    issuer: Issuer<'static, KeyPair>,
+    subject: Vec<u8>,
+}
+
+fn issue_leaf(dir: &Path, name: &str, hosts: &[String], ca: &DevCa) -> Result<(), TlsError> {
+    let mut sans = hosts.to_vec();
+    if !sans.iter().any(|h| h == name) {
+        sans.push(name.to_string());
+    }
+    let mut p = CertificateParams::new(sans).map_err(gen_err(format!("SANs of {name}")))?;
+    p.distinguished_name = cn(name);
+    p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+    p.use_authority_key_identifier_extension = true;
+    let key = KeyPair::generate().map_err(gen_err(format!("key of {name}")))?;
+    let cert = p.signed_by(&key, &ca.issuer).map_err(gen_err(format!("certificate of {name}")))?;
+    let pem_path = dir.join(format!("{name}.pem"));
+    if cert_parts(cert.der()).map(|c| c.issuer) != Some(&ca.subject[..]) {
+        return Err(bad(
+            &pem_path,
+            "issuer name differs from ca.pem's subject: delete the PKI directory to regenerate it",
+        ));
+    }
+    write_atomic(&dir.join(format!("{name}.key")), key.serialize_pem().as_bytes(), true)?;
+    write_atomic(&pem_path, cert.pem().as_bytes(), false)
+}
+
+/// Creates a fresh throw-away federation CA in `dir` (`ca.pem`, `ca.key`) and, for each
+/// name, `NAME.pem` + `NAME.key` signed by it: CN = NAME, SANs = `hosts` (IP addresses
+/// become IP SANs) plus DNS NAME, EKU serverAuth + clientAuth. Overwrites existing files;
+/// every file is written atomically, keys with mode 0600 on unix. Prefer [`ensure_dev_pki`].
+pub fn generate_dev_pki(dir: &Path, names: &[String], hosts: &[String]) -> Result<(), TlsError> {
+    check_names(names)?;
+    fs::create_dir_all(dir).map_err(io_err("create directory", dir))?;
+    let key = KeyPair::generate().map_err(gen_err("CA key"))?;
+    let params = ca_params(DEV_CA_CN);
+    let cert = params.self_signed(&key).map_err(gen_err("CA certificate"))?;
+    let subject = cert_parts(cert.der()).map(|c| c.subject.to_vec()).unwrap_or_default();
+    write_atomic(&dir.join("ca.key"), key.serialize_pem().as_bytes(), true)?;
+    write_atomic(&dir.join("ca.pem"), cert.pem().as_bytes(), false)?;
+    let ca = DevCa { issuer: Issuer::new(params, key), subject };
+    names.iter().try_for_each(|n| issue_leaf(dir, n, hosts, &ca))
+}
+
+/// Makes sure `dir` holds a complete dev PKI with a leaf for every name; safe when
+/// several processes (or threads) call it at once.
+///
+/// If `dir/.complete` exists and every `NAME.pem`/`NAME.key` is there, it does nothing.
+/// Otherwise it takes the lock `dir/.lock` (an atomic `create_dir`, waiting at most
+/// [`LOCK_TIMEOUT`] for another holder), and then either adds the missing leaves signed by
+/// the existing CA, or, when the PKI was never completed, generates it all and writes
+/// `.complete`. `hosts` only apply to leaves created by this call. Blocks: in async code
+/// call it before starting the runtime or through `spawn_blocking`.
+pub fn ensure_dev_pki(dir: &Path, names: &[String], hosts: &[String]) -> Result<(), TlsError> {
+    check_names(names)?;
+    let done = dir.join(".complete");
+    let has = |n: &String| dir.join(format!("{n}.pem")).exists() && dir.join(format!("{n}.key")).exists();
+    if done.exists() && names.iter().all(has) {
+        return Ok(());
+    }
+    fs::create_dir_all(dir).map_err(io_err("create directory", dir))?;
+    let _lock = DirLock::acquire(dir.join(".lock"), LOCK_TIMEOUT)?;
+    if done.exists() {
+        let missing: Vec<&String> = names.iter().filter(|n| !has(n)).collect();
+        if !missing.is_empty() {
+            let ca = load_ca(dir)?;
+            missing.into_iter().try_for_each(|n| issue_leaf(dir, n, hosts, &ca))?;
+        }
+        return Ok(());
+    }
+    generate_dev_pki(dir, names, hosts)?;
+    write_atomic(&done, b"dpcotrain dev PKI complete\n", false)
+}
+
+/// Loads the CA of an existing dev PKI so that new leaves chain to it.
+fn load_ca(dir: &Path) -> Result<DevCa, TlsError> {
+    let (ca_path, key_path) = (dir.join("ca.pem"), dir.join("ca.key"));
+    let der = first_cert(&ca_path, &read(&ca_path)?)?;
+    let key = KeyPair::from_pem(&read(&key_path)?)
+        .map_err(|e| bad(&key_path, format!("not a PKCS#8 private key rcgen can use: {e}")))?;
+    let parts = cert_parts(&der).ok_or_else(|| bad(&ca_path, "malformed X.509 certificate"))?;
+    if parts.spki != key.subject_public_key_info() {
+        return Err(bad(&key_path, format!("does not match {}", ca_path.display())));
+    }
+    let name = common_name(parts.subject).ok_or_else(|| bad(&ca_path, "subject has no CN"))?;
+    let subject = parts.subject.to_vec();
+    Ok(DevCa { issuer: Issuer::new(ca_params(&name), key), subject })
+}
+
+/// A directory used as a lock; removed on drop.
+#[derive(Debug)]
+struct DirLock(PathBuf);
+
+impl DirLock {
+    fn acquire(path: PathBuf, timeout: Duration) -> Result<Self, TlsError> {
+        let start = Instant::now();
+        loop {
+            match fs::create_dir(&path) {
+                Ok(()) => return Ok(DirLock(path)),
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                    if start.elapsed() >= timeout {
+                        return Err(TlsError::LockTimeout { path, waited: start.elapsed() });
+                    }
+                    std::thread::sleep(Duration::from_millis(25));
+                }
+                Err(e) => return Err(io_err("create lock directory", &path)(e)),
+            }
+        }
+    }
+}
+
+impl Drop for DirLock {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir(&self.0);
+    }
+}
+
+/// Writes `data` to a temporary file beside `path`, fsyncs it, renames it over `path`
+/// and fsyncs the directory (unix). `secret` files get mode 0600 on unix.
+fn write_atomic(path: &Path, data: &[u8], secret: bool) -> Result<(), TlsError> {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let base = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{base}.{}.{}.tmp", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
+    let result = (|| {
+        let mut opts = fs::OpenOptions::new();
+        opts.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut opts, if secret { 0o600 } else { 0o644 });
+        let mut file = opts.open(&tmp)?;
+        file.write_all(data)?;
+        file.sync_all()?;
+        fs::rename(&tmp, path)?;
+        #[cfg(unix)]
+        fs::File::open(dir)?.sync_all()?;
+        Ok(())
+    })();
+    result.map_err(|e| {
+        let _ = fs::remove_file(&tmp);
+        io_err("write", path)(e)
+    })
+}
+
+fn read(path: &Path) -> Result<String, TlsError> {
+    fs::read_to_string(path).map_err(io_err("read", path))
+}
+
+fn first_cert(path: &Path, pem: &str) -> Result<CertificateDer<'static>, TlsError> {
+    let certs: Result<Vec<_>, _> = CertificateDer::pem_slice_iter(pem.as_bytes()).collect();
+    let certs = certs.map_err(|e| bad(path, format!("bad PEM certificate: {e}")))?;
+    certs.into_iter().next().ok_or_else(|| bad(path, "contains no \"BEGIN CERTIFICATE\" block"))
+}
+
+/// One node's TLS files: the federation CA, its own certificate and its private key.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeTls {
+    /// CA certificate(s) (PEM) that peers' certificates must chain to.
     pub ca: PathBuf,
+    /// This node's certificate (PEM), optionally followed by intermediates.
     pub cert: PathBuf,
+    /// This node's private key (PEM).
     pub key: PathBuf,
 }
-impl NodeTls {
-    pub fn server_config(&self) -> Result<ServerTlsConfig, TlsError> {
-        Err(TlsError("stub".into()))
-    }
-    pub fn client_config(&self, _domain: &str) -> Result<ClientTlsConfig, TlsError> {
-        Err(TlsError("stub".into()))
-    }
-}
-pub fn ensure_dev_pki(_dir: &Path, _names: &[String], _hosts: &[String]) -> Result<(), TlsError> {
-    Err(TlsError("stub".into()))
+
+/// The PEM text of a [`NodeTls`]'s files, checked by [`NodeTls::load`].
+pub struct NodePem {
+    /// CA certificate(s).
+    pub ca: String,
+    /// Node certificate chain.
+    pub cert: String,
+    /// Node private key.
+    pub key: String,
 }
 
-/// The common name of the caller's verified client certificate.
-pub fn peer_identity<T>(_req: &Request<T>) -> Option<String> {
+impl std::fmt::Debug for NodePem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (ca, cert) = (&self.ca, &self.cert);
+        f.debug_struct("NodePem").field("ca", ca).field("cert", cert).field("key", &"<redacted>").finish()
+    }
+}
+
+impl NodeTls {
+    /// Paths of node `name` in a PKI made by [`ensure_dev_pki`].
+    pub fn dev(dir: &Path, name: &str) -> Self {
+        let file = |ext: &str| dir.join(format!("{name}.{ext}"));
+        NodeTls { ca: dir.join("ca.pem"), cert: file("pem"), key: file("key") }
+    }
+
+    /// Reads the three files and checks that they hold PEM certificates / a private key,
+    /// and (when rcgen can parse the key) that the key belongs to the certificate.
+    pub fn load(&self) -> Result<NodePem, TlsError> {
+        let (ca, cert, key) = (read(&self.ca)?, read(&self.cert)?, read(&self.key)?);
+        first_cert(&self.ca, &ca)?;
+        let leaf = first_cert(&self.cert, &cert)?;
+        PrivateKeyDer::from_pem_slice(key.as_bytes())
+            .map_err(|e| bad(&self.key, format!("no usable PEM private key: {e}")))?;
+        if let (Ok(kp), Some(parts)) = (KeyPair::from_pem(&key), cert_parts(&leaf))
+            && kp.subject_public_key_info() != parts.spki
+        {
+            return Err(bad(&self.key, format!("does not match certificate {}", self.cert.display())));
+        }
+        Ok(NodePem { ca, cert, key })
+    }
+
+    /// Server side: presents our certificate and *requires* a client certificate chaining
+    /// to our CA (handshakes without one, or with another CA's, fail).
+    pub fn server_config(&self) -> Result<ServerTlsConfig, TlsError> {
+        let pem = self.load()?;
+        // tonic builds the server's rustls config with the process-default CryptoProvider
+        // (its client side names ring explicitly). rustls picks ring by itself while ring is
+        // its only enabled backend, and panics if another crate also enables aws-lc-rs;
+        // installing ring first avoids that. Fails harmlessly if one is already installed.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        Ok(ServerTlsConfig::new()
+            .identity(Identity::from_pem(pem.cert, pem.key))
+            .client_ca_root(Certificate::from_pem(pem.ca))
+            .client_auth_optional(false))
+    }
+
+    /// Client side: trusts only our CA, expects the server certificate to be valid for
+    /// `domain` (a DNS SAN, e.g. "localhost" or the peer's name) and presents our certificate.
+    pub fn client_config(&self, domain: &str) -> Result<ClientTlsConfig, TlsError> {
+        let pem = self.load()?;
+        Ok(ClientTlsConfig::new()
+            .domain_name(domain)
+            .ca_certificate(Certificate::from_pem(pem.ca))
+            .identity(Identity::from_pem(pem.cert, pem.key)))
+    }
+}
+
+/// The CN of the client certificate that authenticated the connection carrying `req`
+/// (already verified against the CA by the TLS layer); `None` without TLS client auth.
+pub fn peer_identity<T>(req: &tonic::Request<T>) -> Option<String> {
+    let certs = req.peer_certs()?;
+    common_name(cert_parts(certs.first()?)?.subject)
+}
+
+/// One DER element split off a byte string: (tag, whole TLV, contents, rest).
+type Tlv<'a> = (u8, &'a [u8], &'a [u8], &'a [u8]);
+
+/// Splits one DER TLV (definite length) off `input`; `None` if truncated or malformed.
+fn tlv(input: &[u8]) -> Option<Tlv<'_>> {
+    let (&tag, rest) = input.split_first()?;
+    let (&len0, rest) = rest.split_first()?;
+    let (len, rest) = if len0 < 0x80 {
+        (usize::from(len0), rest)
+    } else {
+        let n = usize::from(len0 & 0x7f);
+        if n == 0 || n > 4 || rest.len() < n {
+            return None;
+        }
+        (rest[..n].iter().fold(0usize, |a, &b| (a << 8) | usize::from(b)), &rest[n..])
+    };
+    let contents = rest.get(..len)?;
+    Some((tag, &input[..input.len() - rest.len() + len], contents, &rest[len..]))
+}
+
+/// Raw DER (whole TLVs) of an X.509 certificate's issuer, subject and public key.
+struct CertParts<'a> {
+    issuer: &'a [u8],
+    subject: &'a [u8],
+    spki: &'a [u8],
+}
+
+fn cert_parts(der: &[u8]) -> Option<CertParts<'_>> {
+    let (_, _, cert, _) = tlv(der)?;
+    let (_, _, mut tbs, _) = tlv(cert)?;
+    if tbs.first() == Some(&0xa0) {
+        tbs = tlv(tbs)?.3; // explicit [0] version
+    }
+    let mut f: [&[u8]; 6] = [&[]; 6]; // serial, signature alg, issuer, validity, subject, spki
+    for slot in &mut f {
+        let (_, whole, _, rest) = tlv(tbs)?;
+        (*slot, tbs) = (whole, rest);
+    }
+    Some(CertParts { issuer: f[2], subject: f[4], spki: f[5] })
+}
+
+/// First commonName (OID 2.5.4.3) of a DER Name, if it is a UTF8/Printable/IA5 string.
+fn common_name(name: &[u8]) -> Option<String> {
+    let (_, _, mut rdns, _) = tlv(name)?;
+    while !rdns.is_empty() {
+        let (_, _, mut set, rest) = tlv(rdns)?;
+        rdns = rest;
+        while !set.is_empty() {
+            let (_, _, atv, rest) = tlv(set)?;
+            set = rest;
+            let (_, oid, _, value) = tlv(atv)?;
+            if oid == [0x06, 0x03, 0x55, 0x04, 0x03] {
+                let (tag, _, s, _) = tlv(value)?;
+                let text = [0x0c, 0x13, 0x16].contains(&tag); // UTF8, Printable, IA5
+                return if text { String::from_utf8(s.to_vec()).ok() } else { None };
+            }
+        }
+    }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmp(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("tls-unit-{}-{name}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn missing_files_are_named() {
+        let dir = tmp("missing");
+        let err = NodeTls::dev(&dir, "A").load().unwrap_err().to_string();
+        assert!(err.starts_with("cannot read ") && err.contains("ca.pem"), "{err}");
+        generate_dev_pki(&dir, &["A".into()], &[]).unwrap();
+        fs::remove_file(dir.join("A.key")).unwrap();
+        let err = NodeTls::dev(&dir, "A").server_config().unwrap_err().to_string();
+        assert!(err.contains("A.key") && err.contains("No such file"), "{err}");
+    }
+
+    #[test]
+    fn wrong_contents_are_explained() {
+        let dir = tmp("wrong");
+        generate_dev_pki(&dir, &["A".into(), "B".into()], &[]).unwrap();
+        let swapped = NodeTls { key: dir.join("B.key"), ..NodeTls::dev(&dir, "A") };
+        let err = swapped.load().unwrap_err().to_string();
+        assert!(err.contains("B.key: does not match certificate") && err.contains("A.pem"), "{err}");
+        let key_as_cert = NodeTls { cert: dir.join("A.key"), ..NodeTls::dev(&dir, "A") };
+        let err = key_as_cert.load().unwrap_err().to_string();
+        assert!(err.contains("A.key: contains no \"BEGIN CERTIFICATE\""), "{err}");
+        let err = generate_dev_pki(&dir, &["../x".into()], &[]).unwrap_err().to_string();
+        assert!(err.starts_with("invalid node name \"../x\""), "{err}");
+    }
+
+    #[test]
+    fn stale_lock_times_out_with_advice() {
+        let dir = tmp("lock");
+        fs::create_dir_all(dir.join(".lock")).unwrap();
+        let err = DirLock::acquire(dir.join(".lock"), Duration::from_millis(100)).unwrap_err();
+        assert!(err.to_string().contains(".lock: another process"), "{err}");
+    }
+
+    #[test]
+    fn der_walk_reads_cn_and_keys_are_private() {
+        let dir = tmp("der");
+        generate_dev_pki(&dir, &["node-7".into()], &["127.0.0.1".into()]).unwrap();
+        let ca = first_cert(&dir.join("ca.pem"), &read(&dir.join("ca.pem")).unwrap()).unwrap();
+        let leaf = first_cert(&dir.join("x"), &read(&dir.join("node-7.pem")).unwrap()).unwrap();
+        let (ca, leaf) = (cert_parts(&ca).unwrap(), cert_parts(&leaf).unwrap());
+        assert_eq!(common_name(leaf.subject).as_deref(), Some("node-7"));
+        assert_eq!(common_name(ca.subject).as_deref(), Some(DEV_CA_CN));
+        assert_eq!(leaf.issuer, ca.subject);
+        assert!(cert_parts(&[0x30, 0x82, 0xff]).is_none());
+        #[cfg(unix)]
+        for f in ["ca.key", "node-7.key"] {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = fs::metadata(dir.join(f)).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{f}");
+        }
+    }
 }
