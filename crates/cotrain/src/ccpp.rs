@@ -261,6 +261,29 @@ pub fn ccpp(cfg: &CcppConfig) -> Result<Scenario, CotrainError> {
     build(cfg, &names, &data).map(|(s, _)| s)
 }
 
+/// The centralised reference of a CCPP scenario: one "party" holding *every* view's columns and
+/// *every* party's labelled rows (what pooling all data would give; not private, evaluation
+/// only). Same pool and test entities as [`ccpp`]`(cfg)`.
+pub fn ccpp_pooled(cfg: &CcppConfig) -> Result<PartyData, CotrainError> {
+    let (names, data) = ccpp_standardised()?;
+    let (_, sel) = build(cfg, &names, &data)?;
+    let mut cols = view_columns(&names, &cfg.view1, "view1")?;
+    cols.extend(view_columns(&names, &cfg.view2, "view2")?);
+    let yj = names.iter().position(|n| n == RESPONSE).ok_or_else(|| CotrainError::invalid("no PE column"))?;
+    let train: Vec<usize> = sel.train.iter().flatten().copied().collect();
+    let rows = |idx: &[usize]| DMatrix::from_fn(idx.len(), cols.len(), |a, b| data[(idx[a], cols[b])]);
+    let labels = |idx: &[usize]| DVector::from_iterator(idx.len(), idx.iter().map(|&i| data[(i, yj)]));
+    Ok(PartyData {
+        name: "pooled".into(),
+        columns: cols.iter().map(|&j| names[j].clone()).collect(),
+        x_train: rows(&train),
+        y_train: labels(&train),
+        x_pool: rows(&sel.pool),
+        x_test: rows(&sel.test),
+        y_test: labels(&sel.test),
+    })
+}
+
 fn build(cfg: &CcppConfig, names: &[String], data: &DMatrix<f64>) -> Result<(Scenario, Selection), CotrainError> {
     let v1 = view_columns(names, &cfg.view1, "view1")?;
     let v2 = view_columns(names, &cfg.view2, "view2")?;
@@ -307,6 +330,20 @@ mod tests {
 
     fn data() -> (Vec<String>, DMatrix<f64>) {
         ccpp_standardised().unwrap()
+    }
+
+    #[test]
+    fn pooled_reference_holds_every_column_and_label() {
+        let cfg = CcppConfig { n_obs: 30, seed: 4, ..CcppConfig::default() };
+        let sc = ccpp(&cfg).unwrap();
+        let pooled = ccpp_pooled(&cfg).unwrap();
+        assert_eq!(pooled.columns, ["AT", "V", "AP", "RH"]);
+        assert_eq!(pooled.x_train.nrows(), 60);
+        assert_eq!(pooled.y_test, sc.parties[0].y_test);
+        // P1's labelled rows are the first 30, with P1's columns first; P2's follow.
+        assert_eq!(pooled.x_train.view((0, 0), (30, 2)), sc.parties[0].x_train.view((0, 0), (30, 2)));
+        assert_eq!(pooled.x_train.view((30, 2), (30, 2)), sc.parties[1].x_train.view((0, 0), (30, 2)));
+        assert_eq!(pooled.y_train.rows(30, 30), sc.parties[1].y_train.rows(0, 30));
     }
 
     #[test]

@@ -1,0 +1,85 @@
+//! `dpcotrain demo`: two real TLS nodes on loopback, the report folder, options and errors.
+
+use serde_json::Value;
+use std::process::Command;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_dpcotrain"))
+}
+
+fn tmp(tag: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("dpcotrain-demo-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+#[test]
+fn demo_runs_a_private_federation_and_writes_a_report() {
+    let out = tmp("ccpp");
+    let run = bin().args(["demo", "--rounds", "4", "--out"]).arg(&out).output().unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let table = String::from_utf8_lossy(&run.stdout);
+    assert!(table.contains("RMSE alone") && table.contains("P1") && table.contains("P2"), "{table}");
+    for f in [
+        "report.md",
+        "rmse.svg",
+        "queried.svg",
+        "run.json",
+        "federation/secrets/ca.pem",
+        "federation/state/P1/state.json",
+    ] {
+        assert!(out.join(f).exists(), "{f} missing");
+    }
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(out.join("run.json")).unwrap()).unwrap();
+    assert_eq!(r["dp"], "calibrated");
+    assert_eq!(r["guaranteed"], true);
+    let oracle = r["oracle_rmse"].as_f64().unwrap();
+    for p in r["parties"].as_array().unwrap() {
+        assert_eq!(p["rounds"], 4);
+        assert_eq!(p["rmse_per_round"].as_array().unwrap().len(), 4);
+        assert_eq!(p["queried"].as_array().unwrap().len(), 4);
+        let spent = &p["privacy_spent"][0];
+        assert_eq!(spent["releases"], 1, "release-once");
+        assert!(spent["epsilon"].as_f64().unwrap() <= 1.0 + 1e-9);
+        // Pooling every label and column beats each party alone.
+        assert!(oracle < p["rmse_before"].as_f64().unwrap());
+    }
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("| P1 |") && md.contains("rmse.svg"));
+    let svg = std::fs::read_to_string(out.join("rmse.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("party P1") && !svg.contains("NaN"));
+    // Same seed, same numbers (the demo's noise is seeded; nodes restart from scratch).
+    let again = bin().args(["demo", "--rounds", "4", "--json", "--out"]).arg(&out).output().unwrap();
+    let r2: Value = serde_json::from_slice(&again.stdout).unwrap();
+    for (a, b) in r["parties"].as_array().unwrap().iter().zip(r2["parties"].as_array().unwrap()) {
+        assert_eq!(a["rmse_after"], b["rmse_after"]);
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn demo_options_and_errors() {
+    let out = tmp("sim");
+    let run = bin()
+        .args(["demo", "--dataset", "simulated", "--dp", "thesis", "--combiner", "hybrid", "--uncertainty", "full"])
+        .args(["--rounds", "2", "--json", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("NO formal privacy guarantee"));
+    let r: Value = serde_json::from_slice(&run.stdout).unwrap();
+    assert_eq!(r["guaranteed"], false);
+    assert_eq!(r["combiner"], "hybrid");
+    let _ = std::fs::remove_dir_all(&out);
+    for (args, needle) in [
+        (vec!["--epsilon", "0"], "--epsilon"),
+        (vec!["--dataset", "mnist"], "mnist"),
+        (vec!["--rounds", "0"], "--rounds"),
+    ] {
+        let run = bin().arg("demo").args(&args).args(["--out"]).arg(tmp("bad")).output().unwrap();
+        assert!(!run.status.success());
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
