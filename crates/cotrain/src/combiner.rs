@@ -14,6 +14,7 @@ use crate::hybrid::HybridModel;
 use crate::psd::project_psd;
 use dpcotrain_gp::inducing::greedy_variance;
 use dpcotrain_gp::kernels::Kernel;
+use dpcotrain_gp::sparse::SparsePosterior;
 use dpcotrain_gp::train::{SgprStrategy, TrainOptions, train, train_sparse};
 use dpcotrain_gp::{ExactGp, NoiseModel, NoiseVariance, Objective, Prediction, SparseGp, SparseKind};
 use nalgebra::{DMatrix, DVector};
@@ -80,6 +81,9 @@ pub struct CoModel {
     sparse_z: Option<DMatrix<f64>>,
     /// Number of inducing points requested for the sparse path.
     sparse_m: Option<usize>,
+    /// The sparse posterior (an O(NM²) factorisation) for (version, parameters), reused by
+    /// every prediction until the model changes.
+    sparse_post: Option<((u64, Vec<f64>), SparsePosterior)>,
 }
 
 /// Private sets above this size use the VFE local model by default (science-notes D21).
@@ -127,6 +131,7 @@ impl CoModel {
             pre_params: None,
             train: TrainOptions::default(),
             psd_clipped: 0,
+            sparse_post: None,
             sparse_z: None,
             sparse_m: None,
         })
@@ -438,11 +443,31 @@ impl CoModel {
         Ok(obj)
     }
 
+    /// Factorise the sparse posterior now (after a fit), so the first answer does not pay for it.
+    pub fn warm(&mut self) -> Result<(), CotrainError> {
+        if self.is_sparse() {
+            let x = self.x_pool.rows(0, self.x_pool.nrows().min(1)).clone_owned();
+            self.predict(&x, false)?;
+        }
+        Ok(())
+    }
+
     /// Latent predictive of the augmented model at arbitrary points of this party's view.
     pub fn predict(&mut self, xs: &DMatrix<f64>, full_cov: bool) -> Result<Prediction, CotrainError> {
+        let key = (self.version, crate::kernel_noise_params(self.kernel.as_ref(), &self.noise));
+        if let Some((k, post)) = &self.sparse_post
+            && *k == key
+        {
+            return Ok(post.predict(xs, full_cov)?);
+        }
         Ok(match self.build()? {
             Built::Noisy(m) => m.posterior()?.predict(xs, full_cov)?,
-            Built::Sparse(m) => m.posterior()?.predict(xs, full_cov)?,
+            Built::Sparse(m) => {
+                let post = m.posterior()?;
+                let out = post.predict(xs, full_cov)?;
+                self.sparse_post = Some((key, post));
+                out
+            }
             Built::Blocky(m) => m.predict(xs, full_cov)?,
             Built::Hybrid(m) => m.predict(xs, full_cov)?,
         })

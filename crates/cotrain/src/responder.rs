@@ -104,6 +104,9 @@ pub struct Party {
     pub(crate) frozen: Option<Frozen>,
     /// Every querier turn this party has folded in, in order (the model's history).
     pub(crate) turns: Vec<TurnRecord>,
+    /// (model version, σ, Δ) of the per-query mechanism: the sensitivity is a pass over every
+    /// private row, so it is computed once per model version (eagerly, after each fit).
+    calibration: Option<(u64, f64, f64)>,
 }
 
 /// One querier turn as folded into the model: replaying these in order rebuilds the model
@@ -171,10 +174,14 @@ impl Party {
             cache: HashMap::new(),
             frozen: None,
             turns: Vec::new(),
+            calibration: None,
         };
         if party.dp.policy == ReleasePolicy::ReleaseOnce {
             party.freeze()?;
+        } else {
+            party.calibrate()?;
         }
+        party.model.warm()?;
         Ok(party)
     }
 
@@ -200,6 +207,10 @@ impl Party {
         }
         let objective = if answers.is_empty() { None } else { Some(self.model.refit()?) };
         self.turns.push(TurnRecord { round, index, answers, refused, objective });
+        if self.dp.policy == ReleasePolicy::PerQuery {
+            self.calibrate()?;
+        }
+        self.model.warm()?;
         Ok(self.turns.last().expect("just pushed"))
     }
 
@@ -345,6 +356,28 @@ impl Party {
         })
     }
 
+    /// (σ, Δ, guaranteed) of a per-query release from the current model (cached per version).
+    fn calibrate(&mut self) -> Result<(f64, f64, bool), CotrainError> {
+        match &self.dp.mode {
+            DpMode::Off => Ok((0.0, 0.0, true)),
+            DpMode::Thesis { multiplier } => Ok((*multiplier, 1.0, false)),
+            DpMode::Calibrated { epsilon, delta, mechanism, range, .. } => {
+                let version = self.model.version;
+                if let Some((v, sigma, sens)) = self.calibration
+                    && v == version
+                {
+                    return Ok((sigma, sens, true));
+                }
+                let (epsilon, delta, mechanism, range) = (*epsilon, *delta, *mechanism, *range);
+                let inf = self.model.label_influence()?;
+                let s = from_influence(&inf, &(0..self.model.n_private()).collect::<Vec<_>>(), range)?;
+                let sigma = calibrate(mechanism, epsilon, delta, s.value)?.sigma;
+                self.calibration = Some((version, sigma, s.value));
+                Ok((sigma, s.value, true))
+            }
+        }
+    }
+
     fn mechanism_name(&self) -> String {
         match &self.dp.mode {
             DpMode::Off => "none".into(),
@@ -371,15 +404,7 @@ impl Party {
         let pos = |i: usize| answered.iter().position(|&a| a == i).expect("answered");
         // Noise scale and charge for a new mean function.
         let mechanism = self.mechanism_name();
-        let (sigma, sensitivity, guaranteed) = match &self.dp.mode {
-            DpMode::Off => (0.0, 0.0, true),
-            DpMode::Thesis { multiplier } => (*multiplier, 1.0, false),
-            DpMode::Calibrated { epsilon, delta, mechanism, range, .. } => {
-                let inf = self.model.label_influence()?;
-                let s = from_influence(&inf, &(0..self.model.n_private()).collect::<Vec<_>>(), *range)?;
-                (calibrate(*mechanism, *epsilon, *delta, s.value)?.sigma, s.value, true)
-            }
-        };
+        let (sigma, sensitivity, guaranteed) = self.calibrate()?;
         let mut st = st;
         let mut charge = None;
         let mut new_values: Vec<(usize, f64)> = Vec::new();

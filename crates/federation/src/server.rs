@@ -262,7 +262,7 @@ pub async fn serve(
     tls: Option<ServerTlsConfig>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
-    let mut b = tonic::transport::Server::builder().timeout(Duration::from_secs(300)).tcp_nodelay(true);
+    let mut b = tonic::transport::Server::builder().timeout(Duration::from_secs(300));
     if let Some(t) = tls {
         b = b.tls_config(t)?;
     }
@@ -271,6 +271,13 @@ pub async fn serve(
             .max_decoding_message_size(crate::MAX_MESSAGE_BYTES)
             .max_encoding_message_size(crate::MAX_MESSAGE_BYTES),
     )
-    .serve_with_incoming_shutdown(tonic::transport::server::TcpIncoming::from(listener), shutdown)
+    // No Nagle: a multi-segment answer (e.g. 25 × 25 covariances) would otherwise wait for
+    // the peer's delayed ACK (~40 ms).
+    .serve_with_incoming_shutdown(
+        tonic::transport::server::TcpIncoming::from(listener)
+            .with_nodelay(Some(true))
+            .with_keepalive(Some(Duration::from_secs(60))),
+        shutdown,
+    )
     .await
 }
