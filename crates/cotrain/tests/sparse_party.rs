@@ -93,3 +93,32 @@ fn combiners_that_need_the_exact_path_refuse_with_the_reason() {
     .to_string();
     assert!(err.contains("exact GP path"), "{err}");
 }
+
+#[test]
+fn cached_sparse_posterior_follows_every_model_change() {
+    // Predictions come from a posterior cached per (version, parameters): after an absorb, a
+    // re-fit or a direct parameter change they must equal those of a model without a cache.
+    let (_, y) = xy(400);
+    let mut m = model(CombinerKind::Noisy, Uncertainty::Marginal, y);
+    m.use_sparse(40).unwrap();
+    m.fit_private().unwrap();
+    let xs = DMatrix::from_column_slice(3, 1, &[-1.0, 0.0, 1.0]);
+    let fresh = |m: &CoModel| {
+        let mut c = m.clone();
+        c.version += 1_000_000; // a key no cache holds
+        c.predict(&xs, true).unwrap()
+    };
+    let before = m.predict(&xs, true).unwrap();
+    assert_eq!(before, fresh(&m));
+    m.absorb(&answer()).unwrap();
+    let absorbed = m.predict(&xs, true).unwrap();
+    assert_ne!(absorbed.mean, before.mean);
+    assert_eq!(absorbed, fresh(&m));
+    m.refit().unwrap();
+    assert_eq!(m.predict(&xs, true).unwrap(), fresh(&m));
+    // A direct change of hyperparameters (no version bump) is also seen.
+    m.noise.variance *= 2.0;
+    let changed = m.predict(&xs, true).unwrap();
+    assert_ne!(changed.var, absorbed.var);
+    assert_eq!(changed, fresh(&m));
+}
