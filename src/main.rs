@@ -50,7 +50,7 @@ enum Command {
     /// Data helpers.
     #[command(subcommand)]
     Data(DataCommand),
-    /// Benchmarks (speed and memory of the numerical core on this machine).
+    /// Benchmarks on this machine: the numerical core (`gp`) and the federation (`node`).
     #[command(subcommand)]
     Bench(bench::BenchCommand),
 }
