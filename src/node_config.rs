@@ -322,6 +322,23 @@ impl PartyConfig {
         if names.windows(2).any(|w| w[0] == w[1]) {
             anyhow::bail!("{f}: a peer is listed twice");
         }
+        let pv = &self.privacy;
+        for (name, v) in
+            [("epsilon", Some(pv.epsilon)), ("delta", Some(pv.delta)), ("budget_epsilon", pv.budget_epsilon)]
+        {
+            if let Some(v) = v
+                && !(v.is_finite() && v > 0.0)
+            {
+                anyhow::bail!("{f}: privacy.{name} must be a positive number, got {v}");
+            }
+        }
+        if pv.delta >= 1.0 {
+            anyhow::bail!("{f}: privacy.delta must be below 1, got {}", pv.delta);
+        }
+        let [lo, hi] = pv.label_range;
+        if !(lo.is_finite() && hi.is_finite() && lo < hi) {
+            anyhow::bail!("{f}: privacy.label_range must be two finite numbers, low < high; got [{lo}, {hi}]");
+        }
         if !self.data.y_scale.is_finite() || self.data.y_scale <= 0.0 || !self.data.y_mean.is_finite() {
             anyhow::bail!("{f}: data.y_scale must be positive and data.y_mean finite");
         }

@@ -133,6 +133,13 @@ fn two_party_example_runs_over_mutual_tls() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("bad.toml") && err.contains("missing field"), "{err}");
+    // NaN in a config is refused by name.
+    let text = std::fs::read_to_string(dir.join("party-a.toml")).unwrap().replace("epsilon = 1.0", "epsilon = nan");
+    std::fs::write(dir.join("nan.toml"), text).unwrap();
+    let out = bin().args(["node", "serve", "--config"]).arg(dir.join("nan.toml")).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("nan.toml") && err.contains("privacy.epsilon"), "{err}");
     // A second node on the same state directory is refused (one ledger, one owner).
     let out = bin().args(["node", "serve", "--config"]).arg(dir.join("party-a.toml")).output().unwrap();
     assert!(!out.status.success());
@@ -199,4 +206,38 @@ fn a_node_killed_mid_run_resumes_and_the_ledger_shows_each_release_once() {
     ids.sort();
     ids.dedup();
     assert_eq!(ids.len(), n, "no release recorded twice");
+}
+
+#[test]
+fn three_party_example_completes_a_run() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let ex = root.join("examples/three-party");
+    let dir = std::env::temp_dir().join(format!("dpcotrain-node-three-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let base = 52000 + (std::process::id() % 1000) as u16 * 3;
+    let ports = |t: String| {
+        t.replace("50061", &base.to_string())
+            .replace("50062", &(base + 1).to_string())
+            .replace("50063", &(base + 2).to_string())
+            .replace("\"data/", &format!("\"{}/data/", ex.display()))
+    };
+    for f in ["party-a.toml", "party-b.toml", "party-c.toml", "federation.toml"] {
+        std::fs::write(dir.join(f), ports(std::fs::read_to_string(ex.join(f)).unwrap())).unwrap();
+    }
+    let _nodes: Vec<Kill> = ["party-a.toml", "party-b.toml", "party-c.toml"].iter().map(|f| node(&dir, f)).collect();
+    wait_up(&dir, &["A", "B", "C"]);
+    let v = json(&run(&dir, 3));
+    let parties = v["parties"].as_array().unwrap();
+    assert_eq!(parties.len(), 3);
+    for p in parties {
+        assert_eq!(p["rounds"], 3);
+        let spent = p["privacy_spent"].as_array().unwrap();
+        assert_eq!(spent.len(), 2, "answered both peers");
+        for s in spent {
+            assert_eq!(s["releases"], 1);
+            assert!(s["epsilon"].as_f64().unwrap() <= 1.0 + 1e-9);
+        }
+    }
+    assert!(v["refused"].as_array().unwrap().is_empty(), "{}", v["refused"]);
 }

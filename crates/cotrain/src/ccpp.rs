@@ -261,6 +261,66 @@ pub fn ccpp(cfg: &CcppConfig) -> Result<Scenario, CotrainError> {
     build(cfg, &names, &data).map(|(s, _)| s)
 }
 
+/// An unmasked CCPP scenario with any number of parties, party i (named "P{i+1}") holding
+/// `views[i]` (views may share columns). Test and pool are drawn as in [`ccpp`]; each party's
+/// labelled rows are a disjoint random sample of the rest. Deterministic in the arguments.
+pub fn ccpp_views(
+    views: &[Vec<String>],
+    n_obs: usize,
+    n_pool: usize,
+    n_test: usize,
+    seed: u64,
+) -> Result<Scenario, CotrainError> {
+    if views.is_empty() {
+        return Err(CotrainError::invalid("at least one view is needed"));
+    }
+    let (names, data) = ccpp_standardised()?;
+    let cols = views
+        .iter()
+        .enumerate()
+        .map(|(i, v)| view_columns(&names, v, &format!("view {}", i + 1)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let yj = names.iter().position(|n| n == RESPONSE).ok_or_else(|| CotrainError::invalid("no PE column"))?;
+    let n = data.nrows();
+    let need = n_test + n_pool + views.len() * n_obs;
+    if n_obs == 0 || n_pool == 0 || n_test == 0 || need > n {
+        return Err(CotrainError::invalid(format!(
+            "{} parties × {n_obs} labelled rows + {n_pool} pool + {n_test} test rows: need 1..={n} rows in all, asked {need}",
+            views.len()
+        )));
+    }
+    let mut rng = ChaCha20Rng::seed_from_u64(seed);
+    let perm = sample(&mut rng, n, need).into_vec();
+    let test = &perm[..n_test];
+    let pool = &perm[n_test..n_test + n_pool];
+    let rows = |idx: &[usize], c: &[usize]| DMatrix::from_fn(idx.len(), c.len(), |a, b| data[(idx[a], c[b])]);
+    let labels = |idx: &[usize]| DVector::from_iterator(idx.len(), idx.iter().map(|&i| data[(i, yj)]));
+    let parties = cols
+        .iter()
+        .enumerate()
+        .map(|(p, c)| {
+            let start = n_test + n_pool + p * n_obs;
+            let train = &perm[start..start + n_obs];
+            PartyData {
+                name: format!("P{}", p + 1),
+                columns: views[p].clone(),
+                x_train: rows(train, c),
+                y_train: labels(train),
+                x_pool: rows(pool, c),
+                x_test: rows(test, c),
+                y_test: labels(test),
+            }
+        })
+        .collect();
+    let description = format!(
+        "CCPP, full-data standardisation, unmasked, views {}, n_obs = {n_obs}, pool = {n_pool}, test = {n_test}, seed = {seed}",
+        views.iter().map(|v| format!("[{}]", v.join(", "))).collect::<Vec<_>>().join(" ")
+    );
+    let sc = Scenario { parties, description };
+    sc.validate()?;
+    Ok(sc)
+}
+
 /// The centralised reference of a CCPP scenario: one "party" holding *every* view's columns and
 /// *every* party's labelled rows (what pooling all data would give; not private, evaluation
 /// only). Same pool and test entities as [`ccpp`]`(cfg)`.
@@ -330,6 +390,20 @@ mod tests {
 
     fn data() -> (Vec<String>, DMatrix<f64>) {
         ccpp_standardised().unwrap()
+    }
+
+    #[test]
+    fn any_number_of_views() {
+        let v = |c: &[&str]| c.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let sc = ccpp_views(&[v(&["AT", "V"]), v(&["AP", "RH"]), v(&["V", "RH"])], 20, 100, 50, 3).unwrap();
+        assert_eq!(sc.parties.len(), 3);
+        assert_eq!(sc.parties[2].columns, ["V", "RH"]);
+        // Same pool entities in every view: A's V column equals C's V column.
+        assert_eq!(sc.parties[0].x_pool.column(1), sc.parties[2].x_pool.column(0));
+        assert_eq!(sc.parties[1].x_test.column(1), sc.parties[2].x_test.column(1));
+        assert_eq!(sc, ccpp_views(&[v(&["AT", "V"]), v(&["AP", "RH"]), v(&["V", "RH"])], 20, 100, 50, 3).unwrap());
+        assert!(ccpp_views(&[v(&["AT", "XX"])], 20, 100, 50, 3).unwrap_err().to_string().contains("XX"));
+        assert!(ccpp_views(&[v(&["AT"])], 9000, 100, 50, 3).is_err());
     }
 
     #[test]
