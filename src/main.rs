@@ -59,6 +59,8 @@ enum Command {
 enum NodeCommand {
     /// Load the private view, fit the local GP and serve the release path over gRPC.
     Serve(node_cmd::ServeArgs),
+    /// Validate a party config without serving; print what it resolves to (JSON).
+    Check(node_cmd::CheckArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -81,6 +83,7 @@ fn main() {
             rt().map_err(anyhow::Error::from).and_then(|r| r.block_on(node_cmd::serve_node(a)))
         }
         Command::Demo(a) => rt().map_err(anyhow::Error::from).and_then(|r| r.block_on(demo::run(a))),
+        Command::Node(NodeCommand::Check(a)) => node_cmd::check(a),
         Command::Run(a) => rt().map_err(anyhow::Error::from).and_then(|r| r.block_on(node_cmd::run(a))),
         Command::Status(a) => rt().map_err(anyhow::Error::from).and_then(|r| r.block_on(node_cmd::status(a))),
         Command::Data(DataCommand::SplitCcpp(a)) => node_cmd::split_ccpp(a),

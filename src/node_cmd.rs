@@ -171,6 +171,67 @@ pub async fn serve_node(a: ServeArgs) -> anyhow::Result<()> {
 }
 
 #[derive(Debug, Args)]
+pub struct CheckArgs {
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Check the file's schema and values only, not the files it names (e.g. a config meant
+    /// for a container, whose paths exist only there).
+    #[arg(long)]
+    pub offline: bool,
+}
+
+/// `dpcotrain node check`: validate a party config without serving, and print what it
+/// resolves to (listen port, state and secrets folders, the files it needs, peers) as JSON.
+pub fn check(a: CheckArgs) -> anyhow::Result<()> {
+    let cfg: PartyConfig = load(&a.config)?;
+    cfg.validate(&a.config)?;
+    let f = a.config.display();
+    let port_of = |addr: &str, what: &str| -> anyhow::Result<(String, u16)> {
+        let hp = addr.split("://").last().unwrap_or(addr);
+        let (h, p) = hp.rsplit_once(':').ok_or_else(|| anyhow::anyhow!("{f}: {what} {addr:?} has no :port"))?;
+        let port = p.trim_end_matches('/').parse().map_err(|_| anyhow::anyhow!("{f}: {what} {addr:?}: bad port"))?;
+        Ok((h.to_string(), port))
+    };
+    let (listen_host, listen_port) = port_of(&cfg.listen, "listen")?;
+    let data: Vec<PathBuf> =
+        [&cfg.data.train, &cfg.data.pool, &cfg.data.test].iter().map(|p| rel(&a.config, p)).collect();
+    let mut secrets = Vec::new();
+    if let Some(sec) = &cfg.security {
+        let dir = rel(&a.config, &sec.dir);
+        let t = node_tls(&dir, &cfg.name);
+        secrets.extend([t.ca, t.cert, t.key, orchestrator_token(&dir, &cfg.name)]);
+        secrets.extend(cfg.peers.iter().map(|p| pair_token(&dir, &cfg.name, &p.name)));
+    }
+    let mut peers = Vec::new();
+    for p in &cfg.peers {
+        let (host, port) = port_of(&p.address, &format!("peer {} address", p.name))?;
+        peers.push(serde_json::json!({"name": p.name, "host": host, "port": port}));
+    }
+    if !a.offline {
+        for p in data.iter().chain(if cfg.security.as_ref().is_some_and(|s| s.generate_dev) { [].iter() } else { secrets.iter() }) {
+            if !p.exists() {
+                anyhow::bail!("{f}: {} does not exist", p.display());
+            }
+        }
+        if let Some(sec) = &cfg.security
+            && !sec.generate_dev
+        {
+            node_tls(&rel(&a.config, &sec.dir), &cfg.name).load().map_err(|e| anyhow::anyhow!("{f}: {e}"))?;
+        }
+    }
+    let s = |p: &PathBuf| p.display().to_string();
+    println!(
+        "{}",
+        serde_json::json!({"name": cfg.name, "federation_id": cfg.federation_id, "listen_host": listen_host,
+            "listen_port": listen_port, "state_dir": s(&cfg.state_dir(&a.config)),
+            "security_dir": cfg.security.as_ref().map(|x| s(&rel(&a.config, &x.dir))),
+            "secret_files": secrets.iter().map(s).collect::<Vec<_>>(),
+            "data_files": data.iter().map(s).collect::<Vec<_>>(), "peers": peers})
+    );
+    Ok(())
+}
+
+#[derive(Debug, Args)]
 pub struct RunArgs {
     #[arg(long)]
     pub config: PathBuf,
