@@ -208,7 +208,11 @@ pub fn check(a: CheckArgs) -> anyhow::Result<()> {
         peers.push(serde_json::json!({"name": p.name, "host": host, "port": port}));
     }
     if !a.offline {
-        for p in data.iter().chain(if cfg.security.as_ref().is_some_and(|s| s.generate_dev) { [].iter() } else { secrets.iter() }) {
+        for p in data.iter().chain(if cfg.security.as_ref().is_some_and(|s| s.generate_dev) {
+            [].iter()
+        } else {
+            secrets.iter()
+        }) {
             if !p.exists() {
                 anyhow::bail!("{f}: {} does not exist", p.display());
             }
@@ -284,6 +288,16 @@ pub async fn drive(
     mut on_turn: impl FnMut(u32, usize, &pb::RunRoundResponse),
 ) -> anyhow::Result<(u32, Vec<Vec<f64>>, Vec<String>)> {
     let mut start = u32::MAX;
+    for (i, n) in orch.nodes.iter().enumerate() {
+        if !orch.reachable(i).await {
+            eprintln!(
+                "waiting for node {} at {} (up to {} s; is it running?)…",
+                n.name,
+                n.address,
+                orch.retry.give_up_after.as_secs()
+            );
+        }
+    }
     for i in 0..orch.nodes.len() {
         start = start.min(orch.status(i).await.map_err(anyhow::Error::msg)?.rounds_done);
     }

@@ -283,7 +283,7 @@ pub fn orchestrator_token(dir: &Path, node: &str) -> PathBuf {
 
 pub fn read_token(path: &Path) -> anyhow::Result<String> {
     let t = std::fs::read_to_string(path).with_context(|| {
-        format!("cannot read token {} (generate dev secrets with `dpcotrain certs`)", path.display())
+        format!("cannot read token {} (nodes with `generate_dev = true` write it on first start; or make one with `dpcotrain certs`)", path.display())
     })?;
     let t = t.trim().to_string();
     if t.len() < dpcotrain_federation::auth::MIN_TOKEN_LEN {

@@ -147,6 +147,23 @@ fn two_party_example_runs_over_mutual_tls() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("in use by another running node"), "{err}");
+    // SIGTERM: the node shuts down gracefully (exit status 0) and its state is on disk.
+    #[cfg(unix)]
+    {
+        let mut a = _a;
+        let pid = a.0.id().to_string();
+        assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+        let start = Instant::now();
+        loop {
+            if let Some(st) = a.0.try_wait().unwrap() {
+                assert!(st.success(), "exit status after SIGTERM: {st}");
+                break;
+            }
+            assert!(start.elapsed() < Duration::from_secs(20), "node did not stop on SIGTERM");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(dir.join("state/A/state.json").exists());
+    }
 }
 
 #[test]

@@ -217,7 +217,8 @@ fn kubernetes_manifests_agree_with_the_node_configs() {
         assert_eq!(args, ["node", "serve", "--config", "/config/party.toml"]);
         let mounts: BTreeMap<String, String> =
             list(&c0["volumeMounts"]).iter().map(|m| (s(&m["mountPath"]), s(&m["name"]))).collect();
-        let volumes: BTreeMap<String, Yaml> = list(&spec["volumes"]).iter().map(|v| (s(&v["name"]), v.clone())).collect();
+        let volumes: BTreeMap<String, Yaml> =
+            list(&spec["volumes"]).iter().map(|v| (s(&v["name"]), v.clone())).collect();
         let cm = s(&volumes[&mounts["/config"]]["configMap"]["name"]);
         let text = obj[&("ConfigMap".to_string(), cm.clone())]["data"]["party.toml"].as_str().unwrap().to_string();
         let c = node_check_text(&text, &cm);
@@ -266,10 +267,12 @@ fn kubernetes_manifests_agree_with_the_node_configs() {
         let np = obj
             .iter()
             .filter(|((k, _), _)| k == "NetworkPolicy")
-            .find(|(_, v)| labels(&v["spec"]["podSelector"]["matchLabels"]) == {
-                let mut l = pod.clone();
-                l.remove("role");
-                l
+            .find(|(_, v)| {
+                labels(&v["spec"]["podSelector"]["matchLabels"]) == {
+                    let mut l = pod.clone();
+                    l.remove("role");
+                    l
+                }
             })
             .unwrap_or_else(|| panic!("{name}: no NetworkPolicy"))
             .1;
@@ -290,15 +293,16 @@ fn kubernetes_manifests_agree_with_the_node_configs() {
     let job = &obj[&("Job".to_string(), "orchestrator".to_string())];
     let jl = labels(&job["spec"]["template"]["metadata"]["labels"]);
     assert_eq!(jl.get("role").map(String::as_str), Some("orchestrator"));
-    let secret = list(&job["spec"]["template"]["spec"]["volumes"])
-        .into_iter()
-        .find(|v| !v["secret"].is_badvalue())
-        .unwrap();
+    let secret =
+        list(&job["spec"]["template"]["spec"]["volumes"]).into_iter().find(|v| !v["secret"].is_badvalue()).unwrap();
     let paths: BTreeSet<String> = list(&secret["secret"]["items"]).iter().map(|i| s(&i["path"])).collect();
     for n in fed["nodes"].as_array().unwrap() {
         let name = n["name"].as_str().unwrap();
         let (_, c, svc) = &parties[name];
-        assert_eq!(n["address"].as_str().unwrap(), format!("https://{svc}.{ns}.svc.cluster.local:{}", c["listen_port"]));
+        assert_eq!(
+            n["address"].as_str().unwrap(),
+            format!("https://{svc}.{ns}.svc.cluster.local:{}", c["listen_port"])
+        );
         assert!(paths.contains(&format!("tokens/orchestrator-{name}.token")));
     }
 }
@@ -309,7 +313,8 @@ fn kubernetes_manifests_agree_with_the_node_configs() {
 #[test]
 #[ignore]
 fn federation_across_network_namespaces() {
-    let out = Command::new("bash").arg(root().join("deploy/netns/federation.sh")).args(["3", "--json"]).output().unwrap();
+    let out =
+        Command::new("bash").arg(root().join("deploy/netns/federation.sh")).args(["3", "--json"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     for p in v["parties"].as_array().unwrap() {

@@ -403,7 +403,7 @@ mod tests {
         assert_eq!(sc.parties[1].x_test.column(1), sc.parties[2].x_test.column(1));
         assert_eq!(sc, ccpp_views(&[v(&["AT", "V"]), v(&["AP", "RH"]), v(&["V", "RH"])], 20, 100, 50, 3).unwrap());
         assert!(ccpp_views(&[v(&["AT", "XX"])], 20, 100, 50, 3).unwrap_err().to_string().contains("XX"));
-        assert!(ccpp_views(&[v(&["AT"])], 9000, 100, 50, 3).is_err());
+        assert!(ccpp_views(&[v(&["AT"])], 9500, 100, 50, 3).is_err(), "9,650 rows > 9,568");
     }
 
     #[test]

@@ -137,7 +137,8 @@ mod tests {
         let ours = a();
         assert!(ours.check(&ours.to_pb("B")).is_ok());
         assert_ne!(pool_hash(250), pool_hash(251));
-        let cases: Vec<(Box<dyn Fn(&mut pb::HandshakeRequest)>, &str)> = vec![
+        type Change = Box<dyn Fn(&mut pb::HandshakeRequest)>;
+        let cases: Vec<(Change, &str)> = vec![
             (Box::new(|r| r.protocol_version = "dpcotrain.v0".into()), "protocol"),
             (Box::new(|r| r.federation_id = "g".into()), "federation"),
             (Box::new(|r| r.pool_hash = pool_hash(10)), "pool"),

@@ -49,6 +49,16 @@ impl Orchestrator {
         Ok(st)
     }
 
+    /// Whether node `i` answers Status right now (one attempt, no retries).
+    pub async fn reachable(&self, i: usize) -> bool {
+        let n = &self.nodes[i];
+        let mut c = n.client.clone();
+        match request(pb::StatusRequest {}, n.token.as_deref(), Duration::from_secs(5)) {
+            Ok(req) => c.status(req).await.is_ok(),
+            Err(_) => false,
+        }
+    }
+
     /// A node's status, whoever it is.
     pub async fn status_unchecked(&self, i: usize) -> Result<pb::StatusResponse, String> {
         let n = &self.nodes[i];

@@ -205,11 +205,8 @@ async fn three_parties_complete_a_run_over_grpc() {
     }
     let names: Vec<String> = remote.iter().map(|p| p.lock().unwrap().name.clone()).collect();
     let mut peers = Vec::new();
-    for i in 0..3 {
-        let mut v = Vec::new();
-        for j in (0..3).filter(|j| *j != i) {
-            v.push(peer(&remote[i], &names[j], &addrs[j]));
-        }
+    for (i, me) in remote.iter().enumerate() {
+        let v: Vec<GrpcPeer> = (0..3).filter(|j| *j != i).map(|j| peer(me, &names[j], &addrs[j])).collect();
         peers.push(v);
     }
     for round in 0..4 {
@@ -319,4 +316,45 @@ async fn a_flood_of_concurrent_predicts_never_overspends() {
     }
     drop(p);
     let _ = stop.send(());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_peer_fails_clearly_after_a_bounded_time() {
+    use dpcotrain_cotrain::answer::PredictRequest;
+    use dpcotrain_cotrain::peer::Peer;
+    // A port nobody listens on.
+    let addr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", l.local_addr().unwrap())
+    };
+    let ps = parties();
+    let me = ps[0].lock().unwrap().name.clone();
+    let retry = Retry {
+        call_timeout: std::time::Duration::from_secs(1),
+        first_backoff: std::time::Duration::from_millis(20),
+        max_backoff: std::time::Duration::from_millis(200),
+        give_up_after: std::time::Duration::from_millis(1200),
+    };
+    let p = GrpcPeer::new(PeerOptions {
+        me: me.clone(),
+        name: "gone".into(),
+        address: addr.clone(),
+        agreement: Agreement::of(&ps[0].lock().unwrap(), FED, 0.0, 1.0),
+        token: None,
+        tls: None,
+        retry,
+    })
+    .unwrap();
+    let t = std::time::Instant::now();
+    let req = PredictRequest {
+        request_id: "x".into(),
+        requester: me,
+        indices: vec![1],
+        uncertainty: Uncertainty::Marginal,
+        want_prior: false,
+    };
+    let err = p.predict(req).await.unwrap_err().to_string();
+    let took = t.elapsed();
+    assert!(err.contains("gone") && err.contains("still failing after"), "{err}");
+    assert!(took >= std::time::Duration::from_millis(900) && took < std::time::Duration::from_secs(10), "{took:?}");
 }

@@ -138,6 +138,7 @@ impl NoisePath {
         if !new_rows.is_empty() {
             let xn = xs.select_rows(new_rows.iter());
             let knn = self.kernel.k(xn.as_view(), xn.as_view());
+            let knn_max = knn.diagonal().max();
             let (mean, cov) = if self.is_empty() {
                 (DVector::zeros(xn.nrows()), knn)
             } else {
@@ -151,6 +152,15 @@ impl NoisePath {
                 let w = chol_old.solve_l_vec(&self.values);
                 (v.tr_mul(&w), knn - v.tr_mul(&v))
             };
+            // New points (almost) determined by old ones leave a conditional covariance at the
+            // rounding level, possibly indefinite. A floor of 1e-10 of the prior variance on its
+            // diagonal keeps it factorisable; it only *adds* independent noise (never less
+            // privacy) and is ~1e-5 of the noise's standard deviation.
+            let mut cov = cov;
+            let floor = 1e-10 * knn_max.max(f64::MIN_POSITIVE);
+            for i in 0..cov.nrows() {
+                cov[(i, i)] += floor;
+            }
             let chol = Cholesky::factor(cov, "noise conditional covariance", JitterPolicy::IF_NEEDED)?;
             if chol.jitter().absolute > self.max_jitter.absolute {
                 self.max_jitter = chol.jitter();
@@ -231,6 +241,24 @@ mod tests {
         let mut bad = state.clone();
         bad.word_pos = "x".into();
         assert!(NoisePath::restore(kern(), &bad).is_err());
+    }
+
+    #[test]
+    fn points_determined_by_earlier_ones_do_not_fail() {
+        // A long-lengthscale path extended two points at a time over a dense pool (what a
+        // flood of small requests does): late points are determined by earlier ones up to
+        // rounding, and their conditional covariance used to fail to factorise.
+        use rand::Rng;
+        for seed in 0..20u64 {
+            let mut r = ChaCha20Rng::seed_from_u64(seed);
+            let k: Box<dyn Kernel> = Box::new(SquaredExponential::isotropic(1.0, 3.0));
+            let mut p = NoisePath::seeded(k, 1, seed);
+            let pool: Vec<f64> = (0..200).map(|_| r.random_range(-3.0..3.0)).collect();
+            for pair in pool.chunks(2) {
+                let g = p.sample_at(&DMatrix::from_column_slice(pair.len(), 1, pair)).unwrap();
+                assert!(g.iter().all(|v| v.is_finite()));
+            }
+        }
     }
 
     #[test]
