@@ -1,10 +1,11 @@
 //! `dpcotrain experiment floors | simulated | ccpp`: the thesis's grids (science-notes §2).
 
+use crate::report;
 use clap::{Args, Subcommand, ValueEnum};
 use dpcotrain_cotrain::answer::Uncertainty;
 use dpcotrain_cotrain::combiner::CombinerKind;
 use dpcotrain_cotrain::floors::{floors_table, monte_carlo_floor};
-use dpcotrain_cotrain::grid::{Dataset, DpSetting, Grid, RunRow, run_grid};
+use dpcotrain_cotrain::grid::{Dataset, DpSetting, Grid, RunRow, job_keys, run_grid_resumable};
 use dpcotrain_cotrain::responder::ReleasePolicy;
 use dpcotrain_cotrain::simulate::SimConfig;
 use dpcotrain_privacy::sensitivity::LabelRange;
@@ -26,6 +27,15 @@ pub enum ExperimentCommand {
     Simulated(SimArgs),
     /// The CCPP grid of Thomas §4.5.
     Ccpp(GridArgs),
+    /// One report (tables vs the thesis, orderings, figures) from the runs.jsonl of several
+    /// experiment folders (e.g. no DP, thesis DP, calibrated ε = 1 and ε = 4).
+    Report {
+        /// Experiment folders (each with runs.jsonl).
+        #[arg(long = "runs", required = true)]
+        runs: Vec<PathBuf>,
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq)]
@@ -73,9 +83,13 @@ pub struct GridArgs {
     /// A small subset (2 seeds, n_obs 25, 5 rounds) for smoke tests.
     #[arg(long)]
     pub quick: bool,
-    /// Write runs.csv and summary.md here.
+    /// Report folder: runs.jsonl (every run, appended as it finishes: an interrupted grid
+    /// resumes from it), runs.csv, summary.md, tables.md (ours vs the thesis), SVG figures.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Ignore (delete) runs saved in --out by an earlier invocation.
+    #[arg(long)]
+    pub fresh: bool,
     /// Print one JSON row per run and party.
     #[arg(long)]
     pub json: bool,
@@ -185,6 +199,25 @@ pub fn run(cmd: ExperimentCommand) -> anyhow::Result<()> {
             fill_grid(&mut grid, &a)?;
             execute(&grid, &a)
         }
+        ExperimentCommand::Report { runs, out } => {
+            let mut rows = Vec::new();
+            for d in &runs {
+                let r = load_runs(d)?;
+                if r.is_empty() {
+                    anyhow::bail!("{}: no runs.jsonl with runs in it", d.display());
+                }
+                rows.extend(r);
+            }
+            std::fs::create_dir_all(&out).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", out.display()))?;
+            let fails = thesis_report(&out, &rows)?;
+            eprintln!(
+                "{} party-rows; {} anchor cells outside tolerance; wrote {}",
+                rows.len(),
+                fails.len(),
+                out.join("tables.md").display()
+            );
+            Ok(())
+        }
     }
 }
 
@@ -218,7 +251,48 @@ fn floors(json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Rows saved in `dir/runs.jsonl` (a torn last line from a crash is skipped).
+fn load_runs(dir: &std::path::Path) -> anyhow::Result<Vec<RunRow>> {
+    let path = dir.join("runs.jsonl");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
+        Err(e) => anyhow::bail!("cannot read {}: {e}", path.display()),
+    };
+    let lines: Vec<&str> = text.lines().collect();
+    let mut rows = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        match serde_json::from_str::<RunRow>(line) {
+            Ok(r) => rows.push(r),
+            Err(_) if i + 1 == lines.len() => eprintln!("{}: ignoring a torn last line", path.display()),
+            Err(e) => anyhow::bail!("{} line {}: {e}", path.display(), i + 1),
+        }
+    }
+    Ok(rows)
+}
+
 fn execute(grid: &Grid, a: &GridArgs) -> anyhow::Result<()> {
+    let keys: std::collections::HashSet<String> = job_keys(grid).into_iter().collect();
+    let mut saved = Vec::new();
+    let mut journal = None;
+    if let Some(dir) = &a.out {
+        std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
+        let path = dir.join("runs.jsonl");
+        if a.fresh && path.exists() {
+            std::fs::remove_file(&path).map_err(|e| anyhow::anyhow!("cannot delete {}: {e}", path.display()))?;
+        }
+        saved = load_runs(dir)?.into_iter().filter(|r| keys.contains(&r.key())).collect();
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", path.display()))?;
+        journal = Some(std::sync::Mutex::new(std::io::BufWriter::new(f)));
+    }
+    let done: std::collections::HashSet<String> = saved.iter().map(|r| r.key()).collect();
+    if !done.is_empty() {
+        eprintln!("resuming: {} of {} runs already in runs.jsonl", done.len(), keys.len());
+    }
     let total = grid.n_runs();
     let bar = ProgressBar::new(total as u64);
     bar.set_style(
@@ -226,10 +300,24 @@ fn execute(grid: &Grid, a: &GridArgs) -> anyhow::Result<()> {
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let start = Instant::now();
-    let rows = run_grid(grid, &|done, _| bar.set_position(done as u64))?;
+    let save = |rows: &[RunRow]| {
+        if let Some(j) = &journal
+            && let Ok(mut w) = j.lock()
+        {
+            for r in rows {
+                if let Ok(line) = serde_json::to_string(r) {
+                    let _ = writeln!(w, "{line}");
+                }
+            }
+            let _ = w.flush();
+        }
+    };
+    let mut rows = run_grid_resumable(grid, &done, &save, &|done, _| bar.set_position(done as u64))?;
     bar.finish_and_clear();
     let secs = start.elapsed().as_secs_f64();
-    eprintln!("{total} runs in {secs:.1} s on {} threads", rayon::current_num_threads());
+    eprintln!("{} runs in {secs:.1} s on {} threads", total - done.len(), rayon::current_num_threads());
+    saved.append(&mut rows);
+    let rows = saved;
     let failed = rows.iter().filter(|r| r.error.is_some()).count();
     if failed > 0 {
         eprintln!("warning: {failed} party-rows come from failed runs (see the error column)");
@@ -247,6 +335,47 @@ fn execute(grid: &Grid, a: &GridArgs) -> anyhow::Result<()> {
         print!("{}", summary_table(&rows));
     }
     Ok(())
+}
+
+/// tables.md and the figures for any set of rows (one or several DP settings and datasets).
+fn thesis_report(dir: &std::path::Path, rows: &[RunRow]) -> anyhow::Result<Vec<String>> {
+    let mut md = String::from(
+        "# dpcotrain vs Thomas 2017
+
+Each cell: our mean ± sd (the thesis's value; our difference). Anchor \
+         cells (science-notes §3.8) are marked ✓ when |ours − thesis| ≤ max(0.02, thesis sd), ✗ otherwise.\n\n",
+    );
+    let mut fails = Vec::new();
+    let mut groups: BTreeMap<(String, String), Vec<RunRow>> = BTreeMap::new();
+    for r in rows {
+        groups.entry((r.dataset.clone(), r.dp.clone())).or_default().push(r.clone());
+    }
+    for ((dataset, dp), g) in &groups {
+        md += &if dataset == "simulated" { report::simulated_tables(g, &mut fails) } else { report::ccpp_tables(g) };
+        let file = format!("rmse_rounds_{dataset}_{}.svg", dp.replace(['(', ')', ',', '='], "_"));
+        write_atomic(
+            &dir.join(&file),
+            &report::rmse_rounds_svg(g, &format!("Test RMSE per round — {dataset}, DP {dp}")),
+        )?;
+        md += &format!("![RMSE per round]({file})\n\n");
+    }
+    md += "## The thesis's findings, checked\n\n| finding | holds | evidence |\n|---|---|---|\n";
+    for (f, ok, why) in report::orderings(rows) {
+        md += &format!("| {f} | {} | {why} |\n", if ok { "yes" } else { "**no**" });
+    }
+    md += &format!(
+        "\nAnchor cells outside tolerance: {}\n",
+        if fails.is_empty() { "none".to_string() } else { String::new() }
+    );
+    for f in &fails {
+        md += &format!("- {f}\n");
+    }
+    if groups.keys().any(|(d, _)| d == "simulated") {
+        write_atomic(&dir.join("exchange.svg"), &report::exchange_svg(0)?)?;
+        md += "\n![One exchange without and with DP](exchange.svg)\n";
+    }
+    write_atomic(&dir.join("tables.md"), &md)?;
+    Ok(fails)
 }
 
 fn mean_sd(v: &[f64]) -> (f64, f64) {
@@ -319,6 +448,7 @@ fn write_report(dir: &PathBuf, grid: &Grid, rows: &[RunRow], secs: f64) -> anyho
         summary_table(rows)
     );
     write_atomic(&dir.join("summary.md"), &md)?;
+    thesis_report(dir, rows)?;
     Ok(())
 }
 

@@ -10,10 +10,10 @@ mod gp_cmd;
 mod node_cmd;
 mod node_config;
 mod privacy_cmd;
-// The 1-D exchange picture (ExchangePanel) is for the experiment reports still to come.
-#[allow(dead_code)]
+mod report;
 mod svg;
 mod table;
+mod thesis;
 
 use clap::{Parser, Subcommand};
 

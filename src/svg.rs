@@ -177,6 +177,7 @@ impl ExchangePanel {
         ExchangePanel { title: title.into(), x_label, y_label, width: 640.0, height: 400.0, ..Default::default() }
     }
     /// Standalone SVG document.
+    #[allow(dead_code)] // a standalone panel (the reports draw panels inside a Figure)
     pub fn to_svg(&self) -> String {
         standalone(&Panel::Exchange(self.clone()))
     }

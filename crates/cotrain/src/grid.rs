@@ -15,6 +15,7 @@ use dpcotrain_privacy::calibrate::{Mechanism, THESIS_MULTIPLIER};
 use dpcotrain_privacy::sensitivity::LabelRange;
 use rayon::prelude::*;
 use serde::Serialize;
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The privacy setting of a grid.
@@ -182,7 +183,7 @@ struct DataConfig {
 }
 
 /// One row per run and party (the `--json` / CSV schema of `dpcotrain experiment`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct RunRow {
     pub dataset: String,
     pub r: Option<f64>,
@@ -196,9 +197,13 @@ pub struct RunRow {
     pub party: String,
     /// The party's view (column names).
     pub view: String,
+    #[serde(deserialize_with = "nan_if_null")]
     pub rmse_before: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub rmse_after: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub nlpd_before: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub nlpd_after: f64,
     /// ε spent on this party's labels by its releases (exact Gaussian-DP, at δ); 0 without
     /// calibrated DP. `None` for the thesis mode, whose releases carry no guarantee.
@@ -207,6 +212,11 @@ pub struct RunRow {
     pub rmse_per_round: Vec<f64>,
     /// Error message if the run failed (the numbers are then NaN).
     pub error: Option<String>,
+}
+
+/// JSON has no NaN (serde_json writes null): read null back as NaN.
+fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(<Option<f64> as serde::Deserialize>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 
 fn rows_of(
@@ -273,17 +283,92 @@ fn rows_of(
 
 /// Run the whole grid in parallel; `progress(done, total)` is called after each run.
 pub fn run_grid(grid: &Grid, progress: &(dyn Fn(usize, usize) + Sync)) -> Result<Vec<RunRow>, CotrainError> {
-    let dcs = grid.data_configs();
-    let mut jobs = Vec::new();
-    for dc in &dcs {
+    run_grid_resumable(grid, &HashSet::new(), &|_| {}, progress)
+}
+
+/// The identity of one run (everything but the party): equal for a job and its rows.
+pub fn run_key(
+    dataset: &str,
+    r: Option<f64>,
+    ci: Option<bool>,
+    masking: bool,
+    nobs: usize,
+    seed: u64,
+    combiner: &str,
+    uncertainty: &str,
+    dp: &str,
+) -> String {
+    format!("{dataset}|{r:?}|{ci:?}|{masking}|{nobs}|{seed}|{combiner}|{uncertainty}|{dp}")
+}
+
+impl RunRow {
+    /// [`run_key`] of the run this row belongs to.
+    pub fn key(&self) -> String {
+        run_key(
+            &self.dataset,
+            self.r,
+            self.ci,
+            self.masking,
+            self.nobs,
+            self.seed,
+            &self.combiner,
+            &self.uncertainty,
+            &self.dp,
+        )
+    }
+}
+
+/// The [`run_key`] of every run of `grid`.
+pub fn job_keys(grid: &Grid) -> Vec<String> {
+    let dataset = match grid.dataset {
+        Dataset::Simulated { .. } => "simulated",
+        Dataset::Ccpp { .. } => "ccpp",
+    };
+    let dp = grid.dp.name();
+    let mut out = Vec::new();
+    for dc in grid.data_configs() {
         for &kind in &grid.combiners {
             for &unc in &grid.uncertainty {
-                jobs.push((*dc, kind, unc));
+                out.push(run_key(dataset, dc.r, dc.ci, dc.masking, dc.nobs, dc.seed, kind.name(), unc.name(), &dp));
             }
         }
     }
-    let total = jobs.len();
-    let done = AtomicUsize::new(0);
+    out
+}
+
+/// [`run_grid`] that skips the runs whose [`run_key`] is in `done` (rows saved by an earlier,
+/// interrupted invocation) and hands each finished run's rows to `on_run` as soon as it
+/// completes (to be saved), so a long grid loses nothing on a crash. Returns the new rows;
+/// `progress` counts skipped runs as done.
+pub fn run_grid_resumable(
+    grid: &Grid,
+    done: &HashSet<String>,
+    on_run: &(dyn Fn(&[RunRow]) + Sync),
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> Result<Vec<RunRow>, CotrainError> {
+    let dataset = match grid.dataset {
+        Dataset::Simulated { .. } => "simulated",
+        Dataset::Ccpp { .. } => "ccpp",
+    };
+    let dp_name = grid.dp.name();
+    let dcs = grid.data_configs();
+    let mut jobs = Vec::new();
+    let mut skipped = 0;
+    for dc in &dcs {
+        for &kind in &grid.combiners {
+            for &unc in &grid.uncertainty {
+                let key =
+                    run_key(dataset, dc.r, dc.ci, dc.masking, dc.nobs, dc.seed, kind.name(), unc.name(), &dp_name);
+                if done.contains(&key) {
+                    skipped += 1;
+                } else {
+                    jobs.push((*dc, kind, unc));
+                }
+            }
+        }
+    }
+    let total = jobs.len() + skipped;
+    let finished = AtomicUsize::new(skipped);
     let dp = grid.dp.config();
     let results: Vec<Result<Vec<RunRow>, CotrainError>> = jobs
         .par_iter()
@@ -292,7 +377,8 @@ pub fn run_grid(grid: &Grid, progress: &(dyn Fn(usize, usize) + Sync)) -> Result
             let rep =
                 build_parties(&sc, *kind, *unc, &dp, dc.seed).and_then(|ps| block_on(run_in_process(&ps, grid.rounds)));
             let rows = rows_of(grid, dc, &sc, *kind, *unc, rep);
-            progress(done.fetch_add(1, Ordering::Relaxed) + 1, total);
+            on_run(&rows);
+            progress(finished.fetch_add(1, Ordering::Relaxed) + 1, total);
             Ok(rows)
         })
         .collect();
