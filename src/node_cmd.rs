@@ -79,6 +79,12 @@ pub struct Launched {
 /// lock the state directory, fit the private model, resume from saved state, bind.
 pub async fn launch(cfg: &PartyConfig, path: &Path) -> anyhow::Result<Launched> {
     cfg.validate(path)?;
+    for (field, p) in [("data.train", &cfg.data.train), ("data.pool", &cfg.data.pool), ("data.test", &cfg.data.test)] {
+        let full = rel(path, p);
+        if !full.is_file() {
+            anyhow::bail!("{}: {field} = {:?}: no such file ({})", path.display(), p.display(), full.display());
+        }
+    }
     let store = StateStore::open(&cfg.state_dir(path)).map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut auth = Auth::open();
     let mut server_tls = None;
