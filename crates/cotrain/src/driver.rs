@@ -65,6 +65,7 @@ pub async fn query_turn<P: Peer>(
     let mut q = lock(querier)?;
     let rec = q.fold_in(round, Some(index), answers, report.refused.clone())?;
     report.answered_by = rec.answers.iter().map(|a| a.responder.clone()).collect();
+    report.refused = rec.refused.clone();
     report.objective = rec.objective;
     Ok(report)
 }

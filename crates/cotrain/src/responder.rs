@@ -202,9 +202,17 @@ impl Party {
         answers: Vec<Answer>,
         refused: Vec<(String, String)>,
     ) -> Result<&TurnRecord, CotrainError> {
-        for a in &answers {
-            self.model.absorb(a)?;
+        // A peer's malformed answer (wrong shapes, NaN, negative variance…) is refused and
+        // recorded, never absorbed; the other answers still count.
+        let mut refused = refused;
+        let mut accepted = Vec::with_capacity(answers.len());
+        for a in answers {
+            match self.model.absorb(&a) {
+                Ok(()) => accepted.push(a),
+                Err(e) => refused.push((a.responder.clone(), format!("answer not absorbed: {e}"))),
+            }
         }
+        let answers = accepted;
         let objective = if answers.is_empty() { None } else { Some(self.model.refit()?) };
         self.turns.push(TurnRecord { round, index, answers, refused, objective });
         if self.dp.policy == ReleasePolicy::PerQuery {

@@ -135,3 +135,30 @@ fn a_snapshot_of_other_data_is_refused() {
     fresh[0].lock().unwrap().restore(&st).unwrap();
     assert!(fresh[0].lock().unwrap().restore(&st).is_err());
 }
+
+#[test]
+fn a_malformed_answer_is_refused_not_absorbed() {
+    use dpcotrain_cotrain::answer::Answer;
+    let ps = parties(ReleasePolicy::PerQuery, 3);
+    let mut p = ps[0].lock().unwrap();
+    let version = p.model.version;
+    let bad = Answer {
+        responder: "mallory".into(),
+        indices: vec![2],
+        mean: vec![f64::NAN],
+        var: Some(vec![0.1]),
+        answered: vec![2],
+        cov: None,
+        prior_cov: None,
+        model_version: 0,
+        charge: None,
+        budget_rho_left: None,
+    };
+    let good = Answer { responder: "P2".into(), mean: vec![0.3], ..bad.clone() };
+    let rec = p.fold_in(0, Some(2), vec![bad, good], vec![]).unwrap().clone();
+    assert_eq!(rec.answers.len(), 1);
+    assert_eq!(rec.answers[0].responder, "P2");
+    assert!(rec.refused.iter().any(|(who, why)| who == "mallory" && why.contains("not absorbed")), "{:?}", rec.refused);
+    assert!(p.model.version > version, "the good answer was absorbed and the model re-fitted");
+    assert!(evaluate(&mut p).unwrap().rmse.is_finite());
+}
