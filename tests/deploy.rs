@@ -322,3 +322,16 @@ fn federation_across_network_namespaces() {
         assert!(p["privacy_spent"][0]["epsilon"].as_f64().unwrap() <= 1.0 + 1e-9);
     }
 }
+
+#[test]
+fn docker_build_context_excludes_build_output_and_secrets() {
+    let ignore = std::fs::read_to_string(root().join(".dockerignore")).unwrap();
+    for p in ["target/", "**/secrets/", "**/state/"] {
+        assert!(ignore.lines().any(|l| l.trim() == p), ".dockerignore lacks {p}");
+    }
+    // The image's toolchain is the workspace's minimum Rust version.
+    let docker = std::fs::read_to_string(root().join("deploy/Dockerfile")).unwrap();
+    let cargo = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    let msrv = cargo.lines().find_map(|l| l.strip_prefix("rust-version = ")).unwrap().trim_matches('"');
+    assert!(docker.contains(&format!("FROM rust:{msrv}-")), "Dockerfile builds with rust {msrv}");
+}
