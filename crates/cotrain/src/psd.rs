@@ -13,7 +13,9 @@ pub fn project_psd(m: &DMatrix<f64>) -> (DMatrix<f64>, usize) {
     }
     let vals = eig.eigenvalues.map(|v| v.max(0.0));
     let v = &eig.eigenvectors;
-    (v * DMatrix::from_diagonal(&vals) * v.transpose(), clipped)
+    let p = v * DMatrix::from_diagonal(&vals) * v.transpose();
+    // V Λ Vᵀ is symmetric only up to rounding; consumers check symmetry, so make it exact.
+    ((&p + p.transpose()) * 0.5, clipped)
 }
 
 #[cfg(test)]
@@ -28,6 +30,14 @@ mod tests {
         let e = p.symmetric_eigen().eigenvalues;
         assert!(e.min() > -1e-12);
         assert!((e.max() - 3.0).abs() < 1e-12);
+        // Exactly symmetric output, also with large and tiny entries mixed (a reported
+        // covariance plus σ²·K of heavy DP noise).
+        let big = DMatrix::from_fn(12, 12, |i, j| {
+            500.0 * (-0.5 * ((i as f64 - j as f64) / 3.0).powi(2)).exp()
+                + if i == j { 0.0 } else { 1e-3 * ((i * j) % 5) as f64 - 2e-3 }
+        });
+        let (q, _) = project_psd(&(&big - DMatrix::identity(12, 12) * 1.0));
+        assert_eq!(q, q.transpose());
         let pd = DMatrix::from_row_slice(2, 2, &[2.0, 0.5, 0.5, 1.0]);
         assert_eq!(project_psd(&pd), (pd.clone(), 0));
     }
