@@ -37,6 +37,7 @@ pub struct HybridModel {
 }
 
 /// Factorisations shared by objective, gradient and prediction.
+#[derive(Debug, Clone)]
 struct Parts {
     /// K₁(O, O) (without the noise), for the gradient contraction.
     k: DMatrix<f64>,
@@ -119,7 +120,17 @@ impl HybridModel {
     /// Latent predictive at arbitrary points (not among the queried entities).
     pub fn predict(&self, xs: &DMatrix<f64>, full_cov: bool) -> Result<Prediction, GpError> {
         let parts = self.parts()?;
-        let (kso, kss, diag) = self.k_h(&parts, xs, full_cov);
+        self.predict_with(&parts, xs, full_cov)
+    }
+
+    /// The factorisations every prediction needs, computed once.
+    pub fn into_predictor(self) -> Result<HybridPredictor, GpError> {
+        let parts = self.parts()?;
+        Ok(HybridPredictor { model: self, parts })
+    }
+
+    fn predict_with(&self, parts: &Parts, xs: &DMatrix<f64>, full_cov: bool) -> Result<Prediction, GpError> {
+        let (kso, kss, diag) = self.k_h(parts, xs, full_cov);
         let mean = &kso * &parts.alpha;
         let mut v = kso.transpose();
         parts.chol_aug.solve_l_in_place(&mut v);
@@ -144,6 +155,20 @@ impl HybridModel {
             lower -= pw;
         }
         Ok((self.x_o.clone(), w))
+    }
+}
+
+/// A [`HybridModel`] with its factorisations (K_aug, M) for repeated prediction.
+#[derive(Debug, Clone)]
+pub struct HybridPredictor {
+    model: HybridModel,
+    parts: Parts,
+}
+
+impl HybridPredictor {
+    /// Latent predictive at arbitrary points (not among the queried entities).
+    pub fn predict(&self, xs: &DMatrix<f64>, full_cov: bool) -> Result<Prediction, GpError> {
+        self.model.predict_with(&self.parts, xs, full_cov)
     }
 }
 
