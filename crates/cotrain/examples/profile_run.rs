@@ -25,10 +25,12 @@ fn main() {
         let t_build = t.elapsed().as_secs_f64();
         let r = block_on(run_in_process(&ps, 25)).unwrap();
         println!(
-            "{kind:?}: build {t_build:.2}s total {:.2}s  rmse {:.4} -> {:.4}",
+            "{kind:?}: build {t_build:.2}s total {:.2}s  rmse {:.4} -> {:.4}  (after, full precision: p1 {:.15e} p2 {:.15e})",
             t.elapsed().as_secs_f64(),
             r.parties[0].before.rmse,
-            r.parties[0].after.rmse
+            r.parties[0].after.rmse,
+            r.parties[0].after.rmse,
+            r.parties[1].after.rmse
         );
     }
 }

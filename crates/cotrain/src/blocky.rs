@@ -62,16 +62,44 @@ impl BlockyModel {
 
     /// Latent predictive with k₁ cross-covariances.
     pub fn predict(&self, xs: &DMatrix<f64>, full_cov: bool) -> Result<Prediction, GpError> {
+        self.clone().into_predictor()?.predict(xs, full_cov)
+    }
+
+    /// The factorisations every prediction needs, computed once.
+    pub fn into_predictor(self) -> Result<BlockyPredictor, GpError> {
         let post = self.private()?.posterior()?;
+        let query = match self.query_chol()? {
+            Some(chol_q) => {
+                let alpha_q = chol_q.solve_vec(&self.mu_q);
+                Some((chol_q, alpha_q))
+            }
+            None => None,
+        };
+        Ok(BlockyPredictor { model: self, post, query })
+    }
+}
+
+/// A [`BlockyModel`] with its private posterior and query-block factorisation.
+#[derive(Debug, Clone)]
+pub struct BlockyPredictor {
+    model: BlockyModel,
+    post: dpcotrain_gp::exact::ExactPosterior,
+    /// chol(K₂^q + σ₁²I + V₂) and its solve against μ₂ (None without queried rows).
+    query: Option<(Cholesky, DVector<f64>)>,
+}
+
+impl BlockyPredictor {
+    /// Latent predictive with k₁ cross-covariances.
+    pub fn predict(&self, xs: &DMatrix<f64>, full_cov: bool) -> Result<Prediction, GpError> {
+        let (m, post) = (&self.model, &self.post);
         let p_tr = post.predict(xs, full_cov)?;
-        let Some(chol_q) = self.query_chol()? else { return Ok(p_tr) };
-        let alpha_q = chol_q.solve_vec(&self.mu_q);
-        let kqs = self.kernel.k(self.x_q.as_view(), xs.as_view());
-        let mean = &p_tr.mean + kqs.tr_mul(&alpha_q);
+        let Some((chol_q, alpha_q)) = &self.query else { return Ok(p_tr) };
+        let kqs = m.kernel.k(m.x_q.as_view(), xs.as_view());
+        let mean = &p_tr.mean + kqs.tr_mul(alpha_q);
         let mut v = kqs;
         chol_q.solve_l_in_place(&mut v);
         // Undo the private clamp: recompute raw variances.
-        let raw = self.kernel.diag(xs.as_view()) - self.private_explained(xs, &post)? - col_sq_norms(&v);
+        let raw = m.kernel.diag(xs.as_view()) - m.private_explained(xs, post)? - col_sq_norms(&v);
         let cov = match p_tr.cov {
             Some(mut c) => {
                 gemm(&mut c, -1.0, v.as_view(), true, v.as_view(), false, true);
@@ -81,7 +109,9 @@ impl BlockyModel {
         };
         Ok(Prediction::new(mean, raw, cov))
     }
+}
 
+impl BlockyModel {
     fn private_explained(
         &self,
         xs: &DMatrix<f64>,

@@ -9,9 +9,10 @@
 
 use crate::CotrainError;
 use crate::answer::{Answer, Uncertainty};
-use crate::blocky::BlockyModel;
-use crate::hybrid::HybridModel;
+use crate::blocky::{BlockyModel, BlockyPredictor};
+use crate::hybrid::{HybridModel, HybridPredictor};
 use crate::psd::project_psd;
+use dpcotrain_gp::exact::ExactPosterior;
 use dpcotrain_gp::inducing::greedy_variance;
 use dpcotrain_gp::kernels::Kernel;
 use dpcotrain_gp::sparse::SparsePosterior;
@@ -81,9 +82,88 @@ pub struct CoModel {
     sparse_z: Option<DMatrix<f64>>,
     /// Number of inducing points requested for the sparse path.
     sparse_m: Option<usize>,
-    /// The sparse posterior (an O(NM²) factorisation) for (version, parameters), reused by
-    /// every prediction until the model changes.
-    sparse_post: Option<((u64, Vec<f64>), SparsePosterior)>,
+    /// The posterior factorisations for (version, parameters, pseudo rows), reused by every
+    /// prediction until the model changes (an O(N³) factorisation for the exact combiners, an
+    /// O(NM²) one for the sparse model).
+    post: Option<(PostKey, Predictor)>,
+}
+
+/// What a cached posterior depends on beyond the private data (fixed at construction): the
+/// model version, the hyperparameters, the combiner and mode, and the received blocks.
+type PostKey = (u64, Vec<f64>, CombinerKind, Uncertainty, Vec<PeerBlock>);
+
+/// A factorised posterior, ready to predict.
+#[derive(Debug, Clone)]
+enum Predictor {
+    Noisy(ExactPosterior),
+    Sparse(SparsePosterior),
+    Blocky(BlockyPredictor),
+    Hybrid(HybridPredictor),
+}
+
+impl Predictor {
+    fn predict(&self, xs: &DMatrix<f64>, full_cov: bool) -> Result<Prediction, CotrainError> {
+        Ok(match self {
+            Predictor::Noisy(p) => p.predict(xs, full_cov)?,
+            Predictor::Sparse(p) => p.predict(xs, full_cov)?,
+            Predictor::Blocky(p) => p.predict(xs, full_cov)?,
+            Predictor::Hybrid(p) => p.predict(xs, full_cov)?,
+        })
+    }
+}
+
+/// Memo of exact private fits. A private fit is a deterministic function of the private data,
+/// the initial kernel and noise, and the training options (seeded restarts), so runs that share
+/// a data configuration (a grid's combiners × uncertainty modes, both DP settings) can reuse
+/// it instead of repeating four L-BFGS runs. The key holds every input exactly (bit patterns,
+/// and the kernel's and options' full `Debug` forms, which print floats round-trip exactly);
+/// the value is the fitted kernel and noise objects themselves, so a hit is bit-identical to a
+/// fresh fit. Bounded (oldest entries dropped), process-wide, thread-safe.
+mod private_fit {
+    use super::*;
+    use std::collections::VecDeque;
+    use std::sync::Mutex;
+
+    #[derive(PartialEq)]
+    pub(super) struct Key {
+        text: String,
+        x: Vec<u64>,
+        y: Vec<u64>,
+    }
+    pub(super) type Fit = (Box<dyn Kernel>, NoiseVariance, f64);
+
+    const CAPACITY: usize = 64;
+    static FITS: Mutex<VecDeque<(Key, Fit)>> = Mutex::new(VecDeque::new());
+
+    pub(super) fn key(
+        kernel: &dyn Kernel,
+        noise: &NoiseVariance,
+        x: &DMatrix<f64>,
+        y: &DVector<f64>,
+        opts: &TrainOptions,
+    ) -> Key {
+        Key {
+            text: format!("{kernel:?}|{noise:?}|{opts:?}|{}x{}", x.nrows(), x.ncols()),
+            x: x.iter().map(|v| v.to_bits()).collect(),
+            y: y.iter().map(|v| v.to_bits()).collect(),
+        }
+    }
+
+    pub(super) fn get(key: &Key) -> Option<Fit> {
+        let fits = FITS.lock().unwrap_or_else(|e| e.into_inner());
+        fits.iter().find(|(k, _)| k == key).map(|(_, f)| f.clone())
+    }
+
+    pub(super) fn put(key: Key, fit: Fit) {
+        let mut fits = FITS.lock().unwrap_or_else(|e| e.into_inner());
+        if fits.iter().any(|(k, _)| *k == key) {
+            return;
+        }
+        if fits.len() == CAPACITY {
+            fits.pop_front();
+        }
+        fits.push_back((key, fit));
+    }
 }
 
 /// Private sets above this size use the VFE local model by default (science-notes D21).
@@ -131,7 +211,7 @@ impl CoModel {
             pre_params: None,
             train: TrainOptions::default(),
             psd_clipped: 0,
-            sparse_post: None,
+            post: None,
             sparse_z: None,
             sparse_m: None,
         })
@@ -214,20 +294,29 @@ impl CoModel {
             self.version += 1;
             return Ok(r.objective);
         }
-        let mut gp = ExactGp::new(
-            self.kernel.clone(),
-            NoiseModel::Homoscedastic(self.noise.clone()),
-            self.x_tr.clone(),
-            self.y_tr.clone(),
-        )?;
         // D17: 3 seeded restarts for the private fit.
         let opts = TrainOptions { restarts: self.train.restarts.max(3), ..self.train.clone() };
-        let r = train(&mut gp, &opts)?;
-        self.kernel = gp.kernel.clone();
-        self.noise = gp.noise.sigma2().clone();
+        let key = private_fit::key(self.kernel.as_ref(), &self.noise, &self.x_tr, &self.y_tr, &opts);
+        let (kernel, noise, objective) = match private_fit::get(&key) {
+            Some(hit) => hit,
+            None => {
+                let mut gp = ExactGp::new(
+                    self.kernel.clone(),
+                    NoiseModel::Homoscedastic(self.noise.clone()),
+                    self.x_tr.clone(),
+                    self.y_tr.clone(),
+                )?;
+                let r = train(&mut gp, &opts)?;
+                let fit = (gp.kernel.clone(), gp.noise.sigma2().clone(), r.objective);
+                private_fit::put(key, fit.clone());
+                fit
+            }
+        };
+        self.kernel = kernel;
+        self.noise = noise;
         self.pre_params = Some(self.params());
         self.version += 1;
-        Ok(r.objective)
+        Ok(objective)
     }
 
     /// Fold an answer in (means of new indices appended; matrices replaced by the latest).
@@ -453,24 +542,30 @@ impl CoModel {
     }
 
     /// Latent predictive of the augmented model at arbitrary points of this party's view.
+    /// The factorised posterior is cached until the model changes.
     pub fn predict(&mut self, xs: &DMatrix<f64>, full_cov: bool) -> Result<Prediction, CotrainError> {
-        let key = (self.version, crate::kernel_noise_params(self.kernel.as_ref(), &self.noise));
-        if let Some((k, post)) = &self.sparse_post
+        let key: PostKey = (
+            self.version,
+            crate::kernel_noise_params(self.kernel.as_ref(), &self.noise),
+            self.kind,
+            self.uncertainty,
+            self.blocks.clone(),
+        );
+        if let Some((k, post)) = &self.post
             && *k == key
         {
-            return Ok(post.predict(xs, full_cov)?);
+            return post.predict(xs, full_cov);
         }
-        Ok(match self.build()? {
-            Built::Noisy(m) => m.posterior()?.predict(xs, full_cov)?,
-            Built::Sparse(m) => {
-                let post = m.posterior()?;
-                let out = post.predict(xs, full_cov)?;
-                self.sparse_post = Some((key, post));
-                out
-            }
-            Built::Blocky(m) => m.predict(xs, full_cov)?,
-            Built::Hybrid(m) => m.predict(xs, full_cov)?,
-        })
+        self.post = None;
+        let post = match self.build()? {
+            Built::Noisy(m) => Predictor::Noisy(m.posterior()?),
+            Built::Sparse(m) => Predictor::Sparse(m.posterior()?),
+            Built::Blocky(m) => Predictor::Blocky(m.into_predictor()?),
+            Built::Hybrid(m) => Predictor::Hybrid(m.into_predictor()?),
+        };
+        let out = post.predict(xs, full_cov)?;
+        self.post = Some((key, post));
+        Ok(out)
     }
 
     /// The augmented objective at the current hyperparameters.

@@ -37,8 +37,10 @@ pub struct HybridModel {
 }
 
 /// Factorisations shared by objective, gradient and prediction.
+#[derive(Debug, Clone)]
 struct Parts {
-    a: DMatrix<f64>,
+    /// K₁(O, O) (without the noise), for the gradient contraction.
+    k: DMatrix<f64>,
     chol_m: Option<Cholesky>,
     /// P = M⁻¹ A_{Q,:} (q × |O|).
     p: DMatrix<f64>,
@@ -66,12 +68,13 @@ impl HybridModel {
         let n = self.n_o();
         let q = self.q;
         let qs = n - q;
-        let mut a = self.kernel.k(self.x_o.as_view(), self.x_o.as_view());
+        let k1 = self.kernel.k(self.x_o.as_view(), self.x_o.as_view());
+        let mut a = k1.clone();
         for i in 0..n {
             a[(i, i)] += self.noise.variance;
         }
         let (k_aug, chol_m, p) = if q == 0 {
-            (a.clone(), None, DMatrix::zeros(0, n))
+            (a, None, DMatrix::zeros(0, n))
         } else {
             let m = a.view((qs, qs), (q, q)) + &self.c2;
             let chol_m = Cholesky::factor(m, "Hybrid M = A_QQ + C₂", JitterPolicy::IF_NEEDED)?;
@@ -79,12 +82,17 @@ impl HybridModel {
             let mut k = a.clone();
             // K_aug = A − A_{:,Q} P
             dpcotrain_gp::linalg::gemm(&mut k, -1.0, a.columns(qs, q), false, p.as_view(), false, true);
-            let k = (&k + k.transpose()) * 0.5;
+            // Symmetrise the lower triangle (the only part the factorisation reads).
+            for j in 0..n {
+                for i in j + 1..n {
+                    k[(i, j)] = (k[(i, j)] + k[(j, i)]) * 0.5;
+                }
+            }
             (k, Some(chol_m), p)
         };
         let chol_aug = Cholesky::factor(k_aug, "Hybrid K_aug", JitterPolicy::IF_NEEDED)?;
         let alpha = chol_aug.solve_vec(&self.y);
-        Ok(Parts { a, chol_m, p, chol_aug, alpha })
+        Ok(Parts { k: k1, chol_m, p, chol_aug, alpha })
     }
 
     /// k_H(xs, O) (|xs| × |O|) and, when asked, k_H(xs, xs).
@@ -112,7 +120,17 @@ impl HybridModel {
     /// Latent predictive at arbitrary points (not among the queried entities).
     pub fn predict(&self, xs: &DMatrix<f64>, full_cov: bool) -> Result<Prediction, GpError> {
         let parts = self.parts()?;
-        let (kso, kss, diag) = self.k_h(&parts, xs, full_cov);
+        self.predict_with(&parts, xs, full_cov)
+    }
+
+    /// The factorisations every prediction needs, computed once.
+    pub fn into_predictor(self) -> Result<HybridPredictor, GpError> {
+        let parts = self.parts()?;
+        Ok(HybridPredictor { model: self, parts })
+    }
+
+    fn predict_with(&self, parts: &Parts, xs: &DMatrix<f64>, full_cov: bool) -> Result<Prediction, GpError> {
+        let (kso, kss, diag) = self.k_h(parts, xs, full_cov);
         let mean = &kso * &parts.alpha;
         let mut v = kso.transpose();
         parts.chol_aug.solve_l_in_place(&mut v);
@@ -137,6 +155,20 @@ impl HybridModel {
             lower -= pw;
         }
         Ok((self.x_o.clone(), w))
+    }
+}
+
+/// A [`HybridModel`] with its factorisations (K_aug, M) for repeated prediction.
+#[derive(Debug, Clone)]
+pub struct HybridPredictor {
+    model: HybridModel,
+    parts: Parts,
+}
+
+impl HybridPredictor {
+    /// Latent predictive at arbitrary points (not among the queried entities).
+    pub fn predict(&self, xs: &DMatrix<f64>, full_cov: bool) -> Result<Prediction, GpError> {
+        self.model.predict_with(&self.parts, xs, full_cov)
     }
 }
 
@@ -173,9 +205,9 @@ impl Objective for HybridModel {
             block += pwpt;
         }
         g *= 0.5;
-        let _ = &parts.a;
-        let kg = self.kernel.vjp(self.x_o.as_view(), self.x_o.as_view(), g.as_view(), false);
-        let mut grad = kg.params;
+        // G is symmetric and the kernel part of A is K₁(O, O): contract it without
+        // re-evaluating the kernel.
+        let mut grad = self.kernel.vjp_sym_given_k(self.x_o.as_view(), parts.k.as_view(), g.as_view());
         grad.push(self.noise.variance * g.trace());
         Ok(Evaluation { value: lml, grad, jitter: parts.chol_aug.jitter() })
     }

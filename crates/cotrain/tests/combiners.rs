@@ -239,3 +239,83 @@ fn malformed_answers_are_rejected() {
     m.absorb(&a).unwrap();
     assert_eq!(m.n_pseudo(), 1);
 }
+
+#[test]
+fn cached_posterior_equals_a_fresh_one_for_every_exact_combiner() {
+    // Predictions come from a posterior cached per (version, parameters, blocks): after an
+    // absorb, a re-fit or a direct parameter change they must equal those of an uncached model.
+    let (x_tr, y_tr, _, _, _) = setup();
+    let pool = rows(30, 2, 4);
+    let xs = rows(7, 2, 12);
+    for kind in [CombinerKind::Noisy, CombinerKind::Blocky, CombinerKind::Hybrid] {
+        for mode in [Uncertainty::None, Uncertainty::Marginal, Uncertainty::Full] {
+            let mut m =
+                CoModel::new(kind, mode, kern(), NoiseVariance::new(0.1), x_tr.clone(), y_tr.clone(), pool.clone())
+                    .unwrap();
+            m.fit_private().unwrap();
+            let fresh = |m: &CoModel| {
+                let mut c = m.clone();
+                c.version += 1_000_000; // a key no cache holds
+                c.predict(&xs, true).unwrap()
+            };
+            let before = m.predict(&xs, true).unwrap();
+            assert_eq!(before, fresh(&m));
+            assert_eq!(m.predict(&xs, false).unwrap().mean, before.mean, "cache hit");
+            let a = answer(vec![3, 17], vec![0.2, -0.4], vec![0.05, 0.1], spd(2, 5, 0.02), spd(2, 6, 0.3));
+            m.absorb(&a).unwrap();
+            let absorbed = m.predict(&xs, true).unwrap();
+            assert_ne!(absorbed.mean, before.mean, "{kind:?} {mode:?}");
+            assert_eq!(absorbed, fresh(&m));
+            m.refit().unwrap();
+            let refit = m.predict(&xs, true).unwrap();
+            assert_eq!(refit, fresh(&m));
+            // Direct changes without a version bump are also seen.
+            m.noise.variance *= 2.0;
+            let changed = m.predict(&xs, true).unwrap();
+            assert_ne!(changed, refit, "{kind:?} {mode:?}"); // (Blocky may clamp every variance to 0)
+            assert_eq!(changed, fresh(&m));
+            m.blocks[0].means[0] += 1.0;
+            let moved = m.predict(&xs, true).unwrap();
+            assert_ne!(moved.mean, changed.mean);
+            assert_eq!(moved, fresh(&m));
+        }
+    }
+}
+
+#[test]
+fn private_fit_memo_is_bit_identical_to_a_fresh_fit_and_keyed_on_the_data() {
+    use dpcotrain_gp::train::{TrainOptions, train};
+    let (x_tr, y_tr, _, _, _) = setup();
+    let pool = rows(30, 2, 4);
+    let mk = |y: DVector<f64>| {
+        let mut m = CoModel::new(
+            CombinerKind::Noisy,
+            Uncertainty::None,
+            kern(),
+            NoiseVariance::new(0.1),
+            x_tr.clone(),
+            y,
+            pool.clone(),
+        )
+        .unwrap();
+        m.train.seed = 424_242; // a key no other test uses
+        m
+    };
+    // The reference: the fit done by hand (D17: 3 seeded restarts).
+    let mut gp =
+        ExactGp::new(kern(), NoiseModel::Homoscedastic(NoiseVariance::new(0.1)), x_tr.clone(), y_tr.clone()).unwrap();
+    let opts = TrainOptions { restarts: 3, seed: 424_242, ..TrainOptions::default() };
+    let r = train(&mut gp, &opts).unwrap();
+    let (mut a, mut b) = (mk(y_tr.clone()), mk(y_tr.clone()));
+    let oa = a.fit_private().unwrap(); // computed (or memoised)
+    let ob = b.fit_private().unwrap(); // memoised
+    for (m, o) in [(&a, oa), (&b, ob)] {
+        assert_eq!(o.to_bits(), r.objective.to_bits());
+        assert_eq!(m.kernel.params(), gp.kernel.params());
+        assert_eq!(m.noise, *gp.noise.sigma2());
+    }
+    // Other labels: another fit.
+    let mut c = mk(y_tr.map(|v| v + 0.5));
+    let oc = c.fit_private().unwrap();
+    assert_ne!(oc.to_bits(), oa.to_bits());
+}

@@ -110,26 +110,40 @@ impl Objective for ExactGp {
     /// dependence on θ, so it is exact for the objective actually evaluated.
     fn evaluate(&self) -> Result<Evaluation, GpError> {
         let k = self.kernel.k(self.x.as_view(), self.x.as_view());
-        let post = self.posterior_from_k(k.clone())?;
+        let mut ky = k.clone();
+        self.noise.add_to(&mut ky);
+        let chol = Cholesky::factor(ky, "K_ff + noise", JitterPolicy::IF_NEEDED)?;
+        let alpha = chol.solve_vec(&self.y);
         let n = self.y.len();
-        // W = ααᵀ − K_y⁻¹, ∂LML/∂K_y = ½W.
-        let mut w = post.chol.inverse();
-        w.neg_mut();
-        w.ger(1.0, &post.alpha, &post.alpha, 1.0);
-        let tr_w = w.trace();
-        let rel = post.chol.jitter().relative;
-        let mut g = w * 0.5;
+        let lml = -0.5 * self.y.dot(&alpha) - 0.5 * chol.logdet() - 0.5 * n as f64 * LN_2PI;
+        // W = ααᵀ − K_y⁻¹, ∂LML/∂K_y = G = ½W, formed on the lower triangle only (the
+        // symmetric kernel contraction reads nothing else).
+        let mut g = chol.inverse_lower();
+        let mut tr_w = 0.0;
+        {
+            let a = alpha.as_slice();
+            let data = g.as_mut_slice();
+            for j in 0..n {
+                let col = &mut data[j * n + j..(j + 1) * n];
+                let aj = a[j];
+                for (gij, &ai) in col.iter_mut().zip(&a[j..]) {
+                    *gij = ai * aj - *gij;
+                }
+                tr_w += col[0];
+                col.iter_mut().for_each(|v| *v *= 0.5);
+            }
+        }
+        let rel = chol.jitter().relative;
         // ε = rel·(Σ_i K_ii + Σ_i noise_ii)/N ⇒ ∂ε/∂K_ii = rel/N and ∂ε/∂σ² = rel.
         for i in 0..n {
             g[(i, i)] += 0.5 * rel * tr_w / n as f64;
         }
-        let kg = self.kernel.vjp_given_k(self.x.as_view(), self.x.as_view(), k.as_view(), g.as_view(), false);
-        let mut grad = kg.params;
+        let mut grad = self.kernel.vjp_sym_given_k(self.x.as_view(), k.as_view(), g.as_view());
         let s = self.noise.sigma2();
         if s.learn {
             grad.push(s.variance * 0.5 * tr_w * (1.0 + rel));
         }
-        Ok(Evaluation { value: post.lml, grad, jitter: post.chol.jitter() })
+        Ok(Evaluation { value: lml, grad, jitter: chol.jitter() })
     }
 }
 

@@ -95,12 +95,9 @@ impl Cholesky {
     pub fn factor(mut a: DMatrix<f64>, stage: &'static str, policy: JitterPolicy) -> Result<Self, LinalgError> {
         let n = a.nrows();
         assert_eq!(n, a.ncols(), "Cholesky of a non-square matrix");
-        for j in 0..n {
-            for i in j..n {
-                if !a[(i, j)].is_finite() {
-                    return Err(LinalgError::NonFinite { stage, size: n });
-                }
-            }
+        let finite = (0..n).all(|j| a.as_slice()[j * n + j..(j + 1) * n].iter().fold(true, |ok, v| ok & v.is_finite()));
+        if !finite {
+            return Err(LinalgError::NonFinite { stage, size: n });
         }
         let mean_diag = if n == 0 { 0.0 } else { a.diagonal().sum() / n as f64 };
         // Positive scale for the jitter even if the diagonal mean is not (indefinite input).
@@ -128,9 +125,7 @@ impl Cholesky {
             if factor_in_place(&mut work, par) {
                 // Zero the strict upper triangle (faer leaves it untouched).
                 for j in 1..n {
-                    for i in 0..j {
-                        work[(i, j)] = 0.0;
-                    }
+                    work.as_mut_slice()[j * n..j * n + j].fill(0.0);
                 }
                 let _ = &mut a;
                 return Ok(Cholesky { l: work, jitter: Jitter { relative, absolute: eps } });
@@ -213,13 +208,23 @@ impl Cholesky {
     /// (A + εI)⁻¹ = L⁻ᵀ L⁻¹, symmetric. Only for gradients that need the whole matrix.
     /// Uses a triangular inverse and a triangular product (n³/3 + n³/3 flops).
     pub fn inverse(&self) -> DMatrix<f64> {
+        let mut out = self.inverse_lower();
+        symmetrize_from_lower(&mut out);
+        out
+    }
+
+    /// The lower triangle of (A + εI)⁻¹ (the strict upper triangle is zero): [`Self::inverse`]
+    /// without the mirroring, for consumers that read only the lower triangle.
+    pub fn inverse_lower(&self) -> DMatrix<f64> {
         use faer::dyn_stack::{MemBuffer, MemStack};
         let n = self.dim();
         let mut out = DMatrix::<f64>::zeros(n, n);
         let par = par_for(n as f64 * n as f64 * n as f64 / 3.0);
         let mut buf = MemBuffer::new(faer::linalg::cholesky::llt::inverse::inverse_scratch::<f64>(n, par));
         faer::linalg::cholesky::llt::inverse::inverse(fmut(&mut out), fref(&self.l), par, MemStack::new(&mut buf));
-        symmetrize_from_lower(&mut out);
+        for j in 1..n {
+            out.as_mut_slice()[j * n..j * n + j].fill(0.0);
+        }
         out
     }
 }
@@ -347,6 +352,8 @@ mod tests {
             assert!((c.logdet() - ld).abs() < 1e-10 * ld.abs().max(1.0));
             let inv = c.inverse();
             assert!((&a * &inv - DMatrix::identity(n, n)).abs().max() < 1e-8);
+            let low = c.inverse_lower();
+            assert_eq!(low, inv.lower_triangle());
             let bv = DVector::from_column_slice(b.column(0).as_slice());
             assert!((c.solve_vec(&bv) - x.column(0)).abs().max() < 1e-10);
         }

@@ -57,6 +57,8 @@ pub struct TrainReport {
 struct RunOutcome {
     x: Vec<f64>,
     f: f64,
+    /// Jitter of the evaluation at `x` (the optimiser returns an evaluated point).
+    jitter: Option<Jitter>,
     iterations: usize,
     evaluations: usize,
     failed: usize,
@@ -71,11 +73,17 @@ fn run_once<M: Objective>(model: &mut M, max_iters: usize, tol: (f64, f64)) -> R
     let lower: Vec<f64> = bounds.iter().map(|b| b.lower).collect();
     let upper: Vec<f64> = bounds.iter().map(|b| b.upper).collect();
     let opts = LbfgsOptions { max_iters, ftol: tol.0, pgtol: tol.1, ..LbfgsOptions::default() };
+    // The jitter of every successful evaluation, so that the caller need not re-evaluate the
+    // returned point (which is always one of them) to learn it.
+    let mut jitters: Vec<(Vec<f64>, Jitter)> = Vec::new();
     let res = {
         let f = |p: &[f64]| {
             model.set_params(p);
             match model.evaluate() {
-                Ok(e) => Ok((-e.value, e.grad.iter().map(|g| -g).collect())),
+                Ok(e) => {
+                    jitters.push((p.to_vec(), e.jitter));
+                    Ok((-e.value, e.grad.iter().map(|g| -g).collect()))
+                }
                 Err(err) => Err(err.to_string()),
             }
         };
@@ -87,7 +95,9 @@ fn run_once<M: Objective>(model: &mut M, max_iters: usize, tol: (f64, f64)) -> R
         return Err(GpError::Optimisation(format!("objective failed at the starting point: {msg}")));
     }
     model.set_params(&res.x);
+    let jitter = jitters.iter().rev().find(|(p, _)| *p == res.x).map(|(_, j)| *j);
     Ok(RunOutcome {
+        jitter,
         x: res.x,
         f: -res.f,
         iterations: res.iterations,
@@ -150,9 +160,17 @@ pub fn train<M: Objective>(model: &mut M, opts: &TrainOptions) -> Result<TrainRe
         }
     };
     model.set_params(&best.x);
-    let eval = model.evaluate()?;
+    // The best point was evaluated during its run: its value is `best.f` (the optimiser only
+    // negated it) and its jitter was recorded, so no re-evaluation is needed.
+    let (objective, jitter) = match best.jitter {
+        Some(j) => (best.f, j),
+        None => {
+            let eval = model.evaluate()?;
+            (eval.value, eval.jitter)
+        }
+    };
     Ok(TrainReport {
-        objective: eval.value,
+        objective,
         iterations: totals.0,
         evaluations: totals.1,
         failed_evaluations: totals.2,
@@ -160,7 +178,7 @@ pub fn train<M: Objective>(model: &mut M, opts: &TrainOptions) -> Result<TrainRe
         run_objectives: runs,
         reinit_accepted: 0,
         reinit_rejected: 0,
-        jitter: eval.jitter,
+        jitter,
     })
 }
 

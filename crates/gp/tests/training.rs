@@ -22,6 +22,11 @@ fn exact_training_improves_lml_and_is_deterministic() {
     let rb = train(&mut b, &opts).unwrap();
     assert_eq!(a.params(), b.params(), "same seed ⇒ bit-identical parameters");
     assert_eq!(ra.objective.to_bits(), rb.objective.to_bits());
+    // The reported objective and jitter (taken from the run, not re-evaluated) are exactly
+    // those of an evaluation at the returned parameters.
+    let e = a.evaluate().unwrap();
+    assert_eq!(ra.objective.to_bits(), e.value.to_bits());
+    assert_eq!(ra.jitter, e.jitter);
     // The noise estimate is near the data's (0.1·U(−1,1) ⇒ var ≈ 0.0033) and not at a bound.
     let s2 = a.noise.sigma2().variance;
     assert!(s2 < 0.05, "noise {s2}");

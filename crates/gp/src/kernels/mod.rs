@@ -105,6 +105,16 @@ pub trait Kernel: std::fmt::Debug + Send + Sync {
         let _ = k;
         self.vjp(x1, x2, g, want_x1)
     }
+    /// ∂L/∂θ (log-parameters) for L that depends on K = K(X, X) through a **symmetric**
+    /// G = ∂L/∂K, given K: the same numbers as `vjp_given_k(x, x, k, g, false).params` up to
+    /// round-off. Only the lower triangles of `k` and `g` are read. Kernels with a cheaper
+    /// symmetric form override it (the squared exponential: one pass over the lower triangle,
+    /// no exponentials); the default calls `vjp_given_k` on the full matrices.
+    fn vjp_sym_given_k(&self, x: DMatrixView<'_, f64>, k: DMatrixView<'_, f64>, g: DMatrixView<'_, f64>) -> Vec<f64> {
+        let sym = |m: DMatrixView<'_, f64>| DMatrix::from_fn(m.nrows(), m.ncols(), |i, j| m[(i.max(j), i.min(j))]);
+        let (k, g) = (sym(k), sym(g));
+        self.vjp_given_k(x, x, k.as_view(), g.as_view(), false).params
+    }
     /// Σ_n g_n ∂k(x_n, x_n)/∂θ for each log-parameter.
     fn diag_vjp(&self, x: DMatrixView<'_, f64>, g: DVectorView<'_, f64>) -> Vec<f64>;
     /// Clone into a box (kernels are stored as `Box<dyn Kernel>` in models).
