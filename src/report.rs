@@ -54,7 +54,7 @@ fn cell(v: &[f64], t: Option<Cell>, anchor: bool, fails: &mut Vec<String>, label
     out
 }
 
-fn sel<'a>(rows: &'a [RunRow], f: impl Fn(&RunRow) -> bool) -> Vec<&'a RunRow> {
+fn sel(rows: &[RunRow], f: impl Fn(&RunRow) -> bool) -> Vec<&RunRow> {
     rows.iter().filter(|r| f(r)).collect()
 }
 

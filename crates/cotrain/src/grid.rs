@@ -287,6 +287,7 @@ pub fn run_grid(grid: &Grid, progress: &(dyn Fn(usize, usize) + Sync)) -> Result
 }
 
 /// The identity of one run (everything but the party): equal for a job and its rows.
+#[allow(clippy::too_many_arguments)] // the flat identity of one run
 pub fn run_key(
     dataset: &str,
     r: Option<f64>,
