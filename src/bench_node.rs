@@ -16,14 +16,13 @@ use dpcotrain_cotrain::ccpp::{CcppConfig, ccpp};
 use dpcotrain_cotrain::combiner::CombinerKind;
 use dpcotrain_cotrain::data::Scenario;
 use dpcotrain_cotrain::driver::{build_parties, default_kernel, query_turn, run_in_process};
-use dpcotrain_cotrain::responder::{DpConfig, DpMode, Party, ReleasePolicy};
+use dpcotrain_cotrain::responder::{DpConfig, Party, ReleasePolicy};
 use dpcotrain_cotrain::simulate::{SimConfig, simulate};
 use dpcotrain_federation::auth::request;
 use dpcotrain_federation::pb::node_client::NodeClient;
 use dpcotrain_federation::store::StateStore;
 use dpcotrain_federation::tls::{NodeTls, ensure_dev_pki};
 use dpcotrain_federation::{Agreement, GrpcPeer, NodeService, PeerOptions, Retry, pb, serve};
-use dpcotrain_privacy::calibrate::Mechanism;
 use dpcotrain_privacy::sensitivity::LabelRange;
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -43,17 +42,7 @@ pub struct NodeBenchArgs {
 }
 
 fn dp(policy: ReleasePolicy) -> DpConfig {
-    DpConfig {
-        mode: DpMode::Calibrated {
-            epsilon: 1.0,
-            delta: 1e-5,
-            mechanism: Mechanism::Analytic,
-            range: LabelRange { lo: -3.0, hi: 3.0 },
-            budget_epsilon: 1.0,
-        },
-        policy,
-        inflate_variance: true,
-    }
+    DpConfig::calibrated(1.0, 1e-5, 1.0, LabelRange { lo: -3.0, hi: 3.0 }, policy)
 }
 
 fn scratch(tag: &str) -> anyhow::Result<PathBuf> {

@@ -11,7 +11,7 @@ use crate::data::Scenario;
 use crate::driver::{RunReport, block_on, build_parties, run_in_process};
 use crate::responder::{DpConfig, DpMode, ReleasePolicy};
 use crate::simulate::{SimConfig, simulate};
-use dpcotrain_privacy::calibrate::{Mechanism, THESIS_MULTIPLIER};
+use dpcotrain_privacy::calibrate::THESIS_MULTIPLIER;
 use dpcotrain_privacy::sensitivity::LabelRange;
 use rayon::prelude::*;
 use serde::Serialize;
@@ -53,17 +53,9 @@ impl DpSetting {
                 policy: ReleasePolicy::PerQuery,
                 inflate_variance: false,
             },
-            DpSetting::Calibrated { epsilon, delta, policy, range } => DpConfig {
-                mode: DpMode::Calibrated {
-                    epsilon: *epsilon,
-                    delta: *delta,
-                    mechanism: Mechanism::Analytic,
-                    range: *range,
-                    budget_epsilon: *epsilon,
-                },
-                policy: *policy,
-                inflate_variance: true,
-            },
+            DpSetting::Calibrated { epsilon, delta, policy, range } => {
+                DpConfig::calibrated(*epsilon, *delta, *epsilon, *range, *policy)
+            }
         }
     }
 }

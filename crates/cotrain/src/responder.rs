@@ -67,6 +67,16 @@ impl DpConfig {
     pub fn off() -> Self {
         DpConfig { mode: DpMode::Off, policy: ReleasePolicy::PerQuery, inflate_variance: false }
     }
+
+    /// Calibrated label DP (analytic Gaussian mechanism) with (ε, δ) per release, an ε budget
+    /// per requester, labels clipped to `range`, and the released variance inflated by σ²K (D19).
+    pub fn calibrated(epsilon: f64, delta: f64, budget_epsilon: f64, range: LabelRange, policy: ReleasePolicy) -> Self {
+        DpConfig {
+            mode: DpMode::Calibrated { epsilon, delta, mechanism: Mechanism::Analytic, range, budget_epsilon },
+            policy,
+            inflate_variance: true,
+        }
+    }
 }
 
 /// Release bookkeeping for one requester.

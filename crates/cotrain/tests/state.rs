@@ -7,25 +7,14 @@ use dpcotrain_cotrain::answer::{PredictRequest, Uncertainty};
 use dpcotrain_cotrain::combiner::CombinerKind;
 use dpcotrain_cotrain::driver::{block_on, build_parties, evaluate, query_turn};
 use dpcotrain_cotrain::peer::InProcessPeer;
-use dpcotrain_cotrain::responder::{DpConfig, DpMode, Party, ReleasePolicy};
+use dpcotrain_cotrain::responder::{DpConfig, Party, ReleasePolicy};
 use dpcotrain_cotrain::simulate::{SimConfig, simulate};
 use dpcotrain_cotrain::state::PartyState;
-use dpcotrain_privacy::calibrate::Mechanism;
 use dpcotrain_privacy::sensitivity::LabelRange;
 use std::sync::{Arc, Mutex};
 
 fn dp(policy: ReleasePolicy) -> DpConfig {
-    DpConfig {
-        mode: DpMode::Calibrated {
-            epsilon: 1.0,
-            delta: 1e-5,
-            mechanism: Mechanism::Analytic,
-            range: LabelRange::new(-3.0, 3.0).unwrap(),
-            budget_epsilon: 40.0,
-        },
-        policy,
-        inflate_variance: true,
-    }
+    DpConfig::calibrated(1.0, 1e-5, 40.0, LabelRange::new(-3.0, 3.0).unwrap(), policy)
 }
 
 fn parties(policy: ReleasePolicy, seed: u64) -> Vec<Arc<Mutex<Party>>> {

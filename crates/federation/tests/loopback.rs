@@ -5,11 +5,10 @@
 use dpcotrain_cotrain::answer::Uncertainty;
 use dpcotrain_cotrain::combiner::CombinerKind;
 use dpcotrain_cotrain::driver::{build_parties, evaluate, query_turn, run_in_process};
-use dpcotrain_cotrain::responder::{DpConfig, DpMode, Party, ReleasePolicy};
+use dpcotrain_cotrain::responder::{DpConfig, Party, ReleasePolicy};
 use dpcotrain_cotrain::simulate::{SimConfig, simulate};
 use dpcotrain_federation::pb::node_client::NodeClient;
 use dpcotrain_federation::{Agreement, GrpcPeer, NodeService, PeerOptions, Retry, pb, serve};
-use dpcotrain_privacy::calibrate::Mechanism;
 use dpcotrain_privacy::sensitivity::LabelRange;
 use std::sync::{Arc, Mutex};
 use tokio::net::TcpListener;
@@ -17,17 +16,7 @@ use tokio::net::TcpListener;
 const FED: &str = "fed-test";
 
 fn dp() -> DpConfig {
-    DpConfig {
-        mode: DpMode::Calibrated {
-            epsilon: 1.0,
-            delta: 1e-5,
-            mechanism: Mechanism::Analytic,
-            range: LabelRange::new(-3.0, 3.0).unwrap(),
-            budget_epsilon: 1.0,
-        },
-        policy: ReleasePolicy::ReleaseOnce,
-        inflate_variance: true,
-    }
+    DpConfig::calibrated(1.0, 1e-5, 1.0, LabelRange::new(-3.0, 3.0).unwrap(), ReleasePolicy::ReleaseOnce)
 }
 
 fn parties() -> Vec<Arc<Mutex<Party>>> {
@@ -227,17 +216,7 @@ async fn three_parties_complete_a_run_over_grpc() {
 fn with_budget(policy: ReleasePolicy, budget_epsilon: f64) -> Vec<Arc<Mutex<Party>>> {
     let sc =
         simulate(&SimConfig { r: 0.9, n_obs: 25, n_pool: 200, n_test: 50, seed: 4, ..SimConfig::default() }).unwrap();
-    let dp = DpConfig {
-        mode: DpMode::Calibrated {
-            epsilon: 1.0,
-            delta: 1e-5,
-            mechanism: Mechanism::Analytic,
-            range: LabelRange::new(-3.0, 3.0).unwrap(),
-            budget_epsilon,
-        },
-        policy,
-        inflate_variance: true,
-    };
+    let dp = DpConfig::calibrated(1.0, 1e-5, budget_epsilon, LabelRange::new(-3.0, 3.0).unwrap(), policy);
     build_parties(&sc, CombinerKind::Noisy, Uncertainty::Marginal, &dp, 4).unwrap()
 }
 
