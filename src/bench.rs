@@ -36,8 +36,9 @@ pub struct GpBenchArgs {
     /// Also measure the peak memory of a VFE fit with N = 1e6, M = 500 (takes a few minutes).
     #[arg(long)]
     pub memory: bool,
-    /// Repetitions per case (the best is reported).
-    #[arg(long, default_value_t = 3)]
+    /// Repetitions per case (the best is reported; at most 3 for the largest cases). This
+    /// machine is a shared VM whose timings vary by ±15% between runs, hence best-of-many.
+    #[arg(long, default_value_t = 10)]
     pub reps: usize,
     #[arg(long)]
     pub json: bool,
@@ -117,11 +118,12 @@ fn run_gp(a: GpBenchArgs) -> anyhow::Result<()> {
                 let k = SquaredExponential::ard(1.0, vec![0.7; d]);
                 let mut gp = SparseGp::new(SparseKind::Vfe, Box::new(k), NoiseModel::homoscedastic(0.1), x, y, z)?;
                 gp.optimize_inducing = true;
-                let reps = if n * m >= 50_000_000 { a.reps.min(2) } else { a.reps };
+                let reps = if n * m >= 50_000_000 { a.reps.min(3) } else { a.reps };
                 let (t, e) = best_of(reps, || gp.evaluate());
                 let e = e?;
-                // Dominant flops: TRSM M²N, SYRK M²N, GEMM 2M²N for ∂/∂K_uf.
-                let flops = 4.0 * (m * m) as f64 * n as f64;
+                // Dominant flops (crates/gp/src/sparse/collapsed.rs): the SYRK K_uf K_ufᵀ
+                // (lower triangle, M²N) and the GEMM P·K_uf for ∂/∂K_uf (2M²N); no M×N TRSM.
+                let flops = 3.0 * (m * m) as f64 * n as f64;
                 say(format!(
                     "VFE ELBO+grad (θ and Z)  N={n:>6} M={m:>3} D={d}: {t:>8.3} s  {:>6.1} GFLOP/s  (ELBO {:.3})",
                     flops / t / 1e9,
@@ -138,7 +140,7 @@ fn run_gp(a: GpBenchArgs) -> anyhow::Result<()> {
         let (x, y) = data(n, 4, 9);
         let gp =
             ExactGp::new(Box::new(SquaredExponential::ard(1.0, vec![0.7; 4])), NoiseModel::homoscedastic(0.1), x, y)?;
-        let (t, e) = best_of(a.reps.min(if n > 3000 { 2 } else { 3 }), || gp.evaluate());
+        let (t, e) = best_of(if n > 3000 { a.reps.min(3) } else { a.reps }, || gp.evaluate());
         let e = e?;
         // Cholesky n³/3, inverse (TRSM n³/3 + triangular product n³/3).
         let flops = (n as f64).powi(3);

@@ -34,3 +34,68 @@ fn block_size_does_not_change_results() {
         }
     }
 }
+
+/// The K_uf workspace kept between evaluations changes nothing: a second evaluation (reusing
+/// the buffer), one after changing θ and Z (same shape, new numbers), one after
+/// `release_workspace`, and a clone (empty workspace) all match fresh models bit for bit.
+#[test]
+fn kuf_workspace_reuse_is_invisible() {
+    use dpcotrain_gp::kernels::Kernel;
+    let (x, y) = problem(157, 3, 4);
+    let z = random_rows(11, 3, 5);
+    for kind in [SparseKind::Vfe, SparseKind::Fitc] {
+        let fresh = |p: &[f64], z: &nalgebra::DMatrix<f64>| {
+            let mut gp =
+                SparseGp::new(kind, se_ard(3), NoiseModel::homoscedastic(0.1), x.clone(), y.clone(), z.clone())
+                    .unwrap();
+            gp.kernel.set_params(p);
+            gp.optimize_inducing = true;
+            gp.evaluate().unwrap()
+        };
+        let mut gp =
+            SparseGp::new(kind, se_ard(3), NoiseModel::homoscedastic(0.1), x.clone(), y.clone(), z.clone()).unwrap();
+        gp.optimize_inducing = true;
+        let p0 = gp.kernel.params();
+        let first = gp.evaluate().unwrap();
+        let again = gp.evaluate().unwrap();
+        assert_eq!(first.value.to_bits(), again.value.to_bits());
+        assert_eq!(first.grad, again.grad);
+        assert_eq!(first.value.to_bits(), fresh(&p0, &z).value.to_bits());
+        // New θ and Z, same shapes: the reused buffer must be fully overwritten.
+        let p1: Vec<f64> = p0.iter().map(|v| v + 0.3).collect();
+        gp.kernel.set_params(&p1);
+        let z1 = z.map(|v| v * 0.9 + 0.05);
+        gp.set_z(z1.clone()).unwrap();
+        let moved = gp.evaluate().unwrap();
+        let reference = fresh(&p1, &z1);
+        assert_eq!(moved.value.to_bits(), reference.value.to_bits(), "{kind:?}");
+        assert_eq!(moved.grad, reference.grad);
+        gp.release_workspace();
+        assert_eq!(gp.evaluate().unwrap().value.to_bits(), reference.value.to_bits());
+        assert_eq!(gp.clone().evaluate().unwrap().value.to_bits(), reference.value.to_bits());
+    }
+}
+
+/// `k_into` overwrites every entry of a buffer of the right shape (here full of NaN) and
+/// resizes one of the wrong shape, giving exactly `k`'s numbers.
+#[test]
+fn k_into_matches_k() {
+    use dpcotrain_gp::kernels::{Kernel, Matern, MaternNu, SquaredExponential};
+    let (x, _) = problem(40, 2, 6);
+    let z = random_rows(7, 2, 7);
+    let kernels: Vec<Box<dyn Kernel>> = vec![
+        Box::new(SquaredExponential::ard(1.3, vec![0.6, 1.1])),
+        Box::new(Matern::ard(MaternNu::ThreeHalves, 0.8, vec![0.7, 0.9])),
+    ];
+    for k in &kernels {
+        for (a, b) in [(z.as_view(), x.as_view()), (x.as_view(), x.as_view())] {
+            let want = k.k(a, b);
+            let mut nan = nalgebra::DMatrix::from_element(a.nrows(), b.nrows(), f64::NAN);
+            k.k_into(a, b, &mut nan);
+            assert_eq!(nan, want);
+            let mut wrong = nalgebra::DMatrix::from_element(3, 2, f64::NAN);
+            k.k_into(a, b, &mut wrong);
+            assert_eq!(wrong, want);
+        }
+    }
+}

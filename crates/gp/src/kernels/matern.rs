@@ -172,6 +172,9 @@ impl Kernel for Matern {
     fn k(&self, x1: DMatrixView<'_, f64>, x2: DMatrixView<'_, f64>) -> DMatrix<f64> {
         with_profile!(self.nu, p => self.core.k(p, &self.name(), x1, x2))
     }
+    fn k_into(&self, x1: DMatrixView<'_, f64>, x2: DMatrixView<'_, f64>, out: &mut DMatrix<f64>) {
+        with_profile!(self.nu, p => self.core.k_into(p, &self.name(), x1, x2, out))
+    }
     fn diag(&self, x: DMatrixView<'_, f64>) -> DVector<f64> {
         self.core.diag(&self.name(), x)
     }

@@ -424,13 +424,31 @@ impl Stationary {
         x1: DMatrixView<'_, f64>,
         x2: DMatrixView<'_, f64>,
     ) -> DMatrix<f64> {
+        let mut k = DMatrix::from_vec(x1.nrows(), x2.nrows(), vec![0.0; x1.nrows() * x2.nrows()]);
+        self.k_into(prof, kind, x1, x2, &mut k);
+        k
+    }
+
+    /// As [`Stationary::k`], into `k`'s storage (resized if the shape differs). Every entry is
+    /// overwritten.
+    pub(super) fn k_into<P: Profile>(
+        &self,
+        prof: P,
+        kind: &str,
+        x1: DMatrixView<'_, f64>,
+        x2: DMatrixView<'_, f64>,
+        k: &mut DMatrix<f64>,
+    ) {
         let d = check_inputs(kind, self.input_dim(), &x1, &x2);
         let inv = self.inv_lengthscales(d);
         let (x1r, n1, s2) = (Rows::new(&x1), x1.nrows(), self.variance);
+        if k.shape() != (n1, x2.nrows()) {
+            *k = DMatrix::from_vec(n1, x2.nrows(), vec![0.0; n1 * x2.nrows()]);
+        }
         // K(X, X): evaluate the lower triangle (i ≥ j) and mirror it. (x_i − x_j)² and
         // (x_j − x_i)² are the same number, so this is bit-identical to the full evaluation.
         let sym = same_view(&x1, &x2);
-        let mut k = fill_columns(n1, x2.nrows(), |j0, block| {
+        update_columns(k, |j0, block| {
             for rows in row_tiles(n1) {
                 for (j, col) in (j0..).zip(block.chunks_exact_mut(n1)) {
                     let start = if sym { rows.start.max(j) } else { rows.start };
@@ -446,9 +464,8 @@ impl Stationary {
             }
         });
         if sym {
-            mirror_lower(&mut k);
+            mirror_lower(k);
         }
-        k
     }
 
     pub(super) fn diag(&self, kind: &str, x: DMatrixView<'_, f64>) -> DVector<f64> {
@@ -627,6 +644,9 @@ impl Kernel for SquaredExponential {
     fn k(&self, x1: DMatrixView<'_, f64>, x2: DMatrixView<'_, f64>) -> DMatrix<f64> {
         self.core.k(SeProfile, &self.name(), x1, x2)
     }
+    fn k_into(&self, x1: DMatrixView<'_, f64>, x2: DMatrixView<'_, f64>, out: &mut DMatrix<f64>) {
+        self.core.k_into(SeProfile, &self.name(), x1, x2, out)
+    }
     fn diag(&self, x: DMatrixView<'_, f64>) -> DVector<f64> {
         self.core.diag(&self.name(), x)
     }
@@ -666,30 +686,31 @@ impl Kernel for SquaredExponential {
         let chunks: Vec<(usize, usize)> = (0..n2).step_by(CHUNK).map(|s| (s, CHUNK.min(n2 - s))).collect();
         let parts: Vec<(Vec<f64>, DMatrix<f64>, Vec<f64>)> = chunks
             .par_iter()
-            .map(|&(start, len)| {
-                let mut row_sum = vec![0.0; n1];
-                let mut wx2 = DMatrix::<f64>::zeros(n1, d);
-                let mut col_sum = vec![0.0; len];
-                let mut wcol = vec![0.0; n1];
-                for (jj, cs_out) in col_sum.iter_mut().enumerate() {
-                    let j = start + jj;
-                    let (gc, kc) = (g.column(j), k.column(j));
-                    let mut cs = 0.0;
-                    for (i, w) in wcol.iter_mut().enumerate() {
-                        *w = gc[i] * kc[i];
-                        row_sum[i] += *w;
-                        cs += *w;
-                    }
-                    *cs_out = cs;
-                    for c in 0..d {
-                        let xv = x2[(j, c)] - center[c];
-                        for (acc, w) in wx2.column_mut(c).iter_mut().zip(&wcol) {
-                            *acc += w * xv;
+            .map_init(
+                || DMatrix::<f64>::zeros(n1, CHUNK),
+                |w, &(start, len)| {
+                    // W for this chunk (n1×len, column-major, in a buffer reused across chunks),
+                    // its row/column sums, then W·X2c as one thin GEMM.
+                    let mut row_sum = vec![0.0; n1];
+                    let mut col_sum = vec![0.0; len];
+                    for (jj, cs_out) in col_sum.iter_mut().enumerate() {
+                        let j = start + jj;
+                        let (gc, kc) = (column_slice(&g, j, 0, n1), column_slice(&k, j, 0, n1));
+                        let wc = &mut w.as_mut_slice()[jj * n1..(jj + 1) * n1];
+                        let mut cs = 0.0;
+                        for (((wv, gv), kv), rs) in wc.iter_mut().zip(gc).zip(kc).zip(row_sum.iter_mut()) {
+                            *wv = gv * kv;
+                            *rs += *wv;
+                            cs += *wv;
                         }
+                        *cs_out = cs;
                     }
-                }
-                (row_sum, wx2, col_sum)
-            })
+                    let x2c = DMatrix::from_fn(len, d, |jj, c| x2[(start + jj, c)] - center[c]);
+                    let mut wx2 = DMatrix::<f64>::zeros(n1, d);
+                    crate::linalg::gemm(&mut wx2, 1.0, w.columns(0, len), false, x2c.as_view(), false, false);
+                    (row_sum, wx2, col_sum)
+                },
+            )
             .collect();
         let mut row_sum = vec![0.0; n1];
         let mut wx2 = DMatrix::<f64>::zeros(n1, d);
