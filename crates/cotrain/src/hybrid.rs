@@ -10,13 +10,29 @@
 //! k_H(x,O)  = k₁(x,O) − k₁(x,Q) M⁻¹ A_{Q,:}
 //! ```
 //!
-//! Training maximises log N(y_aug | 0, K_aug(θ₁)) with C₂ constant. With W = ααᵀ − K_aug⁻¹ and
-//! P = M⁻¹A_{Q,:}, the gradient w.r.t. A is
-//! G_A = ½[W − S_Q(W Pᵀ) − S_Q(W Pᵀ)ᵀ + S_QQ(P W Pᵀ)] (S_Q scatters into the Q columns),
-//! contracted with ∂K₁/∂θ by the kernel, and ∂/∂σ² = tr G_A.
+//! **Stable evaluation.** Writing A⁻¹ + E_Q C₂⁻¹ E_Qᵀ for K_aug⁻¹ gives, exactly,
+//!
+//! ```text
+//! y_augᵀ K_aug⁻¹ y_aug = y_augᵀ A⁻¹ y_aug + μ₂ᵀ C₂⁻¹ μ₂
+//! log|K_aug|           = log|A| + log|C₂| − log|M|                   (determinant lemma)
+//! K_aug⁻¹ k_H(O, x)     = A⁻¹ k₁(O, x)       (x ∉ O; the M⁻¹ terms cancel)
+//! ```
+//!
+//! so the log marginal likelihood is log N(y_aug | 0, A) + ½ log|M| − ½ μ₂ᵀC₂⁻¹μ₂ − ½ log|C₂|
+//! (the last two do not depend on θ₁, and the training objective leaves them out: see
+//! [`HybridModel::log_marginal_likelihood`]), and the predictive at x ∉ O is the plain GP posterior
+//! k₁(x,O)A⁻¹y_aug, k₁(x,x') − k₁(x,O)A⁻¹k₁(O,x'): C₂ acts on the Hybrid model only through
+//! the ½ log|M| term of training. Every θ-dependent quantity is a factorisation of A or M, which
+//! carry σ₁² on the diagonal. The earlier evaluation formed K_aug = A − A_{:,Q}M⁻¹A_{Q,:}, a
+//! difference that is nearly singular when C₂ is (e.g. K₂^q of close queried points with no
+//! shared variance); its θ-scaled jitter then made the objective rough and the refit escape to
+//! the bounds (docs/results.md, "Hybrid instability").
+//!
+//! Gradient: G_A = ½(ααᵀ − A⁻¹) + ½ S_QQ(M⁻¹) with α = A⁻¹y_aug (S_QQ places a q×q block in
+//! the Q rows and columns), contracted with ∂K₁/∂θ by the kernel; ∂/∂log σ₁² = σ₁² tr G_A.
 
 use dpcotrain_gp::kernels::Kernel;
-use dpcotrain_gp::linalg::{Cholesky, JitterPolicy, matmul};
+use dpcotrain_gp::linalg::{Cholesky, JitterPolicy};
 use dpcotrain_gp::{Evaluation, GpError, NoiseVariance, Objective, Prediction};
 use nalgebra::{DMatrix, DVector};
 
@@ -41,10 +57,11 @@ pub struct HybridModel {
 struct Parts {
     /// K₁(O, O) (without the noise), for the gradient contraction.
     k: DMatrix<f64>,
+    /// A = K₁(O, O) + σ₁²I.
+    chol_a: Cholesky,
+    /// M = A_QQ + C₂ (none when q = 0).
     chol_m: Option<Cholesky>,
-    /// P = M⁻¹ A_{Q,:} (q × |O|).
-    p: DMatrix<f64>,
-    chol_aug: Cholesky,
+    /// α = A⁻¹ y_aug.
     alpha: DVector<f64>,
 }
 
@@ -73,48 +90,35 @@ impl HybridModel {
         for i in 0..n {
             a[(i, i)] += self.noise.variance;
         }
-        let (k_aug, chol_m, p) = if q == 0 {
-            (a, None, DMatrix::zeros(0, n))
+        let chol_m = if q == 0 {
+            None
         } else {
             let m = a.view((qs, qs), (q, q)) + &self.c2;
-            let chol_m = Cholesky::factor(m, "Hybrid M = A_QQ + C₂", JitterPolicy::IF_NEEDED)?;
-            let p = chol_m.solve(&a.rows(qs, q).clone_owned());
-            let mut k = a.clone();
-            // K_aug = A − A_{:,Q} P
-            dpcotrain_gp::linalg::gemm(&mut k, -1.0, a.columns(qs, q), false, p.as_view(), false, true);
-            // Symmetrise the lower triangle (the only part the factorisation reads).
-            for j in 0..n {
-                for i in j + 1..n {
-                    k[(i, j)] = (k[(i, j)] + k[(j, i)]) * 0.5;
-                }
-            }
-            (k, Some(chol_m), p)
+            Some(Cholesky::factor(m, "Hybrid M = A_QQ + C₂", JitterPolicy::IF_NEEDED)?)
         };
-        let chol_aug = Cholesky::factor(k_aug, "Hybrid K_aug", JitterPolicy::IF_NEEDED)?;
-        let alpha = chol_aug.solve_vec(&self.y);
-        Ok(Parts { k: k1, chol_m, p, chol_aug, alpha })
+        let chol_a = Cholesky::factor(a, "Hybrid A = K₁(O,O) + σ₁²I", JitterPolicy::IF_NEEDED)?;
+        let alpha = chol_a.solve_vec(&self.y);
+        Ok(Parts { k: k1, chol_a, chol_m, alpha })
     }
 
-    /// k_H(xs, O) (|xs| × |O|) and, when asked, k_H(xs, xs).
-    fn k_h(&self, parts: &Parts, xs: &DMatrix<f64>, full: bool) -> (DMatrix<f64>, Option<DMatrix<f64>>, DVector<f64>) {
-        let n = self.n_o();
-        let qs = n - self.q;
-        let mut kso = self.kernel.k(xs.as_view(), self.x_o.as_view());
-        let mut diag = self.kernel.diag(xs.as_view());
-        let mut kss = full.then(|| self.kernel.k(xs.as_view(), xs.as_view()));
-        if let Some(chol_m) = &parts.chol_m {
-            let ksq = kso.columns(qs, self.q).clone_owned();
-            // k₁(x,Q) P
-            dpcotrain_gp::linalg::gemm(&mut kso, -1.0, ksq.as_view(), false, parts.p.as_view(), false, true);
-            // k₁(x,Q) M⁻¹ k₁(Q,x')
-            let mut v = ksq.transpose();
-            chol_m.solve_l_in_place(&mut v);
-            diag -= dpcotrain_gp::linalg::col_sq_norms(&v);
-            if let Some(kss) = kss.as_mut() {
-                dpcotrain_gp::linalg::gemm(kss, -1.0, v.as_view(), true, v.as_view(), false, true);
-            }
+    /// log N(y_aug | 0, K_aug): the training objective ([`Objective::evaluate`]) plus its
+    /// θ-independent part −½μ₂ᵀC₂⁻¹μ₂ − ½log|C₂|. The objective leaves that part out because
+    /// it does not move the optimum and, when C₂ is nearly singular (K₂^q of close queried
+    /// points, no shared variance), it is of order 1e13 and would swamp the optimiser's
+    /// relative convergence test and the objective's round-off.
+    pub fn log_marginal_likelihood(&self) -> Result<f64, GpError> {
+        Ok(self.evaluate()?.value + self.peer_constant()?)
+    }
+
+    /// −½ μ₂ᵀC₂⁻¹μ₂ − ½ log|C₂|: the θ-independent part of the augmented likelihood.
+    fn peer_constant(&self) -> Result<f64, GpError> {
+        if self.q == 0 {
+            return Ok(0.0);
         }
-        (kso, kss, diag)
+        let chol_c = Cholesky::factor(self.c2.clone(), "Hybrid C₂ = K₂^q + V₂", JitterPolicy::IF_NEEDED)?;
+        let mu = self.y.rows(self.n_o() - self.q, self.q).clone_owned();
+        let w = chol_c.solve_l_vec(&mu);
+        Ok(-0.5 * w.norm_squared() - 0.5 * chol_c.logdet())
     }
 
     /// Latent predictive at arbitrary points (not among the queried entities).
@@ -129,31 +133,27 @@ impl HybridModel {
         Ok(HybridPredictor { model: self, parts })
     }
 
+    /// At x ∉ O: k₁(x,O)α and k₁(x,x') − k₁(x,O)A⁻¹k₁(O,x') (module docs).
     fn predict_with(&self, parts: &Parts, xs: &DMatrix<f64>, full_cov: bool) -> Result<Prediction, GpError> {
-        let (kso, kss, diag) = self.k_h(parts, xs, full_cov);
+        let kso = self.kernel.k(xs.as_view(), self.x_o.as_view());
         let mean = &kso * &parts.alpha;
         let mut v = kso.transpose();
-        parts.chol_aug.solve_l_in_place(&mut v);
-        let var = diag - dpcotrain_gp::linalg::col_sq_norms(&v);
-        let cov = kss.map(|mut c| {
+        parts.chol_a.solve_l_in_place(&mut v);
+        let var = self.kernel.diag(xs.as_view()) - dpcotrain_gp::linalg::col_sq_norms(&v);
+        let cov = full_cov.then(|| {
+            let mut c = self.kernel.k(xs.as_view(), xs.as_view());
             dpcotrain_gp::linalg::gemm(&mut c, -1.0, v.as_view(), true, v.as_view(), false, true);
             c
         });
         Ok(Prediction::new(mean, var, cov))
     }
 
-    /// Rows R = O and the map ∂w/∂y_tr (|O| × n_tr) of f = k₁(·, O) w, w = (I − E_Q P) K_aug⁻¹ y.
+    /// Rows R = O and the map ∂w/∂y_tr (|O| × n_tr) of f = k₁(·, O) w, w = A⁻¹ y_aug.
     pub fn mean_weights(&self) -> Result<(DMatrix<f64>, DMatrix<f64>), GpError> {
         let parts = self.parts()?;
         let n = self.n_o();
         let ntr = n - self.q;
-        let kinv = parts.chol_aug.inverse();
-        let mut w = kinv.columns(0, ntr).clone_owned();
-        if self.q > 0 {
-            let pw = matmul(parts.p.as_view(), false, w.as_view(), false); // q × ntr
-            let mut lower = w.rows_mut(ntr, self.q);
-            lower -= pw;
-        }
+        let w = parts.chol_a.solve(&DMatrix::<f64>::identity(n, ntr));
         Ok((self.x_o.clone(), w))
     }
 }
@@ -179,36 +179,33 @@ impl Objective for HybridModel {
         let n = self.n_o();
         let q = self.q;
         let qs = n - q;
-        let lml = -0.5 * self.y.dot(&parts.alpha) - 0.5 * parts.chol_aug.logdet() - 0.5 * n as f64 * LN_2PI;
-        let mut w = parts.chol_aug.inverse();
-        w.neg_mut();
-        w.ger(1.0, &parts.alpha, &parts.alpha, 1.0);
-        // Jitter ε = rel·mean diag K_aug ⇒ shift on the diagonal of ∂/∂K_aug.
-        let rel = parts.chol_aug.jitter().relative;
-        let shift = rel * w.trace() / n as f64;
+        let logdet_m = parts.chol_m.as_ref().map_or(0.0, |c| c.logdet());
+        // The θ-independent −½μ₂ᵀC₂⁻¹μ₂ − ½log|C₂| is left out (see `log_marginal_likelihood`).
+        let lml =
+            -0.5 * self.y.dot(&parts.alpha) - 0.5 * parts.chol_a.logdet() + 0.5 * logdet_m - 0.5 * n as f64 * LN_2PI;
+        // G_A = ½(ααᵀ − A⁻¹) + ½ S_QQ(M⁻¹), with each jitter ε = rel·mean diag(·) shifting the
+        // diagonal of its own block by rel·tr(∂/∂·)/dim.
+        let mut g = parts.chol_a.inverse();
+        g.neg_mut();
+        g.ger(1.0, &parts.alpha, &parts.alpha, 1.0);
+        let shift_a = parts.chol_a.jitter().relative * g.trace() / n as f64;
         for i in 0..n {
-            w[(i, i)] += shift;
+            g[(i, i)] += shift_a;
         }
-        let mut g = w.clone();
-        if q > 0 {
-            let wpt = matmul(w.as_view(), false, parts.p.as_view(), true); // n × q
-            let pwpt = matmul(parts.p.as_view(), false, wpt.as_view(), false); // q × q
-            {
-                let mut cols = g.columns_mut(qs, q);
-                cols -= &wpt;
-            }
-            {
-                let mut rows = g.rows_mut(qs, q);
-                rows -= wpt.transpose();
-            }
+        if let Some(chol_m) = &parts.chol_m {
+            let m_inv = chol_m.inverse();
+            let shift_m = chol_m.jitter().relative * m_inv.trace() / q as f64;
             let mut block = g.view_mut((qs, qs), (q, q));
-            block += pwpt;
+            block += m_inv;
+            for i in 0..q {
+                block[(i, i)] += shift_m;
+            }
         }
         g *= 0.5;
         // G is symmetric and the kernel part of A is K₁(O, O): contract it without
         // re-evaluating the kernel.
         let mut grad = self.kernel.vjp_sym_given_k(self.x_o.as_view(), parts.k.as_view(), g.as_view());
         grad.push(self.noise.variance * g.trace());
-        Ok(Evaluation { value: lml, grad, jitter: parts.chol_aug.jitter() })
+        Ok(Evaluation { value: lml, grad, jitter: parts.chol_a.jitter() })
     }
 }
