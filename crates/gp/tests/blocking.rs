@@ -40,7 +40,6 @@ fn block_size_does_not_change_results() {
 /// `release_workspace`, and a clone (empty workspace) all match fresh models bit for bit.
 #[test]
 fn kuf_workspace_reuse_is_invisible() {
-    use dpcotrain_gp::kernels::Kernel;
     let (x, y) = problem(157, 3, 4);
     let z = random_rows(11, 3, 5);
     for kind in [SparseKind::Vfe, SparseKind::Fitc] {
