@@ -7,8 +7,13 @@ use dpcotrain_gp::sparse::set_block_entries;
 use dpcotrain_gp::{NoiseModel, NoiseVariance, Objective, SparseGp, SparseKind};
 use nalgebra::DVector;
 
+/// The block size is process-global and the tests of this binary run in parallel: each test
+/// that evaluates a sparse model holds this lock, so none sees another's block size mid-way.
+static BLOCK_SIZE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn block_size_does_not_change_results() {
+    let _guard = BLOCK_SIZE.lock().unwrap_or_else(|e| e.into_inner());
     let (x, y) = problem(203, 2, 1);
     let z = random_rows(9, 2, 2);
     let extra = DVector::from_fn(203, |i, _| 0.01 * (i % 7) as f64);
@@ -40,6 +45,7 @@ fn block_size_does_not_change_results() {
 /// `release_workspace`, and a clone (empty workspace) all match fresh models bit for bit.
 #[test]
 fn kuf_workspace_reuse_is_invisible() {
+    let _guard = BLOCK_SIZE.lock().unwrap_or_else(|e| e.into_inner());
     let (x, y) = problem(157, 3, 4);
     let z = random_rows(11, 3, 5);
     for kind in [SparseKind::Vfe, SparseKind::Fitc] {
