@@ -54,6 +54,23 @@ fn setup() -> Setup {
     (x_tr, y_tr, x_q, mu, c2)
 }
 
+/// Hybrid's observed rows O = [X_tr; X_q] and y_aug = [y_tr; μ₂].
+fn augmented(
+    x_tr: &DMatrix<f64>,
+    y_tr: &DVector<f64>,
+    x_q: &DMatrix<f64>,
+    mu: &DVector<f64>,
+) -> (DMatrix<f64>, DVector<f64>) {
+    let (ntr, q) = (x_tr.nrows(), x_q.nrows());
+    let mut xo = DMatrix::zeros(ntr + q, x_tr.ncols());
+    xo.rows_mut(0, ntr).copy_from(x_tr);
+    xo.rows_mut(ntr, q).copy_from(x_q);
+    let mut y = DVector::zeros(ntr + q);
+    y.rows_mut(0, ntr).copy_from(y_tr);
+    y.rows_mut(ntr, q).copy_from(mu);
+    (xo, y)
+}
+
 #[test]
 fn blocky_and_hybrid_gradients_match_finite_differences() {
     let (x_tr, y_tr, x_q, mu, c2) = setup();
@@ -67,12 +84,7 @@ fn blocky_and_hybrid_gradients_match_finite_differences() {
         c2.clone(),
     );
     fd_check(&b);
-    let mut xo = DMatrix::zeros(19, 2);
-    xo.rows_mut(0, 15).copy_from(&x_tr);
-    xo.rows_mut(15, 4).copy_from(&x_q);
-    let mut y = DVector::zeros(19);
-    y.rows_mut(0, 15).copy_from(&y_tr);
-    y.rows_mut(15, 4).copy_from(&mu);
+    let (xo, y) = augmented(&x_tr, &y_tr, &x_q, &mu);
     let h = HybridModel::new(kern(), NoiseVariance::new(0.1), xo, y, 4, c2);
     fd_check(&h);
 }
@@ -83,12 +95,7 @@ fn hybrid_closed_form_equals_the_transductive_construction() {
     // only; then condition f(x*) on y_O under K_aug(S,S).
     let (x_tr, y_tr, x_q, mu, c2) = setup();
     let s2 = 0.1;
-    let mut xo = DMatrix::zeros(19, 2);
-    xo.rows_mut(0, 15).copy_from(&x_tr);
-    xo.rows_mut(15, 4).copy_from(&x_q);
-    let mut y = DVector::zeros(19);
-    y.rows_mut(0, 15).copy_from(&y_tr);
-    y.rows_mut(15, 4).copy_from(&mu);
+    let (xo, y) = augmented(&x_tr, &y_tr, &x_q, &mu);
     let h = HybridModel::new(kern(), NoiseVariance::new(s2), xo.clone(), y.clone(), 4, c2.clone());
     let xs = rows(3, 2, 9);
     let closed = h.predict(&xs, true).unwrap();
@@ -326,12 +333,7 @@ fn private_fit_memo_is_bit_identical_to_a_fresh_fit_and_keyed_on_the_data() {
 fn hybrid_objective_equals_the_dense_augmented_likelihood() {
     let (x_tr, y_tr, x_q, mu, c2) = setup();
     let s2 = 0.1;
-    let mut xo = DMatrix::zeros(19, 2);
-    xo.rows_mut(0, 15).copy_from(&x_tr);
-    xo.rows_mut(15, 4).copy_from(&x_q);
-    let mut y = DVector::zeros(19);
-    y.rows_mut(0, 15).copy_from(&y_tr);
-    y.rows_mut(15, 4).copy_from(&mu);
+    let (xo, y) = augmented(&x_tr, &y_tr, &x_q, &mu);
     let h = HybridModel::new(kern(), NoiseVariance::new(s2), xo.clone(), y.clone(), 4, c2.clone());
     let mut a = kern().k(xo.as_view(), xo.as_view());
     for i in 0..19 {
@@ -370,12 +372,7 @@ fn hybrid_objective_is_stable_for_a_nearly_singular_peer_covariance() {
     let k2 = SquaredExponential::ard(0.9, vec![1.0, 1.0]);
     let c2 = k2.k(x_q.as_view(), x_q.as_view());
     let mu = DVector::from_vec(vec![0.3, 0.31, 0.29, 0.3]);
-    let mut xo = DMatrix::zeros(19, 2);
-    xo.rows_mut(0, 15).copy_from(&x_tr);
-    xo.rows_mut(15, 4).copy_from(&x_q);
-    let mut y = DVector::zeros(19);
-    y.rows_mut(0, 15).copy_from(&y_tr);
-    y.rows_mut(15, 4).copy_from(&mu);
+    let (xo, y) = augmented(&x_tr, &y_tr, &x_q, &mu);
     for (s2f, ell) in [(1.0, 0.8), (60.0, 9.0), (50.0, 0.05)] {
         let k: Box<dyn Kernel> = Box::new(SquaredExponential::ard(s2f, vec![ell, ell]));
         let h = HybridModel::new(k, NoiseVariance::new(0.05), xo.clone(), y.clone(), 4, c2.clone());
