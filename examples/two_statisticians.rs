@@ -29,6 +29,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         },
         policy: ReleasePolicy::ReleaseOnce,
         inflate_variance: true,
+        ..DpConfig::off()
     };
     // Each party fits its private GP; then 25 rounds of uncertainty sampling and answers.
     let parties = build_parties(&scenario, CombinerKind::Noisy, Uncertainty::Marginal, &dp, 7)?;

@@ -251,7 +251,7 @@ pub fn party_from_config(cfg: &PartyConfig, path: &Path) -> anyhow::Result<Party
         o => anyhow::bail!("{}: privacy.mode {o:?} is not off, thesis or calibrated", path.display()),
     };
     let (k, noise) = default_kernel(&data);
-    let dp = DpConfig { mode, policy, inflate_variance: true };
+    let dp = DpConfig { mode, policy, inflate_variance: true, ..DpConfig::off() };
     Ok(Party::new(data, kind, unc, k, noise, dp, cfg.seed)?)
 }
 

@@ -7,7 +7,8 @@ use crate::answer::PredictRequest;
 use crate::metrics::{Metrics, metrics};
 use crate::peer::{InProcessPeer, Peer};
 use crate::responder::Party;
-use crate::select::most_uncertain;
+use crate::release_model::{NOMINAL_ANSWER_NOISE, QueryPolicy};
+use crate::select::{most_uncertain, public_greedy};
 use serde::Serialize;
 use std::sync::{Arc, Mutex};
 
@@ -16,8 +17,10 @@ use std::sync::{Arc, Mutex};
 pub struct TurnReport {
     pub round: usize,
     pub querier: String,
-    /// The pool index asked (None when every index had been asked).
+    /// The (first) pool index asked (None when every index had been asked).
     pub index: Option<usize>,
+    /// Every pool index asked this turn (one under adaptive queries; a batch under public ones).
+    pub indices: Vec<usize>,
     /// Peers that answered.
     pub answered_by: Vec<String>,
     /// Peers that refused or failed, with the reason (e.g. budget exhausted).
@@ -36,13 +39,36 @@ pub async fn query_turn<P: Peer>(
     peers: &[P],
     round: usize,
 ) -> Result<TurnReport, CotrainError> {
-    let (name, index, uncertainty, want_prior) = {
+    let (name, indices, uncertainty, want_prior) = {
         let mut q = lock(querier)?;
-        let idx = most_uncertain(&mut q.model)?;
+        let idx = match q.dp.queries {
+            QueryPolicy::Adaptive => most_uncertain(&mut q.model)?.into_iter().collect(),
+            QueryPolicy::Public { per_turn, theta } => {
+                let kernel = theta.kernel(q.data.dim());
+                let asked = q.model.asked();
+                public_greedy(
+                    kernel.as_ref(),
+                    &q.data.x_train,
+                    q.model.x_pool(),
+                    &asked,
+                    per_turn,
+                    theta.noise_variance,
+                    NOMINAL_ANSWER_NOISE * theta.signal_variance,
+                )?
+            }
+        };
         (q.name.clone(), idx, q.model.uncertainty, q.model.kind.needs_prior())
     };
-    let mut report =
-        TurnReport { round, querier: name.clone(), index, answered_by: vec![], refused: vec![], objective: None };
+    let index = indices.first().copied();
+    let mut report = TurnReport {
+        round,
+        querier: name.clone(),
+        index,
+        indices: indices.clone(),
+        answered_by: vec![],
+        refused: vec![],
+        objective: None,
+    };
     let Some(index) = index else {
         lock(querier)?.fold_in(round, None, vec![], vec![])?;
         return Ok(report);
@@ -53,7 +79,7 @@ pub async fn query_turn<P: Peer>(
         let req = PredictRequest {
             request_id: format!("{name}:round{round}:{pname}"),
             requester: name.clone(),
-            indices: vec![index],
+            indices: indices.clone(),
             uncertainty,
             want_prior,
         };
@@ -141,7 +167,7 @@ pub async fn run_in_process(parties: &[Arc<Mutex<Party>>], rounds: usize) -> Res
             name: g.name.clone(),
             before: before[i],
             after,
-            queries: turns.iter().filter(|t| t.querier == g.name && t.index.is_some()).count(),
+            queries: turns.iter().filter(|t| t.querier == g.name).map(|t| t.indices.len()).sum(),
             rmse_per_round: per_round[i].clone(),
             rho_released: rho,
             epsilon_released: eps,

@@ -52,6 +52,7 @@ impl DpSetting {
                 mode: DpMode::Thesis { multiplier: THESIS_MULTIPLIER },
                 policy: ReleasePolicy::PerQuery,
                 inflate_variance: false,
+                ..DpConfig::off()
             },
             DpSetting::Calibrated { epsilon, delta, policy, range } => {
                 DpConfig::calibrated(*epsilon, *delta, *epsilon, *range, *policy)

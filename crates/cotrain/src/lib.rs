@@ -21,6 +21,7 @@ pub mod hybrid;
 pub mod metrics;
 pub mod peer;
 pub mod psd;
+pub mod release_model;
 pub mod responder;
 pub mod select;
 pub mod simulate;

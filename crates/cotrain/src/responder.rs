@@ -21,8 +21,11 @@ use crate::data::PartyData;
 use dpcotrain_gp::NoiseVariance;
 use dpcotrain_gp::kernels::Kernel;
 use dpcotrain_privacy::accountant::{Charge, Ledger, rho_of};
+use crate::release_model::{PublicTheta, QueryPolicy, ReleaseForm, ReleaseModel, ThetaPolicy};
+use dpcotrain_gp::{ExactGp, NoiseModel, SparseGp, SparseKind};
 use dpcotrain_privacy::calibrate::{Mechanism, calibrate};
-use dpcotrain_privacy::noise::NoisePath;
+use dpcotrain_privacy::finite::{CapRule, FiniteRelease};
+use dpcotrain_privacy::noise::{NoisePath, iid_standard_normal};
 use dpcotrain_privacy::sensitivity::{LabelRange, from_influence};
 use nalgebra::{DMatrix, DVector};
 use std::collections::HashMap;
@@ -51,31 +54,131 @@ pub enum DpMode {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReleasePolicy {
+    /// Answer from the current co-trained model (the thesis, D8 R).
     PerQuery,
+    /// The private-only posterior over the whole pool, released once (one charge per requester).
     ReleaseOnce,
+    /// The private-only posterior at the indices a requester asks for: every request with new
+    /// indices is one finite release (one charge); indices already released are post-processing.
+    Batches,
+}
+
+impl ReleasePolicy {
+    pub fn name(self) -> &'static str {
+        match self {
+            ReleasePolicy::PerQuery => "per-query",
+            ReleasePolicy::ReleaseOnce => "release-once",
+            ReleasePolicy::Batches => "batches",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct DpConfig {
     pub mode: DpMode,
     pub policy: ReleasePolicy,
-    /// D19: add σ²·K to the shared (co)variance to account for the DP noise.
+    /// D19: add σ²·K to the shared (co)variance to account for the DP noise of the function-space
+    /// release (a finite release always reports its σ²).
     pub inflate_variance: bool,
+    /// Function-space (RKHS) or finite-dimensional release.
+    pub release: ReleaseForm,
+    /// Where the release's hyperparameters come from.
+    pub theta: ThetaPolicy,
+    /// How this party chooses what to ask.
+    pub queries: QueryPolicy,
 }
 
 impl DpConfig {
     pub fn off() -> Self {
-        DpConfig { mode: DpMode::Off, policy: ReleasePolicy::PerQuery, inflate_variance: false }
+        DpConfig {
+            mode: DpMode::Off,
+            policy: ReleasePolicy::PerQuery,
+            inflate_variance: false,
+            release: ReleaseForm::Rkhs,
+            theta: ThetaPolicy::Fitted,
+            queries: QueryPolicy::Adaptive,
+        }
     }
 
     /// Calibrated label DP (analytic Gaussian mechanism) with (ε, δ) per release, an ε budget
-    /// per requester, labels clipped to `range`, and the released variance inflated by σ²K (D19).
+    /// per requester, labels clipped to `range`, and the released variance inflated by σ²K (D19):
+    /// the function-space release with the responder's fitted θ — the setting of the earlier
+    /// results, whose θ and variances leak uncounted (see [`DpConfig::honest`]).
     pub fn calibrated(epsilon: f64, delta: f64, budget_epsilon: f64, range: LabelRange, policy: ReleasePolicy) -> Self {
         DpConfig {
             mode: DpMode::Calibrated { epsilon, delta, mechanism: Mechanism::Analytic, range, budget_epsilon },
             policy,
             inflate_variance: true,
+            ..DpConfig::off()
         }
+    }
+
+    /// The honest setting (docs/honest-dp.md): public θ, label-free queries (`per_turn` pool
+    /// indices per turn, in one request), and a finite release of the capped private-only
+    /// posterior at the requested indices, one charge per batch at (ε, δ), within an ε budget
+    /// per requester. Nothing released depends on the labels except the noised means.
+    pub fn honest(epsilon: f64, delta: f64, budget_epsilon: f64, range: LabelRange, per_turn: usize) -> Self {
+        let theta = PublicTheta::default();
+        DpConfig {
+            mode: DpMode::Calibrated { epsilon, delta, mechanism: Mechanism::Analytic, range, budget_epsilon },
+            policy: ReleasePolicy::Batches,
+            inflate_variance: true,
+            release: ReleaseForm::Finite { cap: CapRule::auto() },
+            theta: ThetaPolicy::Public(theta),
+            queries: QueryPolicy::Public { per_turn, theta },
+        }
+    }
+
+    /// The honest protocol with DP off: the same queries and release model, no noise (the
+    /// reference for "share of the non-private gain recovered").
+    pub fn honest_protocol_without_dp(per_turn: usize) -> Self {
+        let theta = PublicTheta::default();
+        DpConfig {
+            mode: DpMode::Off,
+            policy: ReleasePolicy::Batches,
+            inflate_variance: false,
+            release: ReleaseForm::Finite { cap: CapRule::None },
+            theta: ThetaPolicy::Public(theta),
+            queries: QueryPolicy::Public { per_turn, theta },
+        }
+    }
+
+    /// Refuse combinations that have no meaning or no proof.
+    pub fn validate(&self) -> Result<(), CotrainError> {
+        if let ThetaPolicy::Public(t) = &self.theta {
+            t.validate()?;
+        }
+        if let QueryPolicy::Public { per_turn, theta } = &self.queries {
+            theta.validate()?;
+            if *per_turn == 0 {
+                return Err(CotrainError::invalid("public queries: per_turn must be at least 1"));
+            }
+        }
+        let finite = matches!(self.release, ReleaseForm::Finite { .. });
+        match (self.policy, finite) {
+            (ReleasePolicy::PerQuery, true) => {
+                return Err(CotrainError::invalid(
+                    "the finite release is of the label-free private-only posterior: use policy release-once or batches, not per-query",
+                ));
+            }
+            (ReleasePolicy::PerQuery, false) if self.theta.is_label_free() => {
+                return Err(CotrainError::invalid(
+                    "per-query answers come from the co-trained model with its fitted θ: public θ needs policy release-once or batches",
+                ));
+            }
+            (ReleasePolicy::Batches, false) => {
+                return Err(CotrainError::invalid(
+                    "policy batches releases at the requested points: it needs the finite release form",
+                ));
+            }
+            _ => {}
+        }
+        if finite && matches!(self.mode, DpMode::Thesis { .. }) {
+            return Err(CotrainError::invalid(
+                "the thesis reproduction mode has its own noise scale; it cannot be combined with the finite release",
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -87,6 +190,23 @@ pub(crate) struct RequesterState {
     pub(crate) ledger: Option<Ledger>,
     /// The noise path and the model version (mean function) it belongs to.
     pub(crate) path: Option<(u64, NoisePath, f64)>,
+    /// Policy batches: every finite release made to this requester, in order.
+    pub(crate) batches: Vec<BatchRelease>,
+}
+
+/// One finite release at requested indices (policy batches). Everything here but the means
+/// (kept in `released`) is label-free.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct BatchRelease {
+    pub indices: Vec<usize>,
+    pub sigma: f64,
+    pub sensitivity: f64,
+    /// The cap multiplier chosen (None: uncapped).
+    pub eta: Option<f64>,
+    /// Released variance at each index: posterior latent variance + σ².
+    pub var: Vec<f64>,
+    /// Released covariance over `indices`: posterior latent covariance + σ²I.
+    pub cov: DMatrix<f64>,
 }
 
 /// The frozen private-only release of [`ReleasePolicy::ReleaseOnce`].
@@ -99,6 +219,8 @@ pub(crate) struct Frozen {
     pub(crate) sigma: f64,
     pub(crate) sensitivity: f64,
     pub(crate) noise: DVector<f64>,
+    /// Finite release: independent noise (σ²I); otherwise a GP-prior path (σ²K).
+    pub(crate) isotropic: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -117,6 +239,8 @@ pub struct Party {
     /// (model version, σ, Δ) of the per-query mechanism: the sensitivity is a pass over every
     /// private row, so it is computed once per model version (eagerly, after each fit).
     calibration: Option<(u64, f64, f64)>,
+    /// The label-free release model (release-once and batches).
+    pub(crate) release_model: Option<ReleaseModel>,
 }
 
 /// One querier turn as folded into the model: replaying these in order rebuilds the model
@@ -154,6 +278,7 @@ impl Party {
         dp: DpConfig,
         seed: Option<u64>,
     ) -> Result<Self, CotrainError> {
+        dp.validate()?;
         if let DpMode::Calibrated { range, .. } = &dp.mode {
             data.y_train = range.clip(&data.y_train);
         }
@@ -185,18 +310,30 @@ impl Party {
             frozen: None,
             turns: Vec::new(),
             calibration: None,
+            release_model: None,
         };
-        if party.dp.policy == ReleasePolicy::ReleaseOnce {
-            party.freeze()?;
-        } else {
-            party.calibrate()?;
+        let needs_release_model = party.dp.policy == ReleasePolicy::Batches
+            || (party.dp.policy == ReleasePolicy::ReleaseOnce
+                && (party.dp.theta.is_label_free() || matches!(party.dp.release, ReleaseForm::Finite { .. })));
+        if needs_release_model {
+            party.release_model = Some(party.build_release_model()?);
+        }
+        match party.dp.policy {
+            ReleasePolicy::ReleaseOnce => party.freeze()?,
+            ReleasePolicy::PerQuery => {
+                party.calibrate()?;
+            }
+            ReleasePolicy::Batches => {}
         }
         party.model.warm()?;
         Ok(party)
     }
 
     pub(crate) fn path(&self, requester: &str, version: u64) -> NoisePath {
-        let k = self.model.kernel.clone();
+        self.path_with(self.model.kernel.clone(), requester, version)
+    }
+
+    fn path_with(&self, k: Box<dyn Kernel>, requester: &str, version: u64) -> NoisePath {
         let d = self.data.dim();
         match self.seed {
             Some(s) => NoisePath::seeded(k, d, mix(s, requester, version)),
@@ -254,30 +391,130 @@ impl Party {
         self.requesters.get(requester).and_then(|r| r.ledger.as_ref())
     }
 
-    /// Freeze the private-only release (called right after the private fit, while the model
-    /// has absorbed nothing; works for the exact and the sparse local model alike).
+    /// The label-free release model: private covariates and clipped labels, with public θ or
+    /// (ThetaPolicy::Fitted, which leaks uncounted) the private fit's θ̂.
+    fn build_release_model(&self) -> Result<ReleaseModel, CotrainError> {
+        let (kernel, noise) = match &self.dp.theta {
+            ThetaPolicy::Public(t) => (t.kernel(self.data.dim()), t.noise_variance),
+            ThetaPolicy::Fitted => (self.model.kernel.clone(), self.model.noise.variance),
+        };
+        let n = self.data.x_train.nrows();
+        let inducing = (n > SPARSE_THRESHOLD).then_some(DEFAULT_INDUCING.min(n));
+        ReleaseModel::new(
+            self.data.x_train.clone(),
+            self.data.y_train.clone(),
+            kernel,
+            noise,
+            inducing,
+            self.model.train.seed,
+        )
+    }
+
+    /// (μ, label range) of one calibrated finite release; None when DP is off.
+    fn finite_dp(&self) -> Result<Option<(f64, LabelRange)>, CotrainError> {
+        match &self.dp.mode {
+            DpMode::Off => Ok(None),
+            DpMode::Calibrated { epsilon, delta, mechanism, range, .. } => {
+                // σ for Δ = 1 under the configured calibration gives μ = 1/σ₁ (analytic: the
+                // exact GDP μ for (ε, δ); classic: ε/c(δ)).
+                let unit = calibrate(*mechanism, *epsilon, *delta, 1.0)?.sigma;
+                Ok(Some((1.0 / unit, *range)))
+            }
+            DpMode::Thesis { .. } => Err(CotrainError::invalid("the thesis mode has no finite release")),
+        }
+    }
+
+    /// Plan the finite release of the private-only posterior at the pool `indices`.
+    fn plan_finite(&self, indices: &[usize]) -> Result<(FiniteRelease, DVector<f64>), CotrainError> {
+        let ReleaseForm::Finite { cap } = &self.dp.release else {
+            return Err(CotrainError::invalid("finite release requested under the function-space form"));
+        };
+        let rm = self.release_model.as_ref().ok_or_else(|| CotrainError::invalid("no release model"))?;
+        let xq = self.data.x_pool.select_rows(indices.iter());
+        let dp = self.finite_dp()?;
+        let plan = rm.plan(&xq, dp, cap)?;
+        let mean = rm.mean(&plan, dp.map(|(_, r)| r));
+        Ok((plan, mean))
+    }
+
+    /// Freeze the private-only release over the whole pool (called right after the private
+    /// fit, while the model has absorbed nothing; works for the exact and the sparse local
+    /// model alike).
     fn freeze(&mut self) -> Result<(), CotrainError> {
         let pool = self.data.x_pool.clone();
-        let p = self.model.predict(&pool, true)?;
-        let prior = self.model.kernel.k(pool.as_view(), pool.as_view());
+        if matches!(self.dp.release, ReleaseForm::Finite { .. }) {
+            let all: Vec<usize> = (0..pool.nrows()).collect();
+            let (plan, mean) = self.plan_finite(&all)?;
+            let noise = if plan.sigma > 0.0 {
+                iid_standard_normal(pool.nrows(), self.seed.map(|s| mix(s, "release-once", 0)))
+            } else {
+                DVector::zeros(pool.nrows())
+            };
+            let cov = plan.hat.latent_cov.clone();
+            self.frozen = Some(Frozen {
+                mean,
+                var: cov.diagonal(),
+                cov,
+                prior: plan.hat.prior.clone(),
+                sigma: plan.sigma,
+                sensitivity: plan.sensitivity.value,
+                noise,
+                isotropic: true,
+            });
+            return Ok(());
+        }
         let n = self.data.x_train.nrows();
+        // The function-space release: of the private fit (θ̂), or of the release model (public θ).
+        let (p, prior, influence, kernel) = match (&self.dp.theta, &self.release_model) {
+            (ThetaPolicy::Public(_), Some(rm)) => {
+                let noise = NoiseModel::homoscedastic(rm.noise);
+                let (p, inf) = match &rm.z {
+                    Some(z) => {
+                        let gp =
+                            SparseGp::new(SparseKind::Vfe, rm.kernel.clone(), noise, rm.x.clone(), rm.y.clone(), z.clone())?;
+                        let inf = match &self.dp.mode {
+                            DpMode::Calibrated { .. } => Some(gp.label_influence_rkhs()?),
+                            _ => None,
+                        };
+                        (gp.posterior()?.predict(&pool, true)?, inf)
+                    }
+                    None => {
+                        let gp = ExactGp::new(rm.kernel.clone(), noise, rm.x.clone(), rm.y.clone())?;
+                        let inf = match &self.dp.mode {
+                            DpMode::Calibrated { .. } => Some(gp.label_influence_rkhs()?),
+                            _ => None,
+                        };
+                        (gp.posterior()?.predict(&pool, true)?, inf)
+                    }
+                };
+                (p, rm.kernel.k(pool.as_view(), pool.as_view()), inf, rm.kernel.clone())
+            }
+            _ => {
+                let p = self.model.predict(&pool, true)?;
+                let inf = match &self.dp.mode {
+                    DpMode::Calibrated { .. } => Some(self.model.label_influence()?),
+                    _ => None,
+                };
+                (p, self.model.kernel.k(pool.as_view(), pool.as_view()), inf, self.model.kernel.clone())
+            }
+        };
         let (sigma, sensitivity) = match &self.dp.mode {
             DpMode::Off => (0.0, 0.0),
             DpMode::Thesis { multiplier } => (*multiplier, 1.0),
             DpMode::Calibrated { epsilon, delta, mechanism, range, .. } => {
-                let inf = self.model.label_influence()?;
+                let inf = influence.expect("computed under calibrated DP");
                 let s = from_influence(&inf, &(0..n).collect::<Vec<_>>(), *range)?;
                 (calibrate(*mechanism, *epsilon, *delta, s.value)?.sigma, s.value)
             }
         };
         let noise = if sigma > 0.0 {
-            let mut path = self.path("release-once", 0);
+            let mut path = self.path_with(kernel, "release-once", 0);
             path.sample_at(&pool)?
         } else {
             DVector::zeros(pool.nrows())
         };
         let cov = p.cov.clone().unwrap_or_else(|| DMatrix::from_diagonal(&p.var));
-        self.frozen = Some(Frozen { mean: p.mean, var: p.var, cov, prior, sigma, sensitivity, noise });
+        self.frozen = Some(Frozen { mean: p.mean, var: p.var, cov, prior, sigma, sensitivity, noise, isotropic: false });
         Ok(())
     }
 
@@ -305,6 +542,7 @@ impl Party {
         let ans = match self.dp.policy {
             ReleasePolicy::ReleaseOnce => self.answer_release_once(req)?,
             ReleasePolicy::PerQuery => self.answer_per_query(req)?,
+            ReleasePolicy::Batches => self.answer_batches(req)?,
         };
         self.cache.insert(req.request_id.clone(), ans.clone());
         Ok(ans)
@@ -349,13 +587,24 @@ impl Party {
             }
         }
         let answered = st.answered.clone();
-        let inflate = if self.dp.inflate_variance { f.sigma * f.sigma } else { 0.0 };
+        // The released noise's covariance: σ²I for a finite release (always reported), σ²K for
+        // the function-space release (D19, when inflate_variance).
+        let s2 = f.sigma * f.sigma;
+        let noise_cov = |i: usize, j: usize| {
+            if f.isotropic {
+                if i == j { s2 } else { 0.0 }
+            } else if self.dp.inflate_variance {
+                s2 * f.prior[(i, j)]
+            } else {
+                0.0
+            }
+        };
         let var = (req.uncertainty == Uncertainty::Marginal)
-            .then(|| req.indices.iter().map(|&i| f.var[i] + inflate * f.prior[(i, i)]).collect());
+            .then(|| req.indices.iter().map(|&i| f.var[i] + noise_cov(i, i)).collect());
         let cov = (req.uncertainty == Uncertainty::Full).then(|| {
             DMatrix::from_fn(answered.len(), answered.len(), |a, b| {
                 let (i, j) = (answered[a], answered[b]);
-                f.cov[(i, j)] + inflate * f.prior[(i, j)]
+                f.cov[(i, j)] + noise_cov(i, j)
             })
         });
         let prior_cov = req.want_prior.then(|| f.prior.select_rows(answered.iter()).select_columns(answered.iter()));
@@ -400,8 +649,105 @@ impl Party {
         match &self.dp.mode {
             DpMode::Off => "none".into(),
             DpMode::Thesis { .. } => "thesis".into(),
-            DpMode::Calibrated { mechanism, .. } => mechanism.name().into(),
+            DpMode::Calibrated { mechanism, .. } => match &self.dp.release {
+                ReleaseForm::Rkhs => mechanism.name().into(),
+                form => format!("{} {} θ={}", mechanism.name(), form.name(), self.dp.theta.name()),
+            },
         }
+    }
+
+    /// Policy batches: the new indices of a request are one finite release of the private-only
+    /// (capped) posterior, charged once; indices released before are post-processing.
+    fn answer_batches(&mut self, req: &PredictRequest) -> Result<Answer, CotrainError> {
+        self.ledger_for(&req.requester)?;
+        let mechanism = self.mechanism_name();
+        let guaranteed = matches!(self.dp.mode, DpMode::Calibrated { .. });
+        let mut st = self.requesters.get(&req.requester).cloned().unwrap_or_default();
+        let new_idx: Vec<usize> = req.indices.iter().copied().filter(|i| !st.released.contains_key(i)).collect();
+        let mut charge = None;
+        if !new_idx.is_empty() {
+            let (plan, mean) = self.plan_finite(&new_idx)?;
+            let k = st.batches.len();
+            let mut new_release = false;
+            if plan.sigma > 0.0 {
+                if let Some(l) = st.ledger.as_mut() {
+                    let id = format!("{}#batch{k}", req.requester);
+                    new_release = l.charge(&id, plan.sensitivity.value, plan.sigma, &mechanism, guaranteed)? == Charge::New;
+                }
+                charge = Some(ChargeInfo {
+                    rho: if new_release { rho_of(plan.sensitivity.value, plan.sigma) } else { 0.0 },
+                    sigma: plan.sigma,
+                    sensitivity: plan.sensitivity.value,
+                    mechanism: mechanism.clone(),
+                    guaranteed,
+                    new_release,
+                });
+            }
+            let z = if plan.sigma > 0.0 {
+                iid_standard_normal(new_idx.len(), self.seed.map(|s| mix(s, &req.requester, 1 << 40 | k as u64)))
+            } else {
+                DVector::zeros(new_idx.len())
+            };
+            for (t, &i) in new_idx.iter().enumerate() {
+                st.released.insert(i, mean[t] + plan.sigma * z[t]);
+                st.answered.push(i);
+            }
+            st.batches.push(BatchRelease {
+                indices: new_idx.clone(),
+                sigma: plan.sigma,
+                sensitivity: plan.sensitivity.value,
+                eta: plan.eta,
+                var: plan.released_var().iter().copied().collect(),
+                cov: plan.released_cov(),
+            });
+        }
+        let answered = st.answered.clone();
+        let mean: Vec<f64> = req.indices.iter().map(|i| st.released[i]).collect();
+        // (batch, position) of every answered index.
+        let mut at: HashMap<usize, (usize, usize)> = HashMap::new();
+        for (b, batch) in st.batches.iter().enumerate() {
+            for (p, &i) in batch.indices.iter().enumerate() {
+                at.insert(i, (b, p));
+            }
+        }
+        let var = (req.uncertainty == Uncertainty::Marginal).then(|| {
+            req.indices
+                .iter()
+                .map(|i| {
+                    let (b, p) = at[i];
+                    st.batches[b].var[p]
+                })
+                .collect()
+        });
+        // Full: block-diagonal over batches (each block PSD; the small positive correlation of
+        // two batches' estimation errors is not reported, see docs/honest-dp.md).
+        let cov = (req.uncertainty == Uncertainty::Full).then(|| {
+            DMatrix::from_fn(answered.len(), answered.len(), |a, c| {
+                let ((b1, p1), (b2, p2)) = (at[&answered[a]], at[&answered[c]]);
+                if b1 == b2 { st.batches[b1].cov[(p1, p2)] } else { 0.0 }
+            })
+        });
+        let prior_cov = if req.want_prior {
+            let rm = self.release_model.as_ref().ok_or_else(|| CotrainError::invalid("no release model"))?;
+            let xa = self.data.x_pool.select_rows(answered.iter());
+            Some(rm.kernel.k(xa.as_view(), xa.as_view()))
+        } else {
+            None
+        };
+        let budget = st.ledger.as_ref().map(|l| l.rho_remaining());
+        self.requesters.insert(req.requester.clone(), st);
+        Ok(Answer {
+            responder: self.name.clone(),
+            indices: req.indices.clone(),
+            mean,
+            var,
+            answered,
+            cov,
+            prior_cov,
+            model_version: 0,
+            charge,
+            budget_rho_left: budget,
+        })
     }
 
     fn answer_per_query(&mut self, req: &PredictRequest) -> Result<Answer, CotrainError> {

@@ -14,7 +14,7 @@
 
 use crate::CotrainError;
 use crate::answer::Answer;
-use crate::responder::{Party, RequesterState, TurnRecord};
+use crate::responder::{BatchRelease, Party, RequesterState, TurnRecord};
 use dpcotrain_privacy::accountant::Ledger;
 use dpcotrain_privacy::noise::{NoisePath, NoisePathState};
 use nalgebra::DVector;
@@ -32,6 +32,9 @@ pub struct RequesterRecord {
     pub ledger: Option<Ledger>,
     /// (model version, path, σ) of the current noise path.
     pub path: Option<(u64, NoisePathState, f64)>,
+    /// Policy batches: the finite releases made (their means are in `released`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub batches: Vec<BatchRelease>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -77,6 +80,7 @@ impl Party {
                     released,
                     ledger: st.ledger.clone(),
                     path: st.path.as_ref().map(|(v, p, s)| (*v, p.state(), *s)),
+                    batches: st.batches.clone(),
                 };
                 (name.clone(), rec)
             })
@@ -157,7 +161,16 @@ impl Party {
                 released: r.released.iter().copied().collect(),
                 ledger: r.ledger.clone(),
                 path,
+                batches: r.batches.clone(),
             };
+            for b in &r.batches {
+                if b.var.len() != b.indices.len()
+                    || b.cov.nrows() != b.indices.len()
+                    || b.indices.iter().any(|i| !st.released.contains_key(i))
+                {
+                    return Err(bad(format!("requester {name:?}: a saved batch does not match its released means")));
+                }
+            }
             self.requesters.insert(name.clone(), st);
         }
         self.cache = s.answers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();

@@ -100,6 +100,7 @@ fn calibrated_dp_run_reports_privacy_and_respects_budgets() {
         },
         policy: ReleasePolicy::PerQuery,
         inflate_variance: true,
+        ..DpConfig::off()
     };
     let parties = build_parties(&sc, CombinerKind::Noisy, Uncertainty::Marginal, &dp, 5).unwrap();
     let r = block_on(run_in_process(&parties, 25)).unwrap();

@@ -63,6 +63,7 @@ fn calibrated(budget: f64, policy: ReleasePolicy) -> DpConfig {
         },
         policy,
         inflate_variance: true,
+        ..DpConfig::off()
     }
 }
 
@@ -117,6 +118,7 @@ fn thesis_mode_is_flagged_and_noise_is_seeded() {
         mode: DpMode::Thesis { multiplier: 0.42 },
         policy: ReleasePolicy::PerQuery,
         inflate_variance: false,
+        ..DpConfig::off()
     };
     let mut p = party(dp.clone(), CombinerKind::Noisy);
     let a = p.answer(&req("r1", vec![5])).unwrap();

@@ -13,6 +13,7 @@
 
 pub mod accountant;
 pub mod calibrate;
+pub mod finite;
 pub mod gaussian;
 pub mod noise;
 pub mod sensitivity;

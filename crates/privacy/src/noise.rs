@@ -45,6 +45,17 @@ pub struct NoisePath {
     pub max_jitter: Jitter,
 }
 
+/// q independent standard normals for an isotropic (finite-release) Gaussian mechanism: from a
+/// ChaCha20 generator seeded with `seed` (simulation, tests), or from one seeded by the operating
+/// system's CSPRNG when `seed` is `None` (production).
+pub fn iid_standard_normal(q: usize, seed: Option<u64>) -> DVector<f64> {
+    let mut rng = match seed {
+        Some(s) => ChaCha20Rng::seed_from_u64(s),
+        None => ChaCha20Rng::from_os_rng(),
+    };
+    DVector::from_fn(q, |_, _| rng.sample::<f64, _>(StandardNormal))
+}
+
 impl NoisePath {
     pub fn seeded(kernel: Box<dyn Kernel>, dim: usize, seed: u64) -> Self {
         Self::with_rng(kernel, dim, ChaCha20Rng::seed_from_u64(seed))

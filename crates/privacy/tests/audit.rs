@@ -8,6 +8,8 @@ use dpcotrain_gp::kernels::{Kernel, SquaredExponential};
 use dpcotrain_gp::linalg::{Cholesky, JitterPolicy};
 use dpcotrain_gp::{ExactGp, NoiseModel};
 use dpcotrain_privacy::calibrate::{Mechanism, THESIS_MULTIPLIER, calibrate};
+use dpcotrain_privacy::finite::{CapRule, HatModel, plan};
+use dpcotrain_privacy::gaussian::gdp_mu_for;
 use dpcotrain_privacy::sensitivity::{LabelRange, mahalanobis_exact};
 use nalgebra::{DMatrix, DVector};
 use rand::{Rng, SeedableRng};
@@ -44,6 +46,33 @@ fn setup() -> Setup {
     Setup { mu_d, mu_d2, chol_m, delta_m: s.value }
 }
 
+/// The finite release (isotropic noise, hat-matrix sensitivity), uncapped or capped: the worst
+/// neighbouring pair is the row with the largest ‖C e_j‖ moved across the whole range.
+fn setup_finite(rule: &CapRule, epsilon: f64, delta: f64) -> (Setup, f64) {
+    // One isolated row (x = 4) so that capping has something to do.
+    let x: DMatrix<f64> =
+        DMatrix::from_column_slice(11, 1, &[-2.0, -1.5, -1.1, -0.6, 0.0, 0.3, 0.9, 1.4, 1.8, 2.5, 4.0]);
+    let range = LabelRange::new(-1.0, 1.0).unwrap();
+    let y = DVector::from_fn(11, |i, _| (x[(i, 0)] * 1.3).sin().clamp(-1.0, 1.0));
+    let xq = DMatrix::from_column_slice(5, 1, &[-1.8, -0.4, 0.5, 1.2, 3.6]);
+    let k = SquaredExponential::isotropic(1.0, 0.8);
+    let s2 = DVector::from_element(11, 0.1);
+    let mu = gdp_mu_for(epsilon, delta);
+    let rel = plan(&k, &x, &s2, &xq, HatModel::Exact, range, mu, rule).unwrap();
+    let j = rel.sensitivity.worst_row;
+    let (mut lo, mut hi) = (y.clone(), y.clone());
+    lo[j] = range.lo;
+    hi[j] = range.hi;
+    let chol_m = Cholesky::factor(DMatrix::identity(5, 5), "I", JitterPolicy::IF_NEEDED).unwrap();
+    let st = Setup {
+        mu_d: rel.hat.mean(&lo, range).unwrap(),
+        mu_d2: rel.hat.mean(&hi, range).unwrap(),
+        chol_m,
+        delta_m: rel.sensitivity.value,
+    };
+    (st, rel.sigma)
+}
+
 /// Largest empirical ε over threshold events {s > t} and {s < t} of the whitened
 /// likelihood-ratio statistic, counting only events with enough mass to estimate.
 fn empirical_epsilon(st: &Setup, sigma: f64, delta: f64, n: usize, seed: u64) -> f64 {
@@ -53,7 +82,7 @@ fn empirical_epsilon(st: &Setup, sigma: f64, delta: f64, n: usize, seed: u64) ->
     let mut rng = ChaCha20Rng::seed_from_u64(seed);
     let mut draw = |mu: &DVector<f64>| -> f64 {
         // release = μ + σ L_M ξ; whitened: L_M⁻¹ release = a + σ ξ.
-        let xi = DVector::from_fn(5, |_, _| rng.sample::<f64, _>(StandardNormal));
+        let xi = DVector::from_fn(mu.len(), |_, _| rng.sample::<f64, _>(StandardNormal));
         let out = mu + st.chol_m.l() * xi * sigma;
         (st.chol_m.solve_l_vec(&out) - &a).dot(&dir)
     };
@@ -97,4 +126,21 @@ fn thesis_mode_fails_the_audit_and_is_flagged() {
     assert!(!t.guaranteed);
     let eps = empirical_epsilon(&st, t.sigma, 0.00625, 200_000, 2);
     assert!(eps > 1.0, "the thesis mode should violate its claimed ε = 1 here, got {eps}");
+}
+
+#[test]
+fn finite_release_passes_the_audit_uncapped_and_capped() {
+    let delta = 1e-5;
+    for (rule, seed) in [(CapRule::None, 3u64), (CapRule::Fixed { eta: 1.0 }, 4), (CapRule::auto(), 5)] {
+        let (st, sigma) = setup_finite(&rule, 1.0, delta);
+        // The worst pair attains the sensitivity (the audit tests the tight case).
+        let moved = (&st.mu_d2 - &st.mu_d).norm();
+        assert!((moved - st.delta_m).abs() <= 2e-6 * st.delta_m, "{rule:?}: {moved} vs Δ {}", st.delta_m);
+        let eps = empirical_epsilon(&st, sigma, delta, 200_000, seed);
+        assert!(eps <= 1.0, "{rule:?}: empirical ε {eps} exceeds the claimed 1");
+        assert!(eps > 0.3, "{rule:?}: audit too weak: {eps}");
+        // Half the calibrated noise is caught.
+        let eps_half = empirical_epsilon(&st, sigma * 0.5, delta, 200_000, seed + 10);
+        assert!(eps_half > 1.0, "{rule:?}: the audit should catch σ/2, got {eps_half}");
+    }
 }

@@ -1,0 +1,201 @@
+//! What a party releases from, when it releases its private-only posterior (release-once and
+//! batches): the **release model** — its private covariates and clipped labels, a kernel whose
+//! hyperparameters are either public constants or its own label-fitted ones, and the per-row
+//! noise variances of the finite mechanism (docs/honest-dp.md).
+//!
+//! The choices that decide whether a release leaks anything uncounted live here:
+//! - [`ThetaPolicy`]: θ fitted on the labels (the thesis's setting) changes the released
+//!   variances and prior covariances with the labels, which no ledger counts; public θ leaks
+//!   nothing.
+//! - [`ReleaseForm`]: the function-space release of Hall et al. (2013), valid anywhere, or the
+//!   finite-dimensional release at the requested points with the exact hat-matrix sensitivity
+//!   (and, optionally, influence capping).
+//! - [`QueryPolicy`]: uncertainty sampling on the querier's own label-fitted model (the thesis),
+//!   or label-free greedy variance under the public θ, so that the indices a querier sends
+//!   reveal nothing about its labels.
+
+use crate::CotrainError;
+use dpcotrain_gp::Kernel;
+use dpcotrain_gp::inducing::greedy_variance;
+use dpcotrain_gp::kernels::SquaredExponential;
+use dpcotrain_privacy::finite::{CapRule, FiniteRelease, HatModel, hat, plan};
+use dpcotrain_privacy::sensitivity::{LabelRange, Sensitivity};
+use nalgebra::{DMatrix, DVector};
+use serde::{Deserialize, Serialize};
+
+/// Public hyperparameters of an SE-ARD kernel on publicly standardised inputs and labels:
+/// s_f², one length-scale for every input, and the noise variance s₀².
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PublicTheta {
+    pub signal_variance: f64,
+    pub lengthscale: f64,
+    pub noise_variance: f64,
+}
+
+impl Default for PublicTheta {
+    /// s_f² = 1, ℓ = 1, s₀² = 0.1: unit-variance labels, unit-scale inputs, 10% noise.
+    fn default() -> Self {
+        PublicTheta { signal_variance: 1.0, lengthscale: 1.0, noise_variance: 0.1 }
+    }
+}
+
+impl PublicTheta {
+    pub fn validate(&self) -> Result<(), CotrainError> {
+        for (v, what) in [
+            (self.signal_variance, "signal_variance"),
+            (self.lengthscale, "lengthscale"),
+            (self.noise_variance, "noise_variance"),
+        ] {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(CotrainError::invalid(format!("public θ: {what} must be positive and finite, got {v}")));
+            }
+        }
+        Ok(())
+    }
+
+    /// The SE-ARD kernel of these hyperparameters for `dim` inputs.
+    pub fn kernel(&self, dim: usize) -> Box<dyn Kernel> {
+        Box::new(SquaredExponential::ard(self.signal_variance, vec![self.lengthscale; dim]))
+    }
+}
+
+/// Where the hyperparameters of a release come from.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "theta", rename_all = "lowercase")]
+pub enum ThetaPolicy {
+    /// The responder's private-only fit θ̂ (fitted on its labels): released variances and prior
+    /// covariances then depend on the labels, and **no ledger counts that**. Kept to reproduce
+    /// the thesis and earlier results.
+    Fitted,
+    /// Public constants: nothing about the labels enters θ.
+    Public(PublicTheta),
+}
+
+impl ThetaPolicy {
+    pub fn name(&self) -> &'static str {
+        match self {
+            ThetaPolicy::Fitted => "fitted",
+            ThetaPolicy::Public(_) => "public",
+        }
+    }
+
+    /// Whether θ is label-free (counted: it costs nothing).
+    pub fn is_label_free(&self) -> bool {
+        matches!(self, ThetaPolicy::Public(_))
+    }
+}
+
+/// The shape of a calibrated release.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "form", rename_all = "lowercase")]
+pub enum ReleaseForm {
+    /// Hall et al. (2013): the posterior-mean function plus a GP-prior path scaled to the RKHS
+    /// sensitivity; valid at any points, its noise does not shrink with n.
+    Rkhs,
+    /// The posterior mean at the released points plus independent N(0, σ²) noise, σ from the
+    /// exact hat-matrix L2 sensitivity; `cap` inflates the noise of high-influence rows.
+    Finite { cap: CapRule },
+}
+
+impl ReleaseForm {
+    pub fn name(&self) -> String {
+        match self {
+            ReleaseForm::Rkhs => "rkhs".into(),
+            ReleaseForm::Finite { cap: CapRule::None } => "finite".into(),
+            ReleaseForm::Finite { cap } => format!("finite+cap({})", cap.name()),
+        }
+    }
+}
+
+/// How a querier chooses the pool indices it asks about.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "queries", rename_all = "lowercase")]
+pub enum QueryPolicy {
+    /// Uncertainty sampling on the querier's own co-trained model, one index per turn (Thomas
+    /// §4.2.1). The choice depends on the querier's labels through θ̂ and the model.
+    Adaptive,
+    /// Greedy maximum variance under public θ on the querier's covariates (label-free),
+    /// `per_turn` indices per turn, sent in one request.
+    Public { per_turn: usize, theta: PublicTheta },
+}
+
+impl QueryPolicy {
+    pub fn name(&self) -> &'static str {
+        match self {
+            QueryPolicy::Adaptive => "adaptive",
+            QueryPolicy::Public { .. } => "public",
+        }
+    }
+}
+
+/// Nominal noise variance (relative to s_f²) of an already-asked pool point in label-free
+/// selection: the querier assumes an answer about as good as one of its own rows.
+pub const NOMINAL_ANSWER_NOISE: f64 = 0.1;
+
+/// The label-free part of a party's private-only release: covariates, kernel, base noise and
+/// (for a large private set) inducing inputs chosen from covariates only.
+#[derive(Debug, Clone)]
+pub struct ReleaseModel {
+    pub x: DMatrix<f64>,
+    /// Labels, already clipped to the declared range.
+    pub y: DVector<f64>,
+    pub kernel: Box<dyn Kernel>,
+    pub noise: f64,
+    /// Inducing inputs of the VFE release model (large private sets).
+    pub z: Option<DMatrix<f64>>,
+}
+
+impl ReleaseModel {
+    /// `inducing`: Some(m) for a VFE release model with m greedy-variance inducing inputs
+    /// (chosen from the covariates under `kernel`, deterministic in `seed`).
+    pub fn new(
+        x: DMatrix<f64>,
+        y: DVector<f64>,
+        kernel: Box<dyn Kernel>,
+        noise: f64,
+        inducing: Option<usize>,
+        seed: u64,
+    ) -> Result<Self, CotrainError> {
+        if !(noise.is_finite() && noise > 0.0) {
+            return Err(CotrainError::invalid(format!("release model noise variance must be positive, got {noise}")));
+        }
+        let z = match inducing {
+            Some(m) => Some(greedy_variance(kernel.as_ref(), &x, m.min(x.nrows()), 0.0, seed)?.z),
+            None => None,
+        };
+        Ok(ReleaseModel { x, y, kernel, noise, z })
+    }
+
+    fn hat_model(&self) -> HatModel<'_> {
+        match &self.z {
+            Some(z) => HatModel::Vfe { z },
+            None => HatModel::Exact,
+        }
+    }
+
+    /// Plan a μ-GDP finite release at `xq` (capped by `cap`) for `dp = Some((μ, range))`; with
+    /// `None` (DP off) the plain posterior at `xq` with σ = 0.
+    pub fn plan(
+        &self,
+        xq: &DMatrix<f64>,
+        dp: Option<(f64, LabelRange)>,
+        cap: &CapRule,
+    ) -> Result<FiniteRelease, CotrainError> {
+        let s2 = DVector::from_element(self.x.nrows(), self.noise);
+        Ok(match dp {
+            Some((mu, range)) => plan(self.kernel.as_ref(), &self.x, &s2, xq, self.hat_model(), range, mu, cap)?,
+            None => {
+                let h = hat(self.kernel.as_ref(), &self.x, &s2, xq, self.hat_model())?;
+                FiniteRelease { hat: h, sensitivity: Sensitivity { value: 0.0, worst_row: 0 }, sigma: 0.0, eta: None, cap: None }
+            }
+        })
+    }
+
+    /// The noise-free released mean C·clip(y) (C·y when DP is off: nothing to clip to).
+    pub fn mean(&self, plan: &FiniteRelease, range: Option<LabelRange>) -> DVector<f64> {
+        match range {
+            Some(r) => &plan.hat.c * r.clip(&self.y),
+            None => &plan.hat.c * &self.y,
+        }
+    }
+}

@@ -1,0 +1,239 @@
+//! The honest release (docs/honest-dp.md): public θ, label-free queries, finite releases of the
+//! capped private-only posterior in batches. What leaves a node may depend on the labels only
+//! through the noised means, and every batch is charged exactly once.
+
+use dpcotrain_cotrain::answer::{PredictRequest, Uncertainty};
+use dpcotrain_cotrain::combiner::CombinerKind;
+use dpcotrain_cotrain::data::PartyData;
+use dpcotrain_cotrain::release_model::{PublicTheta, ReleaseForm, ReleaseModel, ThetaPolicy};
+use dpcotrain_cotrain::responder::{DpConfig, Party, ReleasePolicy};
+use dpcotrain_cotrain::select::public_greedy;
+use dpcotrain_gp::kernels::SquaredExponential;
+use dpcotrain_gp::{ExactGp, NoiseModel, NoiseVariance};
+use dpcotrain_privacy::finite::CapRule;
+use dpcotrain_privacy::gaussian::{gdp_epsilon, gdp_mu_for};
+use dpcotrain_privacy::sensitivity::LabelRange;
+use nalgebra::{DMatrix, DVector};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+fn range() -> LabelRange {
+    LabelRange::new(-3.0, 3.0).unwrap()
+}
+
+/// 2-D covariates with one isolated row; `label_seed` changes only the labels.
+fn data(label_seed: u64) -> PartyData {
+    let mut r = ChaCha8Rng::seed_from_u64(11);
+    let mut x: DMatrix<f64> = DMatrix::from_fn(30, 2, |_, _| r.random_range(-1.5..1.5));
+    x[(0, 0)] = 3.0;
+    x[(0, 1)] = 3.0;
+    let pool: DMatrix<f64> = DMatrix::from_fn(40, 2, |_, _| r.random_range(-2.0..2.0));
+    let test: DMatrix<f64> = DMatrix::from_fn(10, 2, |_, _| r.random_range(-2.0..2.0));
+    let mut ry = ChaCha8Rng::seed_from_u64(label_seed);
+    let y = DVector::from_fn(30, |i, _| x[(i, 0)] - 0.5 * x[(i, 1)] + ry.random_range(-1.0..1.0));
+    PartyData {
+        name: "B".into(),
+        columns: vec!["u".into(), "v".into()],
+        x_train: x,
+        y_train: y,
+        y_test: DVector::from_fn(10, |i, _| test[(i, 0)]),
+        x_pool: pool,
+        x_test: test,
+    }
+}
+
+fn party(dp: DpConfig, label_seed: u64) -> Party {
+    Party::new(
+        data(label_seed),
+        CombinerKind::Noisy,
+        Uncertainty::Marginal,
+        Box::new(SquaredExponential::ard(1.0, vec![1.0, 1.0])),
+        NoiseVariance::new(0.1),
+        dp,
+        Some(5),
+    )
+    .unwrap()
+}
+
+fn req(id: &str, idx: Vec<usize>, uncertainty: Uncertainty) -> PredictRequest {
+    PredictRequest { request_id: id.into(), requester: "A".into(), indices: idx, uncertainty, want_prior: true }
+}
+
+/// ε = 1 per batch; the budget admits exactly two batches (GDP composition: μ√2).
+fn honest() -> DpConfig {
+    let two = gdp_epsilon(2f64.sqrt() * gdp_mu_for(1.0, 1e-5), 1e-5) * (1.0 + 1e-6);
+    DpConfig::honest(1.0, 1e-5, two, range(), 5)
+}
+
+#[test]
+fn a_batch_is_charged_once_at_exactly_its_mechanism_cost() {
+    let mut p = party(honest(), 1);
+    let a = p.answer(&req("r1", vec![3, 7, 11], Uncertainty::Marginal)).unwrap();
+    let c = a.charge.clone().unwrap();
+    assert!(c.new_release && c.guaranteed);
+    let mu = gdp_mu_for(1.0, 1e-5);
+    // σ = Δ/μ, so ρ = Δ²/(2σ²) = μ²/2 whatever the cap did.
+    assert!((c.sigma - c.sensitivity / mu).abs() < 1e-12 * c.sigma);
+    assert!((c.rho - mu * mu / 2.0).abs() < 1e-12);
+    assert!((p.ledger("A").unwrap().epsilon_spent() - 1.0).abs() < 1e-6);
+    // The capped σ is at most the auto rule's largest η (4) times the prior sd.
+    assert!(c.sigma <= 4.0 * 1.001 + 1e-9, "σ = {}", c.sigma);
+    // Asking again for released indices is post-processing: same values, nothing charged.
+    let b = p.answer(&req("r2", vec![7, 3], Uncertainty::Marginal)).unwrap();
+    assert_eq!(b.mean, vec![a.mean[1], a.mean[0]]);
+    assert!(b.charge.is_none());
+    assert!((p.ledger("A").unwrap().epsilon_spent() - 1.0).abs() < 1e-6);
+    // New indices are a second batch (a second charge); the old ones keep their values.
+    let d = p.answer(&req("r3", vec![11, 20], Uncertainty::Marginal)).unwrap();
+    assert_eq!(d.mean[0], a.mean[2]);
+    assert!(d.charge.unwrap().new_release);
+    assert_eq!(p.ledger("A").unwrap().releases.len(), 2);
+    // The budget holds two batches: a third (total μ√3) does not fit and is refused before
+    // anything is released or recorded.
+    let before = p.state();
+    assert!(p.answer(&req("r4", vec![30], Uncertainty::Marginal)).is_err());
+    assert_eq!(p.ledger("A").unwrap().releases.len(), 2);
+    assert_eq!(p.state().requesters, before.requesters);
+}
+
+#[test]
+fn what_leaves_the_node_depends_on_labels_only_through_the_noised_means() {
+    let q = vec![2, 9, 17, 33];
+    for u in [Uncertainty::Marginal, Uncertainty::Full] {
+        let mut p1 = party(honest(), 1);
+        let mut p2 = party(honest(), 2);
+        let a1 = p1.answer(&req(&format!("{u:?}"), q.clone(), u)).unwrap();
+        let a2 = p2.answer(&req(&format!("{u:?}"), q.clone(), u)).unwrap();
+        assert_ne!(a1.mean, a2.mean, "different labels, different means");
+        assert_eq!(a1.var, a2.var);
+        assert_eq!(a1.cov, a2.cov);
+        assert_eq!(a1.prior_cov, a2.prior_cov);
+        let (c1, c2) = (a1.charge.unwrap(), a2.charge.unwrap());
+        assert_eq!((c1.sigma, c1.sensitivity), (c2.sigma, c2.sensitivity));
+    }
+    // With the responder's fitted θ the same release form leaks through the variances.
+    let fitted = DpConfig { theta: ThetaPolicy::Fitted, ..honest() };
+    let mut f1 = party(fitted.clone(), 1);
+    let mut f2 = party(fitted, 2);
+    let a1 = f1.answer(&req("x", q.clone(), Uncertainty::Marginal)).unwrap();
+    let a2 = f2.answer(&req("x", q, Uncertainty::Marginal)).unwrap();
+    assert_ne!(a1.var, a2.var, "fitted θ: the released variances change with the labels");
+}
+
+#[test]
+fn without_noise_the_release_is_the_public_theta_posterior_mean_and_variance() {
+    let mut p = party(DpConfig::honest_protocol_without_dp(5), 1);
+    let q = vec![1, 4, 25];
+    let a = p.answer(&req("r", q.clone(), Uncertainty::Marginal)).unwrap();
+    assert!(a.charge.is_none());
+    let d = data(1);
+    let t = PublicTheta::default();
+    let gp = ExactGp::new(t.kernel(2), NoiseModel::homoscedastic(t.noise_variance), d.x_train, d.y_train).unwrap();
+    let pr = gp.posterior().unwrap().predict(&d.x_pool.select_rows(q.iter()), false).unwrap();
+    for k in 0..3 {
+        assert!((a.mean[k] - pr.mean[k]).abs() < 1e-10);
+        assert!((a.var.as_ref().unwrap()[k] - pr.var[k]).abs() < 1e-10);
+    }
+}
+
+#[test]
+fn released_sigma_matches_an_independent_plan_and_capping_pays() {
+    let d = data(1);
+    let q = vec![0, 5, 6, 12, 19];
+    let xq = d.x_pool.select_rows(q.iter());
+    let t = PublicTheta::default();
+    let rm = ReleaseModel::new(d.x_train.clone(), range().clip(&d.y_train), t.kernel(2), t.noise_variance, None, 0).unwrap();
+    let mu = gdp_mu_for(1.0, 1e-5);
+    let none = rm.plan(&xq, Some((mu, range())), &CapRule::None).unwrap();
+    let auto = rm.plan(&xq, Some((mu, range())), &CapRule::auto()).unwrap();
+    let mut p = party(honest(), 1);
+    let a = p.answer(&req("r", q, Uncertainty::Marginal)).unwrap();
+    let c = a.charge.unwrap();
+    assert!((c.sigma - auto.sigma).abs() < 1e-12 && (c.sensitivity - auto.sensitivity.value).abs() < 1e-12);
+    assert!(auto.sigma < none.sigma, "capping should shrink σ here: {} vs {}", auto.sigma, none.sigma);
+    // Released variance = capped posterior latent variance + σ².
+    let v = a.var.unwrap();
+    for k in 0..5 {
+        assert!((v[k] - auto.hat.latent_cov[(k, k)] - auto.sigma.powi(2)).abs() < 1e-10);
+    }
+    // The noised means are the noise-free capped means plus N(0, σ²) draws: their deviation is
+    // of the right size (5 draws: within a factor of 4 of σ√5 in norm).
+    let m0 = rm.mean(&auto, Some(range()));
+    let dev = (DVector::from_vec(a.mean) - m0).norm();
+    assert!(dev > 0.0 && dev < 4.0 * auto.sigma * 5f64.sqrt() + 1e-12, "deviation {dev}, σ {}", auto.sigma);
+}
+
+#[test]
+fn public_selection_is_label_free_and_equals_brute_force_greedy() {
+    let d = data(1);
+    let t = PublicTheta::default();
+    let k = t.kernel(2);
+    let asked = vec![3usize, 8];
+    let got = public_greedy(k.as_ref(), &d.x_train, &d.x_pool, &asked, 4, 0.1, 0.1).unwrap();
+    // Brute force: refit an exact GP on private rows + chosen points each step and take the
+    // unasked point of largest variance (ties → lowest index).
+    let mut chosen = asked.clone();
+    let mut want = Vec::new();
+    for _ in 0..4 {
+        let n = d.x_train.nrows();
+        let mut xs = DMatrix::zeros(n + chosen.len(), 2);
+        xs.rows_mut(0, n).copy_from(&d.x_train);
+        for (k2, &i) in chosen.iter().enumerate() {
+            xs.row_mut(n + k2).copy_from(&d.x_pool.row(i));
+        }
+        let gp = ExactGp::new(k.clone(), NoiseModel::homoscedastic(0.1), xs, DVector::zeros(n + chosen.len())).unwrap();
+        let v = gp.posterior().unwrap().predict(&d.x_pool, false).unwrap().var;
+        let best = (0..d.x_pool.nrows()).filter(|i| !chosen.contains(i)).fold(None::<usize>, |b, i| match b {
+            Some(b) if v[b] >= v[i] => Some(b),
+            _ => Some(i),
+        });
+        let b = best.unwrap();
+        want.push(b);
+        chosen.push(b);
+    }
+    assert_eq!(got, want);
+    // Nothing but covariates enters: the labels are not even an argument. Asked indices are
+    // never chosen again, and asking for more than remain returns what remains.
+    let all = public_greedy(k.as_ref(), &d.x_train, &d.x_pool, &[], 100, 0.1, 0.1).unwrap();
+    assert_eq!(all.len(), 40);
+    assert!(public_greedy(k.as_ref(), &d.x_train, &d.x_pool, &(0..40).collect::<Vec<_>>(), 3, 0.1, 0.1).unwrap().is_empty());
+    assert!(public_greedy(k.as_ref(), &d.x_train, &d.x_pool, &[], 3, 0.0, 0.1).is_err());
+}
+
+#[test]
+fn impossible_combinations_are_refused_with_reasons() {
+    let bad = |dp: DpConfig| {
+        Party::new(
+            data(1),
+            CombinerKind::Noisy,
+            Uncertainty::Marginal,
+            Box::new(SquaredExponential::ard(1.0, vec![1.0, 1.0])),
+            NoiseVariance::new(0.1),
+            dp,
+            Some(5),
+        )
+        .unwrap_err()
+        .to_string()
+    };
+    assert!(bad(DpConfig { policy: ReleasePolicy::PerQuery, ..honest() }).contains("per-query"));
+    assert!(bad(DpConfig { release: ReleaseForm::Rkhs, ..honest() }).contains("finite"));
+    let t = PublicTheta { lengthscale: -1.0, ..PublicTheta::default() };
+    assert!(bad(DpConfig { theta: ThetaPolicy::Public(t), ..honest() }).contains("lengthscale"));
+}
+
+#[test]
+fn batches_survive_a_restart_number_for_number() {
+    let mut p = party(honest(), 1);
+    let a = p.answer(&req("r1", vec![3, 7], Uncertainty::Full)).unwrap();
+    let snap = p.state();
+    let json = serde_json::to_string(&snap).unwrap();
+    let mut fresh = party(honest(), 1);
+    fresh.restore(&serde_json::from_str(&json).unwrap()).unwrap();
+    // A retried id returns the same bytes; a new request for old indices returns the old values
+    // and the same covariance; the ledger is intact.
+    assert_eq!(fresh.answer(&req("r1", vec![3, 7], Uncertainty::Full)).unwrap(), a);
+    let b = fresh.answer(&req("r2", vec![7, 3], Uncertainty::Full)).unwrap();
+    assert_eq!(b.mean, vec![a.mean[1], a.mean[0]]);
+    assert_eq!(b.cov, a.cov);
+    assert_eq!(fresh.ledger("A"), p.ledger("A"));
+}

@@ -1,0 +1,644 @@
+//! Finite-dimensional label-DP release of a GP posterior mean at a fixed set of points Q, with
+//! the exact L2 sensitivity of the hat matrix and **influence capping**
+//! (docs/honest-dp.md holds the proofs; this comment states what the code relies on).
+//!
+//! # Setting
+//! Responder rows X (n × D), labels clipped to [a, b] (width d), a kernel k with hyperparameters
+//! θ, and per-row noise variances s² (n). θ, s² and Q must not depend on the labels. The
+//! posterior mean at Q is then linear in the labels, m_Q(y) = C y, with
+//!
+//! ```text
+//! exact:  C = K_QX (K_XX + diag s²)⁻¹                                  (Rasmussen & Williams 2006, eq 2.25)
+//! VFE:    C = K_Qu Σ K_uX diag(s²)⁻¹,  Σ = (K_uu + K_uX diag(s²)⁻¹ K_Xu)⁻¹   (Titsias 2009, eq 6)
+//! ```
+//!
+//! # Theorem 1 (finite release)
+//! Release õ = C·clip(y) + σ z with z ~ N(0, I_q). Neighbouring label vectors differ in one row j
+//! by at most d, and C is the same for both, so ‖C(y − y′)‖₂ ≤ d‖C e_j‖₂ ≤ Δ := d·max_j ‖C e_j‖₂.
+//! The privacy-loss distribution of a Gaussian mechanism with isotropic noise and mean shift of
+//! norm η is N(η²/2σ², η²/σ²), so with σ = Δ/μ the release is μ-GDP (Dong, Roth & Su 2019,
+//! Thm 2.7) and (ε, δ(ε))-DP on the exact curve (Balle & Wang 2018, Thm 8). The released
+//! variances diag(K_QQ − K_QX A K_XQ) + σ² (and the covariance) are functions of X, Q, θ and s²
+//! only: label-free, so they are post-processing. The released mean is computed as C·clip(y)
+//! from the very C whose column norms give Δ, so round-off cannot open a gap between the two
+//! (a relative margin of 1e-6 is added all the same).
+//!
+//! # Leave-one-out lemma (why capping works)
+//! Exact: with A = (K + diag s²)⁻¹, the block inverse on row j gives
+//! C e_j = A_jj·k₋ⱼ(Q, x_j) and 1/A_jj = s_j² + v_j, where k₋ⱼ is the posterior covariance given
+//! every row but j and v_j = k₋ⱼ(x_j, x_j): neither depends on s_j. Hence
+//! ‖C e_j‖ = ‖k₋ⱼ(Q, x_j)‖/(s_j² + v_j) falls as s_j² grows, and s_j² = ‖k₋ⱼ(Q,x_j)‖/τ − v_j
+//! puts row j's influence exactly at τ. VFE: Sherman–Morrison on Σ⁻¹ = P_j + k_j k_jᵀ/s_j² gives
+//! the same form with v_j = w_j := k_jᵀP_j⁻¹k_j; from t_j = k_jᵀΣk_j = w_j s_j²/(s_j² + w_j) it
+//! follows that s_j² + v_j = s_j⁴/(s_j² − t_j).
+//!
+//! Inflating one row's noise changes the others' influence, so [`cap`] iterates; the privacy
+//! guarantee never relies on the loop: Δ is always the exact maximum of the final C.
+//! The capped mean is the posterior mean of a model with more noise than the real one; its
+//! reported variance K_QQ − K_QX A K_XQ bounds its true mean squared error (the true error
+//! covariance is K_QQ − 2CK_XQ + C(K + S₀)Cᵀ ⪯ K_QQ − 2CK_XQ + C(K + S_cap)Cᵀ = K_QQ − K_QX A K_XQ),
+//! so the querier never over-trusts a capped answer.
+
+use crate::PrivacyError;
+use crate::sensitivity::{LabelRange, Sensitivity};
+use dpcotrain_gp::kernels::Kernel;
+use dpcotrain_gp::linalg::{Cholesky, JitterPolicy, aat, matmul};
+use nalgebra::{DMatrix, DVector};
+use serde::{Deserialize, Serialize};
+
+/// Largest per-row noise variance capping may set, relative to the largest prior variance at
+/// the training rows (a row at this noise has influence ~1e-12 of an ordinary row).
+pub const MAX_NOISE_RATIO: f64 = 1e12;
+
+/// Relative slack of the capping loop's stopping test (Δ itself is always exact).
+pub const CAP_TOLERANCE: f64 = 1e-3;
+
+/// Which posterior mean is released.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum HatModel<'a> {
+    /// Exact GP posterior mean.
+    Exact,
+    /// VFE/DTC posterior mean with inducing inputs `z` (the two share the mean).
+    Vfe { z: &'a DMatrix<f64> },
+}
+
+/// The label-free part of a finite release at Q: everything but the labels and the noise draw.
+#[derive(Debug, Clone)]
+pub struct Hat {
+    /// q × n hat matrix: released mean = C·clip(y).
+    pub c: DMatrix<f64>,
+    /// ‖C e_j‖₂ for every row j.
+    pub influence: DVector<f64>,
+    /// s_j² + v_j (leave-one-out form; used by capping).
+    pub loo_denominator: DVector<f64>,
+    /// Posterior latent covariance at Q under the per-row noise s² (q × q).
+    pub latent_cov: DMatrix<f64>,
+    /// Prior covariance K_QQ.
+    pub prior: DMatrix<f64>,
+    /// The per-row noise variances this hat was built with.
+    pub noise: DVector<f64>,
+    /// Absolute jitter added by the Cholesky factorisations (already inside C and the covariance).
+    pub jitter: f64,
+}
+
+impl Hat {
+    /// Δ = d·max_j ‖C e_j‖₂ (with the safety margin) and the row that attains it.
+    pub fn sensitivity(&self, range: LabelRange) -> Result<Sensitivity, PrivacyError> {
+        let rows: Vec<usize> = (0..self.influence.len()).collect();
+        crate::sensitivity::from_influence(&self.influence, &rows, range)
+    }
+
+    /// The noise-free released mean C·clip(y).
+    pub fn mean(&self, y: &DVector<f64>, range: LabelRange) -> Result<DVector<f64>, PrivacyError> {
+        if y.len() != self.c.ncols() {
+            return Err(PrivacyError::invalid(format!("{} labels for a hat matrix over {} rows", y.len(), self.c.ncols())));
+        }
+        Ok(&self.c * range.clip(y))
+    }
+}
+
+fn check_inputs(x: &DMatrix<f64>, s2: &DVector<f64>, xq: &DMatrix<f64>) -> Result<(), PrivacyError> {
+    if x.nrows() == 0 {
+        return Err(PrivacyError::invalid("finite release: no private rows"));
+    }
+    if xq.nrows() == 0 {
+        return Err(PrivacyError::invalid("finite release: no release points"));
+    }
+    if x.ncols() != xq.ncols() {
+        return Err(PrivacyError::invalid(format!(
+            "finite release: private rows have {} columns but release points have {}",
+            x.ncols(),
+            xq.ncols()
+        )));
+    }
+    if s2.len() != x.nrows() {
+        return Err(PrivacyError::invalid(format!("finite release: {} noise variances for {} rows", s2.len(), x.nrows())));
+    }
+    if let Some(j) = s2.iter().position(|v| !(v.is_finite() && *v > 0.0)) {
+        return Err(PrivacyError::invalid(format!("finite release: noise variance of row {j} is {} (must be > 0)", s2[j])));
+    }
+    if x.iter().chain(xq.iter()).any(|v| !v.is_finite()) {
+        return Err(PrivacyError::invalid("finite release: non-finite covariate"));
+    }
+    Ok(())
+}
+
+/// Build the hat matrix, influences and posterior covariance at the rows of `xq`.
+pub fn hat(
+    kernel: &dyn Kernel,
+    x: &DMatrix<f64>,
+    s2: &DVector<f64>,
+    xq: &DMatrix<f64>,
+    model: HatModel<'_>,
+) -> Result<Hat, PrivacyError> {
+    check_inputs(x, s2, xq)?;
+    match model {
+        HatModel::Exact => hat_exact(kernel, x, s2, xq),
+        HatModel::Vfe { z } => hat_vfe(kernel, x, z, s2, xq),
+    }
+}
+
+fn hat_exact(kernel: &dyn Kernel, x: &DMatrix<f64>, s2: &DVector<f64>, xq: &DMatrix<f64>) -> Result<Hat, PrivacyError> {
+    let n = x.nrows();
+    let mut ky = kernel.k(x.as_view(), x.as_view());
+    for j in 0..n {
+        ky[(j, j)] += s2[j];
+    }
+    let chol = Cholesky::factor(ky, "K_XX + diag s²", JitterPolicy::IF_NEEDED)?;
+    let jitter = chol.jitter().absolute;
+    let kxq = kernel.k(x.as_view(), xq.as_view()); // n × q
+    let mut w = kxq.clone();
+    chol.solve_l_in_place(&mut w); // L⁻¹ K_XQ
+    let prior = kernel.k(xq.as_view(), xq.as_view());
+    let latent_cov = &prior - matmul(w.as_view(), true, w.as_view(), false);
+    let mut ct = w; // Cᵀ = L⁻ᵀ L⁻¹ K_XQ
+    chol.solve_lt_in_place(&mut ct);
+    let a_diag = chol.inverse_lower().diagonal();
+    let influence = DVector::from_fn(n, |j, _| ct.row(j).norm());
+    let loo_denominator = a_diag.map(|a| 1.0 / a);
+    Ok(Hat { c: ct.transpose(), influence, loo_denominator, latent_cov, prior, noise: s2.clone(), jitter })
+}
+
+fn hat_vfe(
+    kernel: &dyn Kernel,
+    x: &DMatrix<f64>,
+    z: &DMatrix<f64>,
+    s2: &DVector<f64>,
+    xq: &DMatrix<f64>,
+) -> Result<Hat, PrivacyError> {
+    if z.nrows() == 0 || z.ncols() != x.ncols() || z.iter().any(|v| !v.is_finite()) {
+        return Err(PrivacyError::invalid("finite release: inducing inputs must be finite with the rows' columns"));
+    }
+    let n = x.nrows();
+    let m = z.nrows();
+    let kuu = kernel.k(z.as_view(), z.as_view());
+    let chol_uu = Cholesky::factor(kuu, "K_uu", JitterPolicy::ALWAYS)?;
+    let mut u = kernel.k(z.as_view(), x.as_view()); // K_uf
+    chol_uu.solve_l_in_place(&mut u); // U = L⁻¹ K_uf
+    let mut a = u.clone();
+    for (j, mut col) in a.column_iter_mut().enumerate() {
+        col /= s2[j].sqrt();
+    }
+    let b = aat(&a) + DMatrix::<f64>::identity(m, m);
+    let chol_b = Cholesky::factor(b, "B = I + AAᵀ", JitterPolicy::IF_NEEDED)?;
+    let jitter = chol_uu.jitter().absolute;
+    let mut v1 = kernel.k(z.as_view(), xq.as_view());
+    chol_uu.solve_l_in_place(&mut v1); // L⁻¹ K_uQ
+    // Σ = L⁻ᵀ B⁻¹ L⁻¹, so Cᵀ = diag(s²)⁻¹ Uᵀ B⁻¹ V1.
+    let binv_v1 = chol_b.solve(&v1);
+    let mut ct = matmul(u.as_view(), true, binv_v1.as_view(), false);
+    for j in 0..n {
+        let inv = 1.0 / s2[j];
+        ct.row_mut(j).scale_mut(inv);
+    }
+    // t_j = k_jᵀ Σ k_j = ‖L_B⁻¹ u_j‖²; s_j² + v_j = s_j⁴/(s_j² − t_j).
+    let mut lb_u = u;
+    chol_b.solve_l_in_place(&mut lb_u);
+    let loo_denominator = DVector::from_fn(n, |j, _| {
+        let t = lb_u.column(j).norm_squared();
+        let s = s2[j];
+        let gap = (s - t).max(s * 1e-15);
+        s * s / gap
+    });
+    let prior = kernel.k(xq.as_view(), xq.as_view());
+    // K_QQ − V1ᵀV1 + V1ᵀB⁻¹V1.
+    let mut lb_v1 = v1.clone();
+    chol_b.solve_l_in_place(&mut lb_v1);
+    let latent_cov =
+        &prior - matmul(v1.as_view(), true, v1.as_view(), false) + matmul(lb_v1.as_view(), true, lb_v1.as_view(), false);
+    let influence = DVector::from_fn(n, |j, _| ct.row(j).norm());
+    Ok(Hat { c: ct.transpose(), influence, loo_denominator, latent_cov, prior, noise: s2.clone(), jitter })
+}
+
+/// What one capping run did.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CapReport {
+    /// Target influence per unit label change.
+    pub tau: f64,
+    /// Hat evaluations made.
+    pub iterations: usize,
+    /// Rows whose noise variance was raised above its starting value.
+    pub rows_inflated: usize,
+    /// Whether max_j ‖C e_j‖ ≤ τ(1 + [`CAP_TOLERANCE`]) was reached (Δ is exact either way).
+    pub converged: bool,
+    /// max_j ‖C e_j‖ of the returned hat.
+    pub max_influence: f64,
+}
+
+/// Inflate the noise variance of exactly the rows whose influence exceeds τ until every row's
+/// influence is at most τ (to [`CAP_TOLERANCE`]), starting from `s2` (which must be label-free).
+/// Returns the hat of the final noise variances; its influences are exact.
+pub fn cap(
+    kernel: &dyn Kernel,
+    x: &DMatrix<f64>,
+    s2: &DVector<f64>,
+    xq: &DMatrix<f64>,
+    model: HatModel<'_>,
+    tau: f64,
+    max_iterations: usize,
+) -> Result<(Hat, CapReport), PrivacyError> {
+    if !(tau.is_finite() && tau > 0.0) {
+        return Err(PrivacyError::invalid(format!("influence cap τ must be positive and finite, got {tau}")));
+    }
+    let ceiling = MAX_NOISE_RATIO * kernel.diag(x.as_view()).max().max(1e-300);
+    let mut s = s2.clone();
+    let mut iterations = 0;
+    loop {
+        let h = hat(kernel, x, &s, xq, model)?;
+        iterations += 1;
+        let max_influence = h.influence.max();
+        let converged = max_influence <= tau * (1.0 + CAP_TOLERANCE);
+        if converged || iterations >= max_iterations.max(1) {
+            let rows_inflated = s.iter().zip(s2.iter()).filter(|(a, b)| a > b).count();
+            return Ok((h, CapReport { tau, iterations, rows_inflated, converged, max_influence }));
+        }
+        let mut moved = false;
+        for j in 0..s.len() {
+            let nj = h.influence[j];
+            if nj > tau {
+                let denom = h.loo_denominator[j];
+                let v = (denom - s[j]).max(0.0);
+                // Slightly past the target so the loop settles from above in few steps.
+                let target = (nj * denom / tau * (1.0 + 0.5 * CAP_TOLERANCE) - v).min(ceiling);
+                if target > s[j] {
+                    s[j] = target;
+                    moved = true;
+                }
+            }
+        }
+        if !moved {
+            let rows_inflated = s.iter().zip(s2.iter()).filter(|(a, b)| a > b).count();
+            return Ok((h, CapReport { tau, iterations, rows_inflated, converged: false, max_influence }));
+        }
+    }
+}
+
+/// The expected reduction of a prior-variance querier's latent variance from one answer with
+/// released variance r_q, summed over Q: Σ_q p_q²/(p_q + r_q), p_q the prior variance at q.
+/// Label-free; larger is better. Used to choose the cap.
+pub fn utility_score(hat: &Hat, sigma: f64) -> f64 {
+    (0..hat.prior.nrows())
+        .map(|q| {
+            let p = hat.prior[(q, q)].max(0.0);
+            let r = hat.latent_cov[(q, q)].max(0.0) + sigma * sigma;
+            if p + r > 0.0 { p * p / (p + r) } else { 0.0 }
+        })
+        .sum()
+}
+
+/// How the influence cap is chosen.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "rule", rename_all = "lowercase")]
+pub enum CapRule {
+    /// No capping: the plain finite release.
+    None,
+    /// τ = η·s_f·μ/d, which makes σ ≤ η·s_f (s_f² the largest prior variance at Q).
+    Fixed { eta: f64 },
+    /// Try every η of the list and keep the one with the best [`utility_score`] (label-free).
+    Auto { etas: Vec<f64> },
+}
+
+impl CapRule {
+    /// The default automatic rule: η ∈ {1/8, 1/4, 1/2, 1, 2, 4} and no cap.
+    pub fn auto() -> Self {
+        CapRule::Auto { etas: vec![4.0, 2.0, 1.0, 0.5, 0.25, 0.125] }
+    }
+
+    pub fn name(&self) -> String {
+        match self {
+            CapRule::None => "none".into(),
+            CapRule::Fixed { eta } => format!("eta={eta}"),
+            CapRule::Auto { .. } => "auto".into(),
+        }
+    }
+}
+
+/// A finite release ready to draw: the hat, its sensitivity, σ and how it was capped.
+#[derive(Debug, Clone)]
+pub struct FiniteRelease {
+    pub hat: Hat,
+    pub sensitivity: Sensitivity,
+    pub sigma: f64,
+    /// The η chosen (None: no cap).
+    pub eta: Option<f64>,
+    pub cap: Option<CapReport>,
+}
+
+impl FiniteRelease {
+    /// Released variance at each point: posterior latent variance + σ² (label-free).
+    pub fn released_var(&self) -> DVector<f64> {
+        self.hat.latent_cov.diagonal().map(|v| v.max(0.0) + self.sigma * self.sigma)
+    }
+
+    /// Released covariance: posterior latent covariance + σ²I (label-free).
+    pub fn released_cov(&self) -> DMatrix<f64> {
+        let q = self.hat.latent_cov.nrows();
+        &self.hat.latent_cov + DMatrix::identity(q, q) * (self.sigma * self.sigma)
+    }
+
+    /// Released mean C·clip(y) + σz for a standard-normal draw z.
+    pub fn release(&self, y: &DVector<f64>, range: LabelRange, z: &DVector<f64>) -> Result<DVector<f64>, PrivacyError> {
+        if z.len() != self.hat.c.nrows() {
+            return Err(PrivacyError::invalid(format!("{} noise draws for {} release points", z.len(), self.hat.c.nrows())));
+        }
+        Ok(self.hat.mean(y, range)? + z * self.sigma)
+    }
+}
+
+/// Plan a μ-GDP finite release at `xq`: build the hat with the base noise `s2`, cap by `rule`,
+/// and calibrate σ = Δ/μ. Everything here is label-free.
+#[allow(clippy::too_many_arguments)]
+pub fn plan(
+    kernel: &dyn Kernel,
+    x: &DMatrix<f64>,
+    s2: &DVector<f64>,
+    xq: &DMatrix<f64>,
+    model: HatModel<'_>,
+    range: LabelRange,
+    mu: f64,
+    rule: &CapRule,
+) -> Result<FiniteRelease, PrivacyError> {
+    if !(mu.is_finite() && mu > 0.0) {
+        return Err(PrivacyError::invalid(format!("GDP parameter μ must be positive and finite, got {mu}")));
+    }
+    let finish = |hat: Hat, eta: Option<f64>, cap: Option<CapReport>| -> Result<FiniteRelease, PrivacyError> {
+        let sensitivity = hat.sensitivity(range)?;
+        let sigma = sensitivity.value / mu;
+        Ok(FiniteRelease { hat, sensitivity, sigma, eta, cap })
+    };
+    let sf = |h: &Hat| h.prior.diagonal().max().max(0.0).sqrt();
+    match rule {
+        CapRule::None => finish(hat(kernel, x, s2, xq, model)?, None, None),
+        CapRule::Fixed { eta } => {
+            check_eta(*eta)?;
+            let base = hat(kernel, x, s2, xq, model)?;
+            let tau = eta * sf(&base) * mu / range.width();
+            let (h, rep) = cap(kernel, x, s2, xq, model, tau, 60)?;
+            finish(h, Some(*eta), Some(rep))
+        }
+        CapRule::Auto { etas } => {
+            let base = hat(kernel, x, s2, xq, model)?;
+            let s_f = sf(&base);
+            let mut best = finish(base, None, None)?;
+            let mut best_score = utility_score(&best.hat, best.sigma);
+            // Largest η first: a smaller cap only raises noise further, so each run starts from
+            // the previous run's noise variances (still label-free).
+            let mut etas = etas.clone();
+            etas.sort_by(|a, b| b.total_cmp(a));
+            let mut start = s2.clone();
+            for eta in etas {
+                check_eta(eta)?;
+                let tau = eta * s_f * mu / range.width();
+                let (h, rep) = cap(kernel, x, &start, xq, model, tau, 60)?;
+                start = h.noise.clone();
+                let cand = finish(h, Some(eta), Some(rep))?;
+                let score = utility_score(&cand.hat, cand.sigma);
+                if score > best_score {
+                    best_score = score;
+                    best = cand;
+                }
+            }
+            Ok(best)
+        }
+    }
+}
+
+fn check_eta(eta: f64) -> Result<(), PrivacyError> {
+    if !(eta.is_finite() && eta > 0.0) {
+        return Err(PrivacyError::invalid(format!("cap multiplier η must be positive and finite, got {eta}")));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dpcotrain_gp::kernels::SquaredExponential;
+    use dpcotrain_gp::{ExactGp, NoiseModel, NoiseVariance, SparseGp, SparseKind};
+
+    /// Rows with one isolated point (row 0, far from the rest): the case capping is for.
+    fn data(n: usize) -> (DMatrix<f64>, DVector<f64>, DMatrix<f64>) {
+        let x = DMatrix::from_fn(n, 2, |i, j| {
+            if i == 0 { 2.5 + j as f64 * 0.1 } else { ((i * 7 + j * 3) % 11) as f64 * 0.2 - 1.0 + j as f64 * 0.05 }
+        });
+        let y = DVector::from_fn(n, |i, _| ((i as f64) * 0.9).sin() * 2.0);
+        let xq = DMatrix::from_fn(6, 2, |i, j| i as f64 * 0.55 - 1.2 + j as f64 * 0.3);
+        (x, y, xq)
+    }
+
+    fn se() -> SquaredExponential {
+        SquaredExponential::ard(1.0, vec![0.9, 1.3])
+    }
+
+    fn range() -> LabelRange {
+        LabelRange::new(-3.0, 3.0).unwrap()
+    }
+
+    /// Released noise-free mean by an independent exact fit with per-row noise s².
+    fn exact_mean(x: &DMatrix<f64>, y: &DVector<f64>, s2: &DVector<f64>, xq: &DMatrix<f64>) -> DVector<f64> {
+        let base = s2.min();
+        let noise = NoiseModel::PerPoint { sigma2: NoiseVariance::new(base), extra: s2.map(|v| v - base) };
+        let gp = ExactGp::new(Box::new(se()), noise, x.clone(), y.clone()).unwrap();
+        gp.posterior().unwrap().predict(xq, false).unwrap().mean
+    }
+
+    fn vfe_mean(
+        x: &DMatrix<f64>,
+        y: &DVector<f64>,
+        s2: &DVector<f64>,
+        z: &DMatrix<f64>,
+        xq: &DMatrix<f64>,
+    ) -> DVector<f64> {
+        let base = s2.min();
+        let noise = NoiseModel::PerPoint { sigma2: NoiseVariance::new(base), extra: s2.map(|v| v - base) };
+        let gp = SparseGp::new(SparseKind::Vfe, Box::new(se()), noise, x.clone(), y.clone(), z.clone()).unwrap();
+        gp.posterior().unwrap().predict(xq, false).unwrap().mean
+    }
+
+    /// Brute force: move each label to each end of the range and recompute the released vector
+    /// with an independent model; the largest move must equal Δ (up to the margin) and every
+    /// move must equal d·‖C e_j‖.
+    fn brute_force(h: &Hat, mean: &dyn Fn(&DVector<f64>) -> DVector<f64>, y: &DVector<f64>, tol: f64) {
+        let r = range();
+        let s = h.sensitivity(r).unwrap();
+        let mut worst: f64 = 0.0;
+        for j in 0..y.len() {
+            let (mut lo, mut hi) = (r.clip(y), r.clip(y));
+            lo[j] = r.lo;
+            hi[j] = r.hi;
+            let moved = (mean(&hi) - mean(&lo)).norm();
+            assert!(
+                (moved - r.width() * h.influence[j]).abs() <= tol * (1.0 + moved),
+                "row {j}: refit moved {moved}, hat says {}",
+                r.width() * h.influence[j]
+            );
+            // The hat's own mean agrees with the independent model.
+            assert!((h.mean(&hi, r).unwrap() - mean(&hi)).norm() <= tol * (1.0 + mean(&hi).norm()));
+            worst = worst.max(moved);
+        }
+        assert!(worst <= s.value, "a neighbour moved the release by {worst} > Δ = {}", s.value);
+        assert!(worst >= s.value / (1.0 + 2e-6) - tol * (1.0 + worst), "Δ = {} is loose vs {worst}", s.value);
+    }
+
+    #[test]
+    fn exact_hat_sensitivity_equals_brute_force_refits() {
+        let (x, y, xq) = data(15);
+        let s2 = DVector::from_fn(15, |j, _| 0.1 + 0.01 * (j % 3) as f64);
+        let h = hat(&se(), &x, &s2, &xq, HatModel::Exact).unwrap();
+        brute_force(&h, &|y| exact_mean(&x, y, &s2, &xq), &y, 1e-9);
+        // The latent covariance is the exact posterior's.
+        let base = s2.min();
+        let noise = NoiseModel::PerPoint { sigma2: NoiseVariance::new(base), extra: s2.map(|v| v - base) };
+        let p = ExactGp::new(Box::new(se()), noise, x.clone(), y.clone())
+            .unwrap()
+            .posterior()
+            .unwrap()
+            .predict(&xq, true)
+            .unwrap();
+        assert!((p.cov.unwrap() - &h.latent_cov).abs().max() < 1e-10);
+    }
+
+    #[test]
+    fn vfe_hat_sensitivity_equals_brute_force_refits_and_exact_at_z_equal_x() {
+        let (x, y, xq) = data(30);
+        let s2 = DVector::from_fn(30, |j, _| 0.08 + 0.02 * (j % 4) as f64);
+        let z = x.rows(0, 7).clone_owned();
+        let h = hat(&se(), &x, &s2, &xq, HatModel::Vfe { z: &z }).unwrap();
+        brute_force(&h, &|y| vfe_mean(&x, y, &s2, &z, &xq), &y, 1e-7);
+        // Identity: with Z = X (distinct rows) the VFE mean is the exact mean (up to K_uu's jitter).
+        // Well-separated rows keep K_uu well conditioned, so its jitter is negligible.
+        let x = DMatrix::from_fn(11, 2, |i, j| if j == 0 { i as f64 * 0.9 - 4.5 } else { ((i * 3) % 5) as f64 * 0.7 });
+        let s2 = DVector::from_fn(11, |j, _| 0.08 + 0.02 * (j % 4) as f64);
+        let hz = hat(&se(), &x, &s2, &xq, HatModel::Vfe { z: &x }).unwrap();
+        let he = hat(&se(), &x, &s2, &xq, HatModel::Exact).unwrap();
+        assert!((&hz.c - &he.c).abs().max() < 1e-5, "{}", (&hz.c - &he.c).abs().max());
+        assert!((&hz.latent_cov - &he.latent_cov).abs().max() < 1e-5);
+        for j in 0..11 {
+            let rel = (hz.loo_denominator[j] - he.loo_denominator[j]).abs() / he.loo_denominator[j];
+            assert!(rel < 1e-3, "row {j}: {} vs {}", hz.loo_denominator[j], he.loo_denominator[j]);
+        }
+    }
+
+    /// The leave-one-out lemma: 1/A_jj = s_j² + v_j with v_j the posterior variance at x_j given
+    /// every other row, and C e_j = A_jj·k₋ⱼ(Q, x_j).
+    #[test]
+    fn leave_one_out_lemma_holds() {
+        let (x, _, xq) = data(12);
+        let s2 = DVector::from_element(12, 0.1);
+        let h = hat(&se(), &x, &s2, &xq, HatModel::Exact).unwrap();
+        for j in [0usize, 5, 11] {
+            let keep: Vec<usize> = (0..12).filter(|&i| i != j).collect();
+            let xr = x.select_rows(keep.iter());
+            let gp = ExactGp::new(Box::new(se()), NoiseModel::homoscedastic(0.1), xr, DVector::zeros(11)).unwrap();
+            let mut pts = DMatrix::zeros(7, 2);
+            pts.row_mut(0).copy_from(&x.row(j));
+            pts.rows_mut(1, 6).copy_from(&xq);
+            let cov = gp.posterior().unwrap().predict(&pts, true).unwrap().cov.unwrap();
+            let v = cov[(0, 0)];
+            assert!((h.loo_denominator[j] - (0.1 + v)).abs() < 1e-10);
+            for q in 0..6 {
+                let want = cov[(q + 1, 0)] / (0.1 + v);
+                assert!((h.c[(q, j)] - want).abs() < 1e-10, "C[{q},{j}] {} vs {want}", h.c[(q, j)]);
+            }
+        }
+    }
+
+    #[test]
+    fn capping_bounds_every_influence_and_is_verified_by_brute_force() {
+        for model in ["exact", "vfe"] {
+            let (x, y, xq) = data(25);
+            let z = x.rows(0, 10).clone_owned();
+            let hm = if model == "exact" { HatModel::Exact } else { HatModel::Vfe { z: &z } };
+            let s2 = DVector::from_element(25, 0.1);
+            let h0 = hat(&se(), &x, &s2, &xq, hm).unwrap();
+            let tau = h0.influence.max() * 0.4;
+            let (h, rep) = cap(&se(), &x, &s2, &xq, hm, tau, 60).unwrap();
+            assert!(rep.converged, "{model}: {rep:?}");
+            assert!(h.influence.max() <= tau * (1.0 + CAP_TOLERANCE), "{model}");
+            assert!(rep.rows_inflated > 0 && rep.rows_inflated < 25, "{model}: {rep:?}");
+            // Only rows that exceeded τ at some point were touched; noise never decreased.
+            for j in 0..25 {
+                assert!(h.noise[j] >= s2[j]);
+                if h0.influence[j] <= tau * 0.5 && h.noise[j] > s2[j] {
+                    // allowed (interaction), but the cap must have been needed at some iteration
+                    assert!(h.noise[j] < 1e6, "{model}: row {j} inflated wildly");
+                }
+            }
+            // More noise ⇒ larger posterior variance at Q.
+            for q in 0..6 {
+                assert!(h.latent_cov[(q, q)] >= h0.latent_cov[(q, q)] - 1e-12);
+            }
+            // Brute force on the capped model with independent refits.
+            let s2c = h.noise.clone();
+            if model == "exact" {
+                brute_force(&h, &|y| exact_mean(&x, y, &s2c, &xq), &y, 1e-8);
+            } else {
+                brute_force(&h, &|y| vfe_mean(&x, y, &s2c, &z, &xq), &y, 1e-7);
+            }
+        }
+    }
+
+    /// The capped mean's reported covariance bounds its true error covariance under the real
+    /// (uncapped) noise: K_QQ − 2CK_XQ + C(K + S₀)Cᵀ ⪯ latent_cov.
+    #[test]
+    fn capped_variance_is_conservative() {
+        let (x, _, xq) = data(20);
+        let s0 = DVector::from_element(20, 0.1);
+        let h0 = hat(&se(), &x, &s0, &xq, HatModel::Exact).unwrap();
+        let (h, _) = cap(&se(), &x, &s0, &xq, HatModel::Exact, h0.influence.max() * 0.3, 60).unwrap();
+        let k = se();
+        let kxx = k.k(x.as_view(), x.as_view()) + DMatrix::from_diagonal(&s0);
+        let kxq = k.k(x.as_view(), xq.as_view());
+        let ckxq = &h.c * &kxq;
+        let truth = &h.prior - &ckxq - ckxq.transpose() + &h.c * kxx * h.c.transpose();
+        let gap = &h.latent_cov - &truth;
+        let eig = gap.symmetric_eigenvalues();
+        assert!(eig.min() > -1e-10, "reported covariance under-states the true error: {}", eig.min());
+        // And for the uncapped model the two coincide.
+        let c0 = &h0.c * &kxq;
+        let truth0 = &h0.prior - &c0 - c0.transpose() + &h0.c * (k.k(x.as_view(), x.as_view()) + DMatrix::from_diagonal(&s0)) * h0.c.transpose();
+        assert!((&truth0 - &h0.latent_cov).abs().max() < 1e-10);
+    }
+
+    #[test]
+    fn plan_calibrates_sigma_and_auto_is_never_worse_than_no_cap() {
+        let (x, y, xq) = data(25);
+        let s2 = DVector::from_element(25, 0.1);
+        let mu = crate::gaussian::gdp_mu_for(1.0, 1e-5);
+        let none = plan(&se(), &x, &s2, &xq, HatModel::Exact, range(), mu, &CapRule::None).unwrap();
+        assert!((none.sigma - none.sensitivity.value / mu).abs() < 1e-12);
+        let fixed = plan(&se(), &x, &s2, &xq, HatModel::Exact, range(), mu, &CapRule::Fixed { eta: 1.0 }).unwrap();
+        // η = 1 caps σ at the prior sd (to the loop's tolerance and the margin).
+        let sf = fixed.hat.prior.diagonal().max().sqrt();
+        assert!(fixed.sigma <= sf * (1.0 + CAP_TOLERANCE) * (1.0 + 1e-5), "{} > {sf}", fixed.sigma);
+        assert!(fixed.sigma < none.sigma);
+        let auto = plan(&se(), &x, &s2, &xq, HatModel::Exact, range(), mu, &CapRule::auto()).unwrap();
+        assert!(utility_score(&auto.hat, auto.sigma) >= utility_score(&none.hat, none.sigma));
+        assert!(utility_score(&auto.hat, auto.sigma) >= utility_score(&fixed.hat, fixed.sigma) - 1e-12);
+        // Released variance = latent + σ²; release = mean + σz.
+        let z = DVector::from_fn(6, |i, _| i as f64 - 2.5);
+        let rel = auto.release(&y, range(), &z).unwrap();
+        let m = auto.hat.mean(&y, range()).unwrap();
+        assert!((rel - m - &z * auto.sigma).norm() < 1e-12);
+        assert!((auto.released_var()[0] - auto.hat.latent_cov[(0, 0)] - auto.sigma.powi(2)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn bad_inputs_are_refused_with_reasons() {
+        let (x, _, xq) = data(10);
+        let s2 = DVector::from_element(10, 0.1);
+        let err = |r: Result<Hat, PrivacyError>| r.unwrap_err().to_string();
+        assert!(err(hat(&se(), &x, &DVector::from_element(9, 0.1), &xq, HatModel::Exact)).contains("9 noise variances"));
+        let mut bad = s2.clone();
+        bad[3] = 0.0;
+        assert!(err(hat(&se(), &x, &bad, &xq, HatModel::Exact)).contains("row 3"));
+        assert!(err(hat(&se(), &x, &s2, &DMatrix::zeros(0, 2), HatModel::Exact)).contains("no release points"));
+        assert!(err(hat(&se(), &x, &s2, &DMatrix::zeros(3, 1), HatModel::Exact)).contains("columns"));
+        let mut xn = x.clone();
+        xn[(2, 1)] = f64::NAN;
+        assert!(err(hat(&se(), &xn, &s2, &xq, HatModel::Exact)).contains("non-finite"));
+        assert!(cap(&se(), &x, &s2, &xq, HatModel::Exact, 0.0, 10).is_err());
+        assert!(plan(&se(), &x, &s2, &xq, HatModel::Exact, range(), 0.0, &CapRule::None).is_err());
+        assert!(plan(&se(), &x, &s2, &xq, HatModel::Exact, range(), 1.0, &CapRule::Fixed { eta: -1.0 }).is_err());
+    }
+}
