@@ -16,6 +16,7 @@ pub mod combiner;
 pub mod data;
 pub mod driver;
 pub mod floors;
+pub mod frontier;
 pub mod grid;
 pub mod hybrid;
 pub mod metrics;

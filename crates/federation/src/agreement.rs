@@ -3,7 +3,8 @@
 //! (science-notes D18) and the privacy policy (release policy, ε, δ, label range).
 
 use crate::pb;
-use dpcotrain_cotrain::responder::{DpMode, Party, ReleasePolicy};
+use dpcotrain_cotrain::release_model::{QueryPolicy, ReleaseForm, ThetaPolicy};
+use dpcotrain_cotrain::responder::{DpConfig, DpMode, Party};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Agreement {
@@ -31,13 +32,24 @@ pub fn pool_hash(n: usize) -> String {
     format!("fnv1a64:{h:016x}:{n}")
 }
 
+/// `mode/policy` for the thesis-era settings (function-space release, fitted θ, adaptive
+/// queries), then `/form/theta=…/queries=…` whenever any of those differs.
+fn policy_name(mode: &str, policy: &str, dp: &DpConfig) -> String {
+    let legacy = dp.release == ReleaseForm::Rkhs && dp.theta == ThetaPolicy::Fitted && dp.queries == QueryPolicy::Adaptive;
+    if legacy {
+        return format!("{mode}/{policy}");
+    }
+    let theta = match &dp.theta {
+        ThetaPolicy::Fitted => "fitted".to_string(),
+        ThetaPolicy::Public(t) => format!("public({},{},{})", t.signal_variance, t.lengthscale, t.noise_variance),
+    };
+    format!("{mode}/{policy}/{}/theta={theta}/queries={}", dp.release.name(), dp.queries.name())
+}
+
 impl Agreement {
     /// The agreement a party's configuration implies.
     pub fn of(party: &Party, federation_id: &str, y_mean: f64, y_scale: f64) -> Self {
-        let policy = match party.dp.policy {
-            ReleasePolicy::PerQuery => "per-query",
-            ReleasePolicy::ReleaseOnce => "release-once",
-        };
+        let policy = party.dp.policy.name();
         let (mode, epsilon, delta, lo, hi) = match &party.dp.mode {
             DpMode::Off => ("off", 0.0, 0.0, 0.0, 0.0),
             DpMode::Thesis { multiplier } => ("thesis", *multiplier, 0.0, 0.0, 0.0),
@@ -48,7 +60,7 @@ impl Agreement {
             pool_hash: pool_hash(party.data.pool_size()),
             y_mean,
             y_scale,
-            release_policy: format!("{mode}/{policy}"),
+            release_policy: policy_name(mode, policy, &party.dp),
             epsilon,
             delta,
             label_lo: lo,

@@ -1,0 +1,440 @@
+//! The privacy–utility frontier of honest co-training (docs/honest-dp.md): for each data set,
+//! number of private rows per party and seed, the test RMSE of each party
+//!
+//! - **alone** (its private-only model),
+//! - **co-trained without DP** under the same protocol (the reference gain),
+//! - **co-trained with calibrated DP** for every (ε, release mechanism, θ policy),
+//!
+//! all with label-free public queries: each party asks `queries` pool indices in one request,
+//! folds the answers in with the Noisy combiner (marginal uncertainty) and re-fits once (D5).
+//! Every (ε, mechanism) cell spends exactly ε per requester (one release). The noise draws
+//! are seeded per (seed, party, requester, batch), so all cells of a seed share them (common
+//! random numbers: differences between cells are not noise-draw luck).
+
+use crate::CotrainError;
+use crate::answer::Uncertainty;
+use crate::ccpp::{CcppConfig, ccpp};
+use crate::combiner::CombinerKind;
+use crate::data::Scenario;
+use crate::driver::{RunReport, block_on, build_parties, run_in_process};
+use crate::release_model::{PublicTheta, QueryPolicy, ReleaseForm, ThetaPolicy};
+use crate::responder::{DpConfig, DpMode, ReleasePolicy};
+use crate::simulate::{SimConfig, simulate};
+use dpcotrain_privacy::calibrate::Mechanism;
+use dpcotrain_privacy::finite::CapRule;
+use dpcotrain_privacy::sensitivity::LabelRange;
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// A data set of the frontier.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum FrontierData {
+    /// Thomas §4.3.1.1's two one-covariate views with correlation r (CI = yes).
+    Simulated { r: f64, masked: bool },
+    /// CCPP, views {AT, V} | {AP, RH} (Thomas §4.5).
+    Ccpp { masked: bool },
+}
+
+impl FrontierData {
+    pub fn name(&self) -> String {
+        match self {
+            FrontierData::Simulated { r, masked } => {
+                format!("simulated r={r} {}", if *masked { "masked" } else { "unmasked" })
+            }
+            FrontierData::Ccpp { masked } => format!("ccpp {}", if *masked { "masked" } else { "unmasked" }),
+        }
+    }
+
+    fn scenario(&self, nobs: usize, seed: u64) -> Result<Scenario, CotrainError> {
+        match *self {
+            FrontierData::Simulated { r, masked } => {
+                simulate(&SimConfig { r, masking: masked, n_obs: nobs, seed, ..SimConfig::default() })
+            }
+            FrontierData::Ccpp { masked } => ccpp(&CcppConfig { masking: masked, n_obs: nobs, seed, ..CcppConfig::default() }),
+        }
+    }
+}
+
+/// The release mechanisms compared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FrontierMechanism {
+    /// Hall et al. (2013) over the whole pool (release-once).
+    Rkhs,
+    /// Finite release at the asked indices, exact hat-matrix sensitivity, no cap.
+    Finite,
+    /// Finite release with influence capping (automatic label-free cap rule).
+    FiniteCap,
+}
+
+impl FrontierMechanism {
+    pub fn name(self) -> &'static str {
+        match self {
+            FrontierMechanism::Rkhs => "rkhs",
+            FrontierMechanism::Finite => "finite",
+            FrontierMechanism::FiniteCap => "finite+cap",
+        }
+    }
+}
+
+/// The θ policies compared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ThetaChoice {
+    /// Public constants (leaks nothing).
+    Public,
+    /// The responder's label-fitted θ̂ (leaks through variances, uncounted; for comparison).
+    Fitted,
+}
+
+impl ThetaChoice {
+    pub fn name(self) -> &'static str {
+        match self {
+            ThetaChoice::Public => "public",
+            ThetaChoice::Fitted => "fitted",
+        }
+    }
+
+    fn policy(self) -> ThetaPolicy {
+        match self {
+            ThetaChoice::Public => ThetaPolicy::Public(PublicTheta::default()),
+            ThetaChoice::Fitted => ThetaPolicy::Fitted,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct FrontierConfig {
+    pub data: Vec<FrontierData>,
+    pub nobs: Vec<usize>,
+    pub seeds: Vec<u64>,
+    pub epsilons: Vec<f64>,
+    pub mechanisms: Vec<FrontierMechanism>,
+    pub thetas: Vec<ThetaChoice>,
+    /// Pool indices each party asks (one request, one release per requester).
+    pub queries: usize,
+    pub delta: f64,
+    pub range: LabelRange,
+}
+
+impl FrontierConfig {
+    /// The grid: ε ∈ {0.25, 0.5, 1, 2, 4, 8} × n_obs ∈ {25, 100, 400, 1600} × three
+    /// mechanisms × both θ policies, on simulated r = 0.9 (masked and unmasked) and masked CCPP,
+    /// 10 seeds, 25 queries, δ = 1e-5, labels clipped to [−3, 3].
+    pub fn full() -> Self {
+        FrontierConfig {
+            data: vec![
+                FrontierData::Simulated { r: 0.9, masked: true },
+                FrontierData::Simulated { r: 0.9, masked: false },
+                FrontierData::Ccpp { masked: true },
+            ],
+            nobs: vec![25, 100, 400, 1600],
+            seeds: (0..10).collect(),
+            epsilons: vec![0.25, 0.5, 1.0, 2.0, 4.0, 8.0],
+            mechanisms: vec![FrontierMechanism::Rkhs, FrontierMechanism::Finite, FrontierMechanism::FiniteCap],
+            thetas: vec![ThetaChoice::Public, ThetaChoice::Fitted],
+            queries: 25,
+            delta: 1e-5,
+            range: LabelRange { lo: -3.0, hi: 3.0 },
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), CotrainError> {
+        if self.data.is_empty() || self.nobs.is_empty() || self.seeds.is_empty() {
+            return Err(CotrainError::invalid("frontier: need at least one data set, one n_obs and one seed"));
+        }
+        if let Some(e) = self.epsilons.iter().find(|e| !(e.is_finite() && **e > 0.0)) {
+            return Err(CotrainError::invalid(format!("frontier: ε = {e} must be positive and finite")));
+        }
+        if !(self.delta > 0.0 && self.delta < 1.0) {
+            return Err(CotrainError::invalid(format!("frontier: δ = {} must lie in (0, 1)", self.delta)));
+        }
+        if self.queries == 0 {
+            return Err(CotrainError::invalid("frontier: queries must be at least 1"));
+        }
+        Ok(())
+    }
+
+    /// Jobs: one per (data set, n_obs, seed), largest n_obs first (long jobs start early).
+    pub fn jobs(&self) -> Vec<FrontierJob> {
+        let mut out = Vec::new();
+        for &data in &self.data {
+            for &nobs in &self.nobs {
+                for &seed in &self.seeds {
+                    out.push(FrontierJob { data, nobs, seed });
+                }
+            }
+        }
+        out.sort_by_key(|j| std::cmp::Reverse(j.nobs));
+        out
+    }
+
+    /// The protocol's DP configuration of one cell (`None` = DP off).
+    pub fn dp(&self, cell: Option<(f64, FrontierMechanism)>, theta: ThetaChoice) -> DpConfig {
+        let queries = QueryPolicy::Public { per_turn: self.queries, theta: PublicTheta::default() };
+        let Some((epsilon, mech)) = cell else {
+            return DpConfig {
+                mode: DpMode::Off,
+                policy: ReleasePolicy::Batches,
+                inflate_variance: false,
+                release: ReleaseForm::Finite { cap: CapRule::None },
+                theta: theta.policy(),
+                queries,
+            };
+        };
+        let mode = DpMode::Calibrated {
+            epsilon,
+            delta: self.delta,
+            mechanism: Mechanism::Analytic,
+            range: self.range,
+            budget_epsilon: epsilon,
+        };
+        let (policy, release) = match mech {
+            FrontierMechanism::Rkhs => (ReleasePolicy::ReleaseOnce, ReleaseForm::Rkhs),
+            FrontierMechanism::Finite => (ReleasePolicy::Batches, ReleaseForm::Finite { cap: CapRule::None }),
+            FrontierMechanism::FiniteCap => (ReleasePolicy::Batches, ReleaseForm::Finite { cap: CapRule::auto() }),
+        };
+        DpConfig { mode, policy, inflate_variance: true, release, theta: theta.policy(), queries }
+    }
+}
+
+/// One (data set, n_obs, seed): every cell of the frontier for it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct FrontierJob {
+    pub data: FrontierData,
+    pub nobs: usize,
+    pub seed: u64,
+}
+
+impl FrontierJob {
+    pub fn key(&self) -> String {
+        format!("{}|{}|{}", self.data.name(), self.nobs, self.seed)
+    }
+}
+
+/// One party's test RMSE in one cell.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FrontierRow {
+    pub data: String,
+    pub nobs: usize,
+    pub seed: u64,
+    pub party: String,
+    /// "alone", "no-dp" or "dp".
+    pub cell: String,
+    pub theta: Option<String>,
+    pub mechanism: Option<String>,
+    pub epsilon: Option<f64>,
+    pub rmse: f64,
+    /// ε spent on this party's labels (largest over requesters).
+    pub epsilon_spent: Option<f64>,
+    pub error: Option<String>,
+}
+
+impl FrontierRow {
+    pub fn job_key(&self) -> String {
+        format!("{}|{}|{}", self.data, self.nobs, self.seed)
+    }
+}
+
+fn run(sc: &Scenario, dp: &DpConfig, seed: u64) -> Result<RunReport, CotrainError> {
+    let parties = build_parties(sc, CombinerKind::Noisy, Uncertainty::Marginal, dp, seed)?;
+    block_on(run_in_process(&parties, 1))
+}
+
+/// Every cell of one job.
+pub fn run_job(cfg: &FrontierConfig, job: &FrontierJob) -> Vec<FrontierRow> {
+    let base = |party: &str, cell: &str| FrontierRow {
+        data: job.data.name(),
+        nobs: job.nobs,
+        seed: job.seed,
+        party: party.into(),
+        cell: cell.into(),
+        theta: None,
+        mechanism: None,
+        epsilon: None,
+        rmse: f64::NAN,
+        epsilon_spent: None,
+        error: None,
+    };
+    let sc = match job.data.scenario(job.nobs, job.seed) {
+        Ok(sc) => sc,
+        Err(e) => {
+            let mut r = base("*", "alone");
+            r.error = Some(e.to_string());
+            return vec![r];
+        }
+    };
+    let names: Vec<String> = sc.parties.iter().map(|p| p.name.clone()).collect();
+    let mut rows = Vec::new();
+    let mut push = |rep: Result<RunReport, CotrainError>, cell: &str, theta: Option<ThetaChoice>, mech: Option<(f64, FrontierMechanism)>, alone: bool| {
+        for (i, name) in names.iter().enumerate() {
+            let mut r = base(name, cell);
+            r.theta = theta.map(|t| t.name().to_string());
+            r.mechanism = mech.map(|(_, m)| m.name().to_string());
+            r.epsilon = mech.map(|(e, _)| e);
+            match &rep {
+                Ok(rep) => {
+                    let p = &rep.parties[i];
+                    r.rmse = if alone { p.before.rmse } else { p.after.rmse };
+                    if mech.is_some() {
+                        r.epsilon_spent = Some(p.epsilon_released.iter().map(|(_, e)| *e).fold(0.0, f64::max));
+                    }
+                }
+                Err(e) => r.error = Some(e.to_string()),
+            }
+            rows.push(r);
+        }
+    };
+    for (k, &theta) in cfg.thetas.iter().enumerate() {
+        let rep = run(&sc, &cfg.dp(None, theta), job.seed);
+        if k == 0 {
+            // The private-only model does not depend on the release θ.
+            let alone = rep.clone();
+            push(alone, "alone", None, None, true);
+        }
+        push(rep, "no-dp", Some(theta), None, false);
+        for &mech in &cfg.mechanisms {
+            for &eps in &cfg.epsilons {
+                let rep = run(&sc, &cfg.dp(Some((eps, mech)), theta), job.seed);
+                push(rep, "dp", Some(theta), Some((eps, mech)), false);
+            }
+        }
+    }
+    rows
+}
+
+/// Run every job not in `done` in parallel; `save` gets each job's rows as it finishes,
+/// `progress(done, total)` after each job.
+pub fn run_frontier(
+    cfg: &FrontierConfig,
+    done: &HashSet<String>,
+    save: &(dyn Fn(&[FrontierRow]) + Sync),
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> Result<Vec<FrontierRow>, CotrainError> {
+    cfg.validate()?;
+    let jobs: Vec<FrontierJob> = cfg.jobs().into_iter().filter(|j| !done.contains(&j.key())).collect();
+    let total = jobs.len();
+    let count = AtomicUsize::new(0);
+    let rows: Vec<Vec<FrontierRow>> = jobs
+        .par_iter()
+        .with_max_len(1)
+        .map(|job| {
+            let rows = run_job(cfg, job);
+            save(&rows);
+            progress(count.fetch_add(1, Ordering::SeqCst) + 1, total);
+            rows
+        })
+        .collect();
+    Ok(rows.into_iter().flatten().collect())
+}
+
+/// One aggregated cell: mean RMSE over seeds and parties, and the share of the matching
+/// no-DP gain it recovers.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FrontierCell {
+    pub data: String,
+    pub nobs: usize,
+    pub theta: String,
+    pub mechanism: String,
+    pub epsilon: f64,
+    pub runs: usize,
+    pub alone: f64,
+    pub no_dp: f64,
+    pub dp: f64,
+    /// Standard error of the mean paired difference dp − alone.
+    pub se_vs_alone: f64,
+    /// (alone − dp)/(alone − no_dp); NaN when co-training gains nothing without DP.
+    pub recovered: f64,
+    /// dp/alone − 1 (positive: worse than private-only).
+    pub worse_than_alone: f64,
+    pub failed: usize,
+}
+
+/// Aggregate rows into cells (pairing each DP row with its own seed's alone and no-DP rows).
+pub fn summarise(rows: &[FrontierRow]) -> Vec<FrontierCell> {
+    use std::collections::BTreeMap;
+    let id = |r: &FrontierRow| (r.data.clone(), r.nobs, r.seed, r.party.clone());
+    let mut alone: BTreeMap<_, f64> = BTreeMap::new();
+    let mut nodp: BTreeMap<_, f64> = BTreeMap::new();
+    for r in rows {
+        match r.cell.as_str() {
+            "alone" => {
+                alone.insert(id(r), r.rmse);
+            }
+            "no-dp" => {
+                nodp.insert((id(r), r.theta.clone().unwrap_or_default()), r.rmse);
+            }
+            _ => {}
+        }
+    }
+    type Key = (String, usize, String, String, u64);
+    let mut groups: BTreeMap<Key, Vec<(f64, f64, f64)>> = BTreeMap::new();
+    let mut failed: BTreeMap<Key, usize> = BTreeMap::new();
+    for r in rows.iter().filter(|r| r.cell == "dp") {
+        let theta = r.theta.clone().unwrap_or_default();
+        let key: Key = (
+            r.data.clone(),
+            r.nobs,
+            theta.clone(),
+            r.mechanism.clone().unwrap_or_default(),
+            r.epsilon.unwrap_or(f64::NAN).to_bits(),
+        );
+        match (alone.get(&id(r)), nodp.get(&(id(r), theta))) {
+            (Some(&a), Some(&n)) if r.rmse.is_finite() && a.is_finite() && n.is_finite() => {
+                groups.entry(key).or_default().push((a, n, r.rmse));
+            }
+            _ => *failed.entry(key).or_default() += 1,
+        }
+    }
+    let mut out = Vec::new();
+    for (key, v) in &groups {
+        let k = v.len() as f64;
+        let mean = |f: &dyn Fn(&(f64, f64, f64)) -> f64| v.iter().map(f).sum::<f64>() / k;
+        let (a, n, d) = (mean(&|t| t.0), mean(&|t| t.1), mean(&|t| t.2));
+        let diffs: Vec<f64> = v.iter().map(|t| t.2 - t.0).collect();
+        let md = diffs.iter().sum::<f64>() / k;
+        let se = if v.len() > 1 {
+            (diffs.iter().map(|x| (x - md).powi(2)).sum::<f64>() / (k - 1.0) / k).sqrt()
+        } else {
+            f64::NAN
+        };
+        let gain = a - n;
+        out.push(FrontierCell {
+            data: key.0.clone(),
+            nobs: key.1,
+            theta: key.2.clone(),
+            mechanism: key.3.clone(),
+            epsilon: f64::from_bits(key.4),
+            runs: v.len(),
+            alone: a,
+            no_dp: n,
+            dp: d,
+            se_vs_alone: se,
+            recovered: if gain > 1e-12 { (a - d) / gain } else { f64::NAN },
+            worse_than_alone: d / a - 1.0,
+            failed: failed.get(key).copied().unwrap_or(0),
+        });
+    }
+    for (key, &f) in &failed {
+        if !groups.contains_key(key) {
+            out.push(FrontierCell {
+                data: key.0.clone(),
+                nobs: key.1,
+                theta: key.2.clone(),
+                mechanism: key.3.clone(),
+                epsilon: f64::from_bits(key.4),
+                runs: 0,
+                alone: f64::NAN,
+                no_dp: f64::NAN,
+                dp: f64::NAN,
+                se_vs_alone: f64::NAN,
+                recovered: f64::NAN,
+                worse_than_alone: f64::NAN,
+                failed: f,
+            });
+        }
+    }
+    out
+}
