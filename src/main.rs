@@ -6,6 +6,7 @@ mod bench;
 mod bench_node;
 mod demo;
 mod experiment_cmd;
+mod frontier_cmd;
 mod gp_cmd;
 mod node_cmd;
 mod node_config;

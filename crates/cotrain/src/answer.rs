@@ -74,4 +74,10 @@ pub struct Answer {
     pub charge: Option<ChargeInfo>,
     /// ρ left in this requester's budget after the answer (None when DP is off).
     pub budget_rho_left: Option<f64>,
+    /// Variance of the DP noise in each released mean at `indices` (public, label-free), and
+    /// included in `var` when that is sent: σ² for a finite release, σ²k(x, x) for the
+    /// function-space one, 0 without DP. None in the thesis reproduction mode (its variances do
+    /// not include the noise).
+    #[serde(default)]
+    pub noise_var: Option<Vec<f64>>,
 }

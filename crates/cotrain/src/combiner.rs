@@ -43,6 +43,27 @@ impl CombinerKind {
     }
 }
 
+/// How the Noisy combiner reads an answer (docs/honest-dp.md, "reading an answer").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AnswerForm {
+    /// The released mean is an observation of f with noise V (Thomas §4.2.2.2): the peer's
+    /// prior is counted as if it were data. Where the peer knows nothing its answer is its prior
+    /// mean with V ≈ its prior variance, which still pulls the querier's model.
+    Posterior,
+    /// The answer is turned back into the likelihood message of the peer's labels before use:
+    /// with prior variance p, latent posterior variance v and DP noise variance s² at the point,
+    /// the pseudo-observation is m·p/(p − v) with noise v·p/(p − v) + s²·(p/(p − v))² (the
+    /// Gaussian that, multiplied into the peer's prior, gives its posterior). An answer where the
+    /// peer knows nothing then carries no weight. Needs the prior covariance and the noise
+    /// variance; marginal uncertainty only.
+    Likelihood,
+}
+
+/// Largest noise variance (relative to the prior variance) given to a pseudo-row that carries
+/// no information: such a row is kept (the model's shape does not change) but weighs nothing.
+pub const UNINFORMATIVE_NOISE: f64 = 1e8;
+
 /// Everything received from one peer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PeerBlock {
@@ -53,6 +74,8 @@ pub struct PeerBlock {
     pub means: Vec<f64>,
     /// Marginal latent variances (0 when not sent).
     pub vars: Vec<f64>,
+    /// DP noise variance of each released mean (None when the answer did not say).
+    pub noise_vars: Vec<Option<f64>>,
     /// Latest full latent covariance over `indices`.
     pub cov: Option<DMatrix<f64>>,
     /// Latest prior covariance over `indices`.
@@ -63,6 +86,8 @@ pub struct PeerBlock {
 pub struct CoModel {
     pub kind: CombinerKind,
     pub uncertainty: Uncertainty,
+    /// How answers are read (Noisy combiner).
+    pub answer_form: AnswerForm,
     pub kernel: Box<dyn Kernel>,
     pub noise: NoiseVariance,
     x_tr: DMatrix<f64>,
@@ -201,6 +226,7 @@ impl CoModel {
         Ok(CoModel {
             kind,
             uncertainty,
+            answer_form: AnswerForm::Posterior,
             kernel,
             noise,
             x_tr,
@@ -349,6 +375,7 @@ impl CoModel {
                     indices: vec![],
                     means: vec![],
                     vars: vec![],
+                    noise_vars: vec![],
                     cov: None,
                     prior: None,
                 });
@@ -370,6 +397,16 @@ impl CoModel {
                 });
             }
             b.vars.push(v);
+            let nv = a.noise_var.as_ref().map(|n| n[k]);
+            if let Some(n) = nv
+                && !(n.is_finite() && n >= 0.0)
+            {
+                return Err(CotrainError::Peer {
+                    peer: a.responder.clone(),
+                    message: format!("noise variance {n} is invalid"),
+                });
+            }
+            b.noise_vars.push(nv);
         }
         let q = b.indices.len();
         let check = |m: &Option<DMatrix<f64>>, what: &str| -> Result<Option<DMatrix<f64>>, CotrainError> {
@@ -408,14 +445,28 @@ impl CoModel {
         let mut k2 = DMatrix::zeros(q, q);
         let mut off = 0;
         let mut clipped = 0;
+        let mut v_msg: Vec<f64> = Vec::with_capacity(q);
+        if self.answer_form == AnswerForm::Likelihood && self.uncertainty != Uncertainty::Marginal {
+            return Err(CotrainError::invalid("the likelihood reading of answers needs marginal uncertainty"));
+        }
         for b in &self.blocks {
             let nb = b.indices.len();
             for (k, &i) in b.indices.iter().enumerate() {
                 xq.row_mut(off + k).copy_from(&self.x_pool.row(i));
                 mu[off + k] = b.means[k];
             }
+            if self.answer_form == AnswerForm::Likelihood {
+                let (m, v) = likelihood_messages(b)?;
+                for k in 0..nb {
+                    mu[off + k] = m[k];
+                    v_msg.push(v[k]);
+                }
+            }
             let vb = match self.uncertainty {
                 Uncertainty::None => DMatrix::zeros(nb, nb),
+                Uncertainty::Marginal if self.answer_form == AnswerForm::Likelihood => {
+                    DMatrix::from_diagonal(&DVector::from_column_slice(&v_msg[off..off + nb]))
+                }
                 Uncertainty::Marginal => DMatrix::from_diagonal(&DVector::from_column_slice(&b.vars)),
                 Uncertainty::Full => {
                     let c = b.cov.as_ref().ok_or_else(|| CotrainError::Peer {
@@ -441,6 +492,11 @@ impl CoModel {
         }
         self.psd_clipped += clipped;
         Ok((xq, mu, v, k2))
+    }
+
+    /// Whether answers must carry the peer's prior covariance.
+    pub fn needs_prior(&self) -> bool {
+        self.kind.needs_prior() || self.answer_form == AnswerForm::Likelihood
     }
 
     fn build(&mut self) -> Result<Built, CotrainError> {
@@ -607,4 +663,32 @@ impl CoModel {
         let kw = &k * &w;
         Ok(DVector::from_iterator(w.ncols(), (0..w.ncols()).map(|j| w.column(j).dot(&kw.column(j)).max(0.0).sqrt())))
     }
+}
+
+/// The likelihood messages of one peer's answers (see [`AnswerForm::Likelihood`]): for each
+/// answered index the pseudo-observation and its noise variance.
+fn likelihood_messages(b: &PeerBlock) -> Result<(Vec<f64>, Vec<f64>), CotrainError> {
+    let fail = |m: String| CotrainError::Peer { peer: b.peer.clone(), message: m };
+    let prior = b.prior.as_ref().ok_or_else(|| fail("the likelihood reading needs the prior covariance".into()))?;
+    let mut means = Vec::with_capacity(b.indices.len());
+    let mut vars = Vec::with_capacity(b.indices.len());
+    for k in 0..b.indices.len() {
+        let p = prior[(k, k)];
+        let s2 = b.noise_vars[k].ok_or_else(|| fail("the likelihood reading needs the DP noise variance".into()))?;
+        if !(p.is_finite() && p > 0.0) {
+            return Err(fail(format!("prior variance {p} is invalid")));
+        }
+        let v = (b.vars[k] - s2).clamp(0.0, p);
+        let gap = p - v;
+        let cap = UNINFORMATIVE_NOISE * p;
+        if gap <= p / UNINFORMATIVE_NOISE {
+            means.push(0.0);
+            vars.push(cap);
+            continue;
+        }
+        let g = p / gap;
+        means.push(b.means[k] * g);
+        vars.push((v * g + s2 * g * g).min(cap));
+    }
+    Ok((means, vars))
 }

@@ -57,7 +57,7 @@ pub async fn query_turn<P: Peer>(
                 )?
             }
         };
-        (q.name.clone(), idx, q.model.uncertainty, q.model.kind.needs_prior())
+        (q.name.clone(), idx, q.model.uncertainty, q.model.needs_prior())
     };
     let index = indices.first().copied();
     let mut report = TurnReport {

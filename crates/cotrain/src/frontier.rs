@@ -14,7 +14,7 @@
 use crate::CotrainError;
 use crate::answer::Uncertainty;
 use crate::ccpp::{CcppConfig, ccpp};
-use crate::combiner::CombinerKind;
+use crate::combiner::{AnswerForm, CombinerKind};
 use crate::data::Scenario;
 use crate::driver::{RunReport, block_on, build_parties, run_in_process};
 use crate::release_model::{PublicTheta, QueryPolicy, ReleaseForm, ThetaPolicy};
@@ -117,6 +117,10 @@ pub struct FrontierConfig {
     pub queries: usize,
     pub delta: f64,
     pub range: LabelRange,
+    /// How queriers read answers.
+    pub answers: AnswerForm,
+    /// The cap rule of the finite+cap mechanism.
+    pub cap: CapRule,
 }
 
 impl FrontierConfig {
@@ -138,6 +142,8 @@ impl FrontierConfig {
             queries: 25,
             delta: 1e-5,
             range: LabelRange { lo: -3.0, hi: 3.0 },
+            answers: AnswerForm::Likelihood,
+            cap: CapRule::auto(),
         }
     }
 
@@ -194,7 +200,7 @@ impl FrontierConfig {
         let (policy, release) = match mech {
             FrontierMechanism::Rkhs => (ReleasePolicy::ReleaseOnce, ReleaseForm::Rkhs),
             FrontierMechanism::Finite => (ReleasePolicy::Batches, ReleaseForm::Finite { cap: CapRule::None }),
-            FrontierMechanism::FiniteCap => (ReleasePolicy::Batches, ReleaseForm::Finite { cap: CapRule::auto() }),
+            FrontierMechanism::FiniteCap => (ReleasePolicy::Batches, ReleaseForm::Finite { cap: self.cap.clone() }),
         };
         DpConfig { mode, policy, inflate_variance: true, release, theta: theta.policy(), queries }
     }
@@ -238,8 +244,11 @@ impl FrontierRow {
     }
 }
 
-fn run(sc: &Scenario, dp: &DpConfig, seed: u64) -> Result<RunReport, CotrainError> {
+fn run(sc: &Scenario, dp: &DpConfig, seed: u64, form: AnswerForm) -> Result<RunReport, CotrainError> {
     let parties = build_parties(sc, CombinerKind::Noisy, Uncertainty::Marginal, dp, seed)?;
+    for p in &parties {
+        p.lock().map_err(|_| CotrainError::invalid("party lock poisoned"))?.model.answer_form = form;
+    }
     block_on(run_in_process(&parties, 1))
 }
 
@@ -288,7 +297,7 @@ pub fn run_job(cfg: &FrontierConfig, job: &FrontierJob) -> Vec<FrontierRow> {
         }
     };
     for (k, &theta) in cfg.thetas.iter().enumerate() {
-        let rep = run(&sc, &cfg.dp(None, theta), job.seed);
+        let rep = run(&sc, &cfg.dp(None, theta), job.seed, cfg.answers);
         if k == 0 {
             // The private-only model does not depend on the release θ.
             let alone = rep.clone();
@@ -297,7 +306,7 @@ pub fn run_job(cfg: &FrontierConfig, job: &FrontierJob) -> Vec<FrontierRow> {
         push(rep, "no-dp", Some(theta), None, false);
         for &mech in &cfg.mechanisms {
             for &eps in &cfg.epsilons {
-                let rep = run(&sc, &cfg.dp(Some((eps, mech)), theta), job.seed);
+                let rep = run(&sc, &cfg.dp(Some((eps, mech)), theta), job.seed, cfg.answers);
                 push(rep, "dp", Some(theta), Some((eps, mech)), false);
             }
         }

@@ -608,6 +608,8 @@ impl Party {
             })
         });
         let prior_cov = req.want_prior.then(|| f.prior.select_rows(answered.iter()).select_columns(answered.iter()));
+        let noise_var = (f.isotropic || self.dp.inflate_variance || f.sigma == 0.0)
+            .then(|| req.indices.iter().map(|&i| noise_cov(i, i)).collect());
         let budget = st.ledger.as_ref().map(|l| l.rho_remaining());
         Ok(Answer {
             responder: self.name.clone(),
@@ -620,6 +622,7 @@ impl Party {
             model_version: 0,
             charge,
             budget_rho_left: budget,
+            noise_var,
         })
     }
 
@@ -734,6 +737,14 @@ impl Party {
         } else {
             None
         };
+        let noise_var: Vec<f64> = req
+            .indices
+            .iter()
+            .map(|i| {
+                let (b, _) = at[i];
+                st.batches[b].sigma.powi(2)
+            })
+            .collect();
         let budget = st.ledger.as_ref().map(|l| l.rho_remaining());
         self.requesters.insert(req.requester.clone(), st);
         Ok(Answer {
@@ -747,6 +758,7 @@ impl Party {
             model_version: 0,
             charge,
             budget_rho_left: budget,
+            noise_var: Some(noise_var),
         })
     }
 
@@ -820,6 +832,8 @@ impl Party {
             .then(|| req.indices.iter().map(|&i| pred.var[pos(i)] + inflate * prior_all[(pos(i), pos(i))]).collect());
         let cov = pred.cov.as_ref().map(|c| c + &prior_all * inflate);
         let prior_cov = req.want_prior.then(|| prior_all.clone());
+        let noise_var = (self.dp.inflate_variance || sigma == 0.0)
+            .then(|| req.indices.iter().map(|&i| inflate * prior_all[(pos(i), pos(i))]).collect());
         let budget = st.ledger.as_ref().map(|l| l.rho_remaining());
         self.requesters.insert(req.requester.clone(), st);
         Ok(Answer {
@@ -833,6 +847,7 @@ impl Party {
             model_version: version,
             charge,
             budget_rho_left: budget,
+            noise_var,
         })
     }
 }

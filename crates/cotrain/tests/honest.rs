@@ -237,3 +237,107 @@ fn batches_survive_a_restart_number_for_number() {
     assert_eq!(b.cov, a.cov);
     assert_eq!(fresh.ledger("A"), p.ledger("A"));
 }
+
+mod likelihood_reading {
+    use dpcotrain_cotrain::answer::{Answer, Uncertainty};
+    use dpcotrain_cotrain::combiner::{AnswerForm, CoModel, CombinerKind};
+    use dpcotrain_gp::kernels::SquaredExponential;
+    use dpcotrain_gp::{ExactGp, NoiseModel, NoiseVariance};
+    use nalgebra::{DMatrix, DVector};
+
+    fn model() -> CoModel {
+        let x = DMatrix::from_column_slice(4, 1, &[-1.0, -0.3, 0.4, 1.1]);
+        let y = DVector::from_vec(vec![-0.8, -0.2, 0.5, 0.9]);
+        let pool = DMatrix::from_column_slice(3, 1, &[2.5, 0.0, -2.2]);
+        let mut m = CoModel::new(
+            CombinerKind::Noisy,
+            Uncertainty::Marginal,
+            Box::new(SquaredExponential::isotropic(1.3, 0.9)),
+            NoiseVariance::new(0.05),
+            x,
+            y,
+            pool,
+        )
+        .unwrap();
+        m.answer_form = AnswerForm::Likelihood;
+        m
+    }
+
+    fn answer(mean: f64, var: f64, noise_var: f64, prior: f64) -> Answer {
+        Answer {
+            responder: "B".into(),
+            indices: vec![0],
+            mean: vec![mean],
+            var: Some(vec![var]),
+            answered: vec![0],
+            cov: None,
+            prior_cov: Some(DMatrix::from_element(1, 1, prior)),
+            model_version: 0,
+            charge: None,
+            budget_rho_left: None,
+            noise_var: Some(vec![noise_var]),
+        }
+    }
+
+    fn grid() -> DMatrix<f64> {
+        DMatrix::from_column_slice(5, 1, &[-2.0, -0.5, 0.7, 2.0, 2.6])
+    }
+
+    /// A peer whose posterior at the point came from one observation ỹ = 2 with noise r = 0.5
+    /// under prior variance p = 1 (so v = 1/3, m = 4/3), plus DP noise s² = 0.2 on the mean:
+    /// the likelihood reading recovers the observation, ỹ = m·p/(p − v) = 2 with noise
+    /// r + s²·(p/(p − v))² = 0.5 + 0.45.
+    #[test]
+    fn recovers_the_peers_observation_from_its_posterior() {
+        let mut m = model();
+        let (p, r, s2) = (1.0, 0.5, 0.2);
+        let v = 1.0 / (1.0 / p + 1.0 / r);
+        let mean = v * 2.0 / r;
+        m.absorb(&answer(mean, v + s2, s2, p)).unwrap();
+        let got = m.predict(&grid(), false).unwrap();
+        let x = DMatrix::from_column_slice(5, 1, &[-1.0, -0.3, 0.4, 1.1, 2.5]);
+        let y = DVector::from_vec(vec![-0.8, -0.2, 0.5, 0.9, 2.0]);
+        let extra = DVector::from_vec(vec![0.0, 0.0, 0.0, 0.0, r + s2 * (p / (p - v)).powi(2)]);
+        let noise = NoiseModel::PerPoint { sigma2: NoiseVariance::new(0.05), extra };
+        let want = ExactGp::new(Box::new(SquaredExponential::isotropic(1.3, 0.9)), noise, x, y)
+            .unwrap()
+            .posterior()
+            .unwrap()
+            .predict(&grid(), false)
+            .unwrap();
+        assert!((got.mean - want.mean).abs().max() < 1e-10);
+        assert!((got.var - want.var).abs().max() < 1e-10);
+    }
+
+    /// A peer that knows nothing at the point answers its prior (mean 0, variance p): the
+    /// likelihood reading gives it no weight; the posterior reading (the thesis) pulls the
+    /// querier towards 0.
+    #[test]
+    fn an_answer_that_is_the_peers_prior_carries_no_weight() {
+        let mut alone = model();
+        let before = alone.predict(&grid(), false).unwrap();
+        let mut m = model();
+        m.absorb(&answer(0.0, 1.0, 0.0, 1.0)).unwrap();
+        let after = m.predict(&grid(), false).unwrap();
+        let moved = (&after.mean - &before.mean).abs().max();
+        assert!(moved < 1e-6, "{moved}");
+        let mut thesis = model();
+        thesis.answer_form = AnswerForm::Posterior;
+        thesis.absorb(&answer(0.0, 1.0, 0.0, 1.0)).unwrap();
+        let pulled = thesis.predict(&grid(), false).unwrap();
+        assert!((&pulled.mean - &before.mean).abs().max() > 0.05);
+    }
+
+    #[test]
+    fn answers_without_the_needed_parts_are_refused() {
+        let mut m = model();
+        let mut a = answer(0.3, 0.5, 0.1, 1.0);
+        a.noise_var = None;
+        m.absorb(&a).unwrap();
+        assert!(m.predict(&grid(), false).unwrap_err().to_string().contains("noise variance"));
+        let mut m = model();
+        let mut a = answer(0.3, 0.5, 0.1, 1.0);
+        a.noise_var = Some(vec![-1.0]);
+        assert!(m.absorb(&a).is_err());
+    }
+}

@@ -91,6 +91,8 @@ pub fn answer_to_pb(a: &Answer) -> pb::PredictResponse {
         }),
         has_budget: a.budget_rho_left.is_some(),
         budget_rho_left: a.budget_rho_left.unwrap_or(0.0),
+        has_noise_var: a.noise_var.is_some(),
+        noise_var: a.noise_var.clone().unwrap_or_default(),
     }
 }
 
@@ -104,6 +106,9 @@ pub fn answer_from_pb(r: pb::PredictResponse) -> Result<Answer, String> {
     }
     if r.has_var && r.var.len() != indices.len() {
         return Err(format!("{} variances for {} indices", r.var.len(), indices.len()));
+    }
+    if r.has_noise_var && r.noise_var.len() != indices.len() {
+        return Err(format!("{} noise variances for {} indices", r.noise_var.len(), indices.len()));
     }
     Ok(Answer {
         responder: r.responder,
@@ -123,5 +128,38 @@ pub fn answer_from_pb(r: pb::PredictResponse) -> Result<Answer, String> {
             new_release: c.new_release,
         }),
         budget_rho_left: r.has_budget.then_some(r.budget_rho_left),
+        noise_var: r.has_noise_var.then_some(r.noise_var),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer() -> Answer {
+        Answer {
+            responder: "B".into(),
+            indices: vec![4, 1],
+            mean: vec![0.25, -1.5],
+            var: Some(vec![0.7, 0.9]),
+            answered: vec![4, 1],
+            cov: None,
+            prior_cov: None,
+            model_version: 3,
+            charge: None,
+            budget_rho_left: Some(0.01),
+            noise_var: Some(vec![0.5, 0.5]),
+        }
+    }
+
+    #[test]
+    fn answers_round_trip_bit_for_bit_and_bad_lengths_are_refused() {
+        let a = answer();
+        assert_eq!(answer_from_pb(answer_to_pb(&a)).unwrap(), a);
+        let none = Answer { noise_var: None, ..answer() };
+        assert_eq!(answer_from_pb(answer_to_pb(&none)).unwrap(), none);
+        let mut bad = answer_to_pb(&a);
+        bad.noise_var.pop();
+        assert!(answer_from_pb(bad).unwrap_err().contains("noise variances"));
+    }
 }

@@ -1,0 +1,366 @@
+//! `dpcotrain experiment frontier`: the privacy–utility frontier of honest co-training
+//! (docs/honest-dp.md): test RMSE alone / co-trained without DP / co-trained at each ε for each
+//! release mechanism and θ policy, the share of the non-private gain recovered, and a figure.
+
+use crate::svg::{LineChart, Marker, Series};
+use clap::Args;
+use dpcotrain_cotrain::frontier::{
+    FrontierCell, FrontierConfig, FrontierData, FrontierMechanism, FrontierRow, ThetaChoice, run_frontier, summarise,
+};
+use dpcotrain_cotrain::combiner::AnswerForm;
+use dpcotrain_privacy::finite::CapRule;
+use dpcotrain_privacy::sensitivity::LabelRange;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::collections::{BTreeMap, HashSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+#[derive(Debug, Args)]
+pub struct FrontierArgs {
+    /// Data sets: sim-masked, sim-unmasked (simulated two views, r = --r), ccpp-masked, ccpp-unmasked.
+    #[arg(long, value_delimiter = ',', default_value = "sim-masked,sim-unmasked,ccpp-masked")]
+    pub data: Vec<String>,
+    /// Correlation of the simulated views.
+    #[arg(long, default_value_t = 0.9)]
+    pub r: f64,
+    /// Private labelled rows per party.
+    #[arg(long, value_delimiter = ',', default_value = "25,100,400,1600")]
+    pub nobs: Vec<usize>,
+    /// Number of seeds (0..N).
+    #[arg(long, default_value_t = 10)]
+    pub seeds: u64,
+    /// ε of the one release each party makes to each peer.
+    #[arg(long, value_delimiter = ',', default_value = "0.25,0.5,1,2,4,8")]
+    pub epsilons: Vec<f64>,
+    #[arg(long, default_value_t = 1e-5)]
+    pub delta: f64,
+    /// Release mechanisms: rkhs, finite, finite+cap.
+    #[arg(long, value_delimiter = ',', default_value = "rkhs,finite,finite+cap")]
+    pub mechanisms: Vec<String>,
+    /// θ policies of the release: public, fitted.
+    #[arg(long, value_delimiter = ',', default_value = "public,fitted")]
+    pub thetas: Vec<String>,
+    /// Pool indices each party asks about (one request).
+    #[arg(long, default_value_t = 25)]
+    pub queries: usize,
+    /// Label clipping range (standardised labels).
+    #[arg(long, value_delimiter = ',', default_value = "-3,3", allow_negative_numbers = true)]
+    pub label_range: Vec<f64>,
+    /// How queriers read answers: likelihood (the peer's prior removed) or posterior (the thesis).
+    #[arg(long, default_value = "likelihood")]
+    pub answers: String,
+    /// Cap rule of finite+cap: auto (label-free choice of η), none, or eta=X (σ ≤ X prior sd).
+    #[arg(long, default_value = "auto")]
+    pub cap: String,
+    /// A small subset for smoke tests: 2 seeds, n_obs 25 and 100, ε 1 and 8, public θ.
+    #[arg(long)]
+    pub quick: bool,
+    /// Report folder: runs.jsonl (appended per job; an interrupted run resumes from it),
+    /// cells.csv, frontier.md, frontier_*.svg.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Ignore (delete) runs saved in --out by an earlier invocation.
+    #[arg(long)]
+    pub fresh: bool,
+    /// Print the aggregated cells as JSON lines.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn config(a: &FrontierArgs) -> anyhow::Result<FrontierConfig> {
+    let mut data = Vec::new();
+    for d in &a.data {
+        data.push(match d.trim() {
+            "sim-masked" => FrontierData::Simulated { r: a.r, masked: true },
+            "sim-unmasked" => FrontierData::Simulated { r: a.r, masked: false },
+            "ccpp-masked" => FrontierData::Ccpp { masked: true },
+            "ccpp-unmasked" => FrontierData::Ccpp { masked: false },
+            other => anyhow::bail!(
+                "--data: unknown data set {other:?} (sim-masked, sim-unmasked, ccpp-masked, ccpp-unmasked)"
+            ),
+        });
+    }
+    if !(a.r > 0.0 && a.r <= 1.0) {
+        anyhow::bail!("--r: {} is outside (0, 1]", a.r);
+    }
+    let mut mechanisms = Vec::new();
+    for m in &a.mechanisms {
+        mechanisms.push(match m.trim() {
+            "rkhs" => FrontierMechanism::Rkhs,
+            "finite" => FrontierMechanism::Finite,
+            "finite+cap" | "finite-cap" => FrontierMechanism::FiniteCap,
+            other => anyhow::bail!("--mechanisms: unknown mechanism {other:?} (rkhs, finite, finite+cap)"),
+        });
+    }
+    let mut thetas = Vec::new();
+    for t in &a.thetas {
+        thetas.push(match t.trim() {
+            "public" => ThetaChoice::Public,
+            "fitted" => ThetaChoice::Fitted,
+            other => anyhow::bail!("--thetas: unknown θ policy {other:?} (public, fitted)"),
+        });
+    }
+    if a.label_range.len() != 2 {
+        anyhow::bail!("--label-range takes two numbers LO,HI");
+    }
+    let mut cfg = FrontierConfig {
+        data,
+        nobs: a.nobs.clone(),
+        seeds: (0..a.seeds).collect(),
+        epsilons: a.epsilons.clone(),
+        mechanisms,
+        thetas,
+        queries: a.queries,
+        delta: a.delta,
+        range: LabelRange::new(a.label_range[0], a.label_range[1])?,
+        answers: match a.answers.as_str() {
+            "likelihood" => AnswerForm::Likelihood,
+            "posterior" => AnswerForm::Posterior,
+            other => anyhow::bail!("--answers: {other:?} is not likelihood or posterior"),
+        },
+        cap: match a.cap.as_str() {
+            "auto" => CapRule::auto(),
+            "none" => CapRule::None,
+            other => match other.strip_prefix("eta=").map(str::parse::<f64>) {
+                Some(Ok(eta)) if eta.is_finite() && eta > 0.0 => CapRule::Fixed { eta },
+                _ => anyhow::bail!("--cap: {other:?} is not auto, none or eta=X with X > 0"),
+            },
+        },
+    };
+    if a.quick {
+        cfg.seeds = (0..a.seeds.min(2)).collect();
+        cfg.nobs = vec![25, 100];
+        cfg.epsilons = vec![1.0, 8.0];
+        cfg.thetas = vec![ThetaChoice::Public];
+    }
+    if let Some(n) = cfg.nobs.iter().find(|n| **n == 0) {
+        anyhow::bail!("--nobs: {n} must be at least 1");
+    }
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+fn load(path: &Path) -> anyhow::Result<Vec<FrontierRow>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
+        Err(e) => anyhow::bail!("cannot read {}: {e}", path.display()),
+    };
+    let lines: Vec<&str> = text.lines().collect();
+    let mut rows = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        match serde_json::from_str::<FrontierRow>(line) {
+            Ok(r) => rows.push(r),
+            Err(_) if i + 1 == lines.len() => eprintln!("{}: ignoring a torn last line", path.display()),
+            Err(e) => anyhow::bail!("{} line {}: {e}", path.display(), i + 1),
+        }
+    }
+    Ok(rows)
+}
+
+pub fn run(a: FrontierArgs) -> anyhow::Result<()> {
+    let cfg = config(&a)?;
+    let keys: HashSet<String> = cfg.jobs().iter().map(|j| j.key()).collect();
+    let mut saved = Vec::new();
+    let mut journal = None;
+    if let Some(dir) = &a.out {
+        std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
+        let path = dir.join("runs.jsonl");
+        if a.fresh && path.exists() {
+            std::fs::remove_file(&path).map_err(|e| anyhow::anyhow!("cannot delete {}: {e}", path.display()))?;
+        }
+        // A job counts as done only if all of its rows were written (rows of one job are
+        // written together, so a torn job is simply re-run).
+        let all = load(&path)?;
+        let mut per_job: BTreeMap<String, usize> = BTreeMap::new();
+        for r in &all {
+            *per_job.entry(r.job_key()).or_default() += 1;
+        }
+        let expected = 2 * (1 + cfg.thetas.len() * (1 + cfg.mechanisms.len() * cfg.epsilons.len()));
+        saved = all
+            .into_iter()
+            .filter(|r| keys.contains(&r.job_key()) && per_job.get(&r.job_key()).copied().unwrap_or(0) >= expected)
+            .collect();
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", path.display()))?;
+        journal = Some(std::sync::Mutex::new(std::io::BufWriter::new(f)));
+    }
+    let done: HashSet<String> = saved.iter().map(|r| r.job_key()).collect();
+    if !done.is_empty() {
+        eprintln!("resuming: {} of {} jobs already in runs.jsonl", done.len(), keys.len());
+    }
+    let bar = ProgressBar::new((keys.len() - done.len()) as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} jobs (data × n_obs × seed)  ETA {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let save = |rows: &[FrontierRow]| {
+        if let Some(j) = &journal
+            && let Ok(mut w) = j.lock()
+        {
+            let mut text = String::new();
+            for r in rows {
+                if let Ok(line) = serde_json::to_string(r) {
+                    text += &line;
+                    text.push('\n');
+                }
+            }
+            let _ = w.write_all(text.as_bytes());
+            let _ = w.flush();
+        }
+    };
+    let start = Instant::now();
+    let mut rows = run_frontier(&cfg, &done, &save, &|d, _| bar.set_position(d as u64))?;
+    bar.finish_and_clear();
+    let secs = start.elapsed().as_secs_f64();
+    eprintln!("{} jobs in {secs:.1} s on {} threads", keys.len() - done.len(), rayon::current_num_threads());
+    saved.append(&mut rows);
+    let rows = saved;
+    let failed: Vec<&FrontierRow> = rows.iter().filter(|r| r.error.is_some()).collect();
+    for r in failed.iter().take(5) {
+        eprintln!("failed: {} n_obs={} seed={} {}: {}", r.data, r.nobs, r.seed, r.party, r.error.as_deref().unwrap_or(""));
+    }
+    let cells = summarise(&rows);
+    if let Some(dir) = &a.out {
+        write_report(dir, &cfg, &cells, secs)?;
+        eprintln!("report written to {}", dir.display());
+    }
+    if a.json {
+        let mut out = std::io::stdout().lock();
+        for c in &cells {
+            writeln!(out, "{}", serde_json::to_string(c)?)?;
+        }
+    } else {
+        print!("{}", table(&cells));
+    }
+    if !failed.is_empty() {
+        anyhow::bail!("{} party-rows failed (first errors above)", failed.len());
+    }
+    Ok(())
+}
+
+fn pct(v: f64) -> String {
+    if v.is_finite() { format!("{:.0}%", 100.0 * v) } else { "–".into() }
+}
+
+/// Markdown: one table per data set × θ policy, rows n_obs × mechanism, columns ε.
+pub fn table(cells: &[FrontierCell]) -> String {
+    let mut groups: BTreeMap<(String, String), Vec<&FrontierCell>> = BTreeMap::new();
+    for c in cells {
+        groups.entry((c.data.clone(), c.theta.clone())).or_default().push(c);
+    }
+    let mut md = String::new();
+    for ((data, theta), g) in &groups {
+        let mut eps: Vec<f64> = g.iter().map(|c| c.epsilon).collect();
+        eps.sort_by(f64::total_cmp);
+        eps.dedup();
+        md += &format!(
+            "\n### {data}, θ {theta}\n\nEach cell: mean test RMSE (share of the no-DP gain recovered; ✗ = worse than alone by > 1%).\n\n| n_obs | mechanism | alone | no DP |"
+        );
+        for e in &eps {
+            md += &format!(" ε = {e} |");
+        }
+        md += "\n|---|---|---|---|";
+        md += &"---|".repeat(eps.len());
+        md += "\n";
+        let mut rows: BTreeMap<(usize, String), Vec<&FrontierCell>> = BTreeMap::new();
+        for c in g {
+            rows.entry((c.nobs, c.mechanism.clone())).or_default().push(c);
+        }
+        for ((nobs, mech), r) in &rows {
+            let first = r[0];
+            md += &format!("| {nobs} | {mech} | {:.3} | {:.3} |", first.alone, first.no_dp);
+            for e in &eps {
+                match r.iter().find(|c| c.epsilon == *e) {
+                    Some(c) => {
+                        let bad = if c.worse_than_alone > 0.01 { " ✗" } else { "" };
+                        md += &format!(" {:.3} ({}){bad} |", c.dp, pct(c.recovered));
+                    }
+                    None => md += " |",
+                }
+            }
+            md += "\n";
+        }
+    }
+    md
+}
+
+fn write_report(dir: &Path, cfg: &FrontierConfig, cells: &[FrontierCell], secs: f64) -> anyhow::Result<()> {
+    let mut csv = String::from(
+        "data,nobs,theta,mechanism,epsilon,runs,alone,no_dp,dp,se_vs_alone,recovered,worse_than_alone,failed\n",
+    );
+    for c in cells {
+        csv += &format!(
+            "{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+            c.data,
+            c.nobs,
+            c.theta,
+            c.mechanism,
+            c.epsilon,
+            c.runs,
+            c.alone,
+            c.no_dp,
+            c.dp,
+            c.se_vs_alone,
+            c.recovered,
+            c.worse_than_alone,
+            c.failed
+        );
+    }
+    write_atomic(&dir.join("cells.csv"), &csv)?;
+    let mut md = format!(
+        "# Privacy–utility frontier\n\n- data: {}\n- n_obs: {:?}; seeds: {}; ε: {:?}; δ = {:e}; labels clipped to [{}, {}]\n- protocol: label-free public queries ({} pool indices per party, one request), Noisy combiner, marginal uncertainty, one D5 re-fit\n- wall time of this invocation: {secs:.0} s\n",
+        cfg.data.iter().map(|d| d.name()).collect::<Vec<_>>().join(", "),
+        cfg.nobs,
+        cfg.seeds.len(),
+        cfg.epsilons,
+        cfg.delta,
+        cfg.range.lo,
+        cfg.range.hi,
+        cfg.queries,
+    );
+    md += &table(cells);
+    // One figure per data set × θ × mechanism: share recovered vs ε, a line per n_obs.
+    let mut figs: BTreeMap<(String, String, String), Vec<&FrontierCell>> = BTreeMap::new();
+    for c in cells {
+        figs.entry((c.data.clone(), c.theta.clone(), c.mechanism.clone())).or_default().push(c);
+    }
+    md += "\n## Figures\n\n";
+    for ((data, theta, mech), g) in &figs {
+        let mut by_n: BTreeMap<usize, Vec<(f64, f64)>> = BTreeMap::new();
+        for c in g {
+            by_n.entry(c.nobs).or_default().push((c.epsilon.log2(), 100.0 * c.recovered));
+        }
+        let mut chart = LineChart::new(
+            format!("Share of the no-DP gain recovered — {data}, {mech}, θ {theta}"),
+            "log₂ ε",
+            "% of the no-DP gain",
+        )
+        .with_ref_line(100.0, "no-DP gain")
+        .with_ref_line(0.0, "alone");
+        for (k, (n, mut pts)) in by_n.into_iter().enumerate() {
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            chart = chart.with_series(Series::new(format!("n_obs = {n}"), pts, k).markers(Marker::Circle));
+        }
+        let file = format!("frontier_{}_{}_{}.svg", slug(data), slug(theta), slug(mech));
+        write_atomic(&dir.join(&file), &chart.to_svg())?;
+        md += &format!("![{data}, {mech}, θ {theta}]({file})\n\n");
+    }
+    write_atomic(&dir.join("frontier.md"), &md)?;
+    Ok(())
+}
+
+fn slug(s: &str) -> String {
+    s.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect()
+}
+
+fn write_atomic(path: &Path, text: &str) -> anyhow::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, path).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    Ok(())
+}
