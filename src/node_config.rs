@@ -10,12 +10,14 @@
 use crate::table::Table;
 use anyhow::Context;
 use dpcotrain_cotrain::answer::Uncertainty;
-use dpcotrain_cotrain::combiner::CombinerKind;
+use dpcotrain_cotrain::combiner::{AnswerForm, CombinerKind};
 use dpcotrain_cotrain::data::PartyData;
 use dpcotrain_cotrain::driver::default_kernel;
+use dpcotrain_cotrain::release_model::{PublicTheta, QueryPolicy, ReleaseForm, ThetaPolicy};
 use dpcotrain_cotrain::responder::{DpConfig, DpMode, Party, ReleasePolicy};
 use dpcotrain_federation::auth::ORCHESTRATOR;
 use dpcotrain_privacy::calibrate::{Mechanism, THESIS_MULTIPLIER};
+use dpcotrain_privacy::finite::CapRule;
 use dpcotrain_privacy::sensitivity::LabelRange;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -100,6 +102,10 @@ pub struct ModelConfig {
     pub combiner: String,
     #[serde(default = "marginal")]
     pub uncertainty: String,
+    /// posterior | likelihood: how answers are read (default: likelihood under policy batches,
+    /// posterior otherwise).
+    #[serde(default)]
+    pub answers: Option<String>,
 }
 
 fn noisy() -> String {
@@ -111,7 +117,7 @@ fn marginal() -> String {
 
 impl Default for ModelConfig {
     fn default() -> Self {
-        ModelConfig { combiner: noisy(), uncertainty: marginal() }
+        ModelConfig { combiner: noisy(), uncertainty: marginal(), answers: None }
     }
 }
 
@@ -129,9 +135,29 @@ pub struct PrivacyConfig {
     pub budget_epsilon: Option<f64>,
     #[serde(default = "range")]
     pub label_range: [f64; 2],
-    /// release-once | per-query
-    #[serde(default = "release_once")]
-    pub policy: String,
+    /// batches | release-once | per-query (default: per-query in thesis mode, batches otherwise)
+    #[serde(default)]
+    pub policy: Option<String>,
+    /// finite | rkhs (default: finite under policy batches, rkhs otherwise).
+    #[serde(default)]
+    pub release: Option<String>,
+    /// Influence cap of the finite release: auto | none | eta=X.
+    #[serde(default = "auto")]
+    pub cap: String,
+    /// public | fitted: where the release's hyperparameters come from (default: public under
+    /// policy batches, fitted otherwise — fitted θ leaks through the variances, uncounted).
+    #[serde(default)]
+    pub theta: Option<String>,
+    /// Public θ: [signal variance, length-scale, noise variance] on the standardised scale.
+    #[serde(default = "public_theta")]
+    pub public_theta: [f64; 3],
+    /// public | adaptive: how this node chooses what to ask (default: public under policy
+    /// batches — label-free — adaptive otherwise).
+    #[serde(default)]
+    pub queries: Option<String>,
+    /// Pool indices asked per turn under public queries (one request, one release per peer).
+    #[serde(default = "per_turn")]
+    pub queries_per_turn: usize,
 }
 
 fn calibrated() -> String {
@@ -146,8 +172,14 @@ fn delta() -> f64 {
 fn range() -> [f64; 2] {
     [-3.0, 3.0]
 }
-fn release_once() -> String {
-    "release-once".into()
+fn auto() -> String {
+    "auto".into()
+}
+fn public_theta() -> [f64; 3] {
+    [1.0, 1.0, 0.1]
+}
+fn per_turn() -> usize {
+    25
 }
 
 impl Default for PrivacyConfig {
@@ -158,7 +190,13 @@ impl Default for PrivacyConfig {
             delta: 1e-5,
             budget_epsilon: None,
             label_range: range(),
-            policy: release_once(),
+            policy: None,
+            release: None,
+            cap: auto(),
+            theta: None,
+            public_theta: public_theta(),
+            queries: None,
+            queries_per_turn: per_turn(),
         }
     }
 }
@@ -227,10 +265,49 @@ pub fn party_from_config(cfg: &PartyConfig, path: &Path) -> anyhow::Result<Party
         o => anyhow::bail!("{}: model.uncertainty {o:?} is not none, marginal or full", path.display()),
     };
     let pv = &cfg.privacy;
-    let policy = match pv.policy.as_str() {
+    let default_policy = if pv.mode == "thesis" { "per-query" } else { "batches" };
+    let policy = match pv.policy.as_deref().unwrap_or(default_policy) {
+        "batches" => ReleasePolicy::Batches,
         "release-once" => ReleasePolicy::ReleaseOnce,
         "per-query" => ReleasePolicy::PerQuery,
-        o => anyhow::bail!("{}: privacy.policy {o:?} is not release-once or per-query", path.display()),
+        o => anyhow::bail!("{}: privacy.policy {o:?} is not batches, release-once or per-query", path.display()),
+    };
+    let honest = policy == ReleasePolicy::Batches;
+    let cap = match pv.cap.as_str() {
+        "auto" => CapRule::auto(),
+        "none" => CapRule::None,
+        o => match o.strip_prefix("eta=").map(str::parse::<f64>) {
+            Some(Ok(eta)) if eta.is_finite() && eta > 0.0 => CapRule::Fixed { eta },
+            _ => anyhow::bail!("{}: privacy.cap {o:?} is not auto, none or eta=X with X > 0", path.display()),
+        },
+    };
+    let release = match pv.release.as_deref().unwrap_or(if honest { "finite" } else { "rkhs" }) {
+        "finite" => ReleaseForm::Finite { cap },
+        "rkhs" => ReleaseForm::Rkhs,
+        o => anyhow::bail!("{}: privacy.release {o:?} is not finite or rkhs", path.display()),
+    };
+    let [signal_variance, lengthscale, noise_variance] = pv.public_theta;
+    let public = PublicTheta { signal_variance, lengthscale, noise_variance };
+    public.validate().map_err(|e| anyhow::anyhow!("{}: privacy.public_theta: {e}", path.display()))?;
+    let theta = match pv.theta.as_deref().unwrap_or(if honest { "public" } else { "fitted" }) {
+        "public" => ThetaPolicy::Public(public),
+        "fitted" => ThetaPolicy::Fitted,
+        o => anyhow::bail!("{}: privacy.theta {o:?} is not public or fitted", path.display()),
+    };
+    let queries = match pv.queries.as_deref().unwrap_or(if honest { "public" } else { "adaptive" }) {
+        "public" => {
+            if pv.queries_per_turn == 0 {
+                anyhow::bail!("{}: privacy.queries_per_turn must be at least 1", path.display());
+            }
+            QueryPolicy::Public { per_turn: pv.queries_per_turn, theta: public }
+        }
+        "adaptive" => QueryPolicy::Adaptive,
+        o => anyhow::bail!("{}: privacy.queries {o:?} is not public or adaptive", path.display()),
+    };
+    let answers = match cfg.model.answers.as_deref().unwrap_or(if honest { "likelihood" } else { "posterior" }) {
+        "likelihood" => AnswerForm::Likelihood,
+        "posterior" => AnswerForm::Posterior,
+        o => anyhow::bail!("{}: model.answers {o:?} is not likelihood or posterior", path.display()),
     };
     for (name, v) in [("epsilon", pv.epsilon), ("delta", pv.delta)] {
         if !v.is_finite() || v <= 0.0 {
@@ -251,8 +328,11 @@ pub fn party_from_config(cfg: &PartyConfig, path: &Path) -> anyhow::Result<Party
         o => anyhow::bail!("{}: privacy.mode {o:?} is not off, thesis or calibrated", path.display()),
     };
     let (k, noise) = default_kernel(&data);
-    let dp = DpConfig { mode, policy, inflate_variance: true, ..DpConfig::off() };
-    Ok(Party::new(data, kind, unc, k, noise, dp, cfg.seed)?)
+    let dp = DpConfig { mode, policy, inflate_variance: true, release, theta, queries };
+    let mut party = Party::new(data, kind, unc, k, noise, dp, cfg.seed)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    party.model.answer_form = answers;
+    Ok(party)
 }
 
 /// Party names become certificate names and file names: letters, digits, '-' and '_'.

@@ -16,10 +16,13 @@ fn tmp(tag: &str) -> std::path::PathBuf {
 #[test]
 fn demo_runs_a_private_federation_and_writes_a_report() {
     let out = tmp("ccpp");
-    let run = bin().args(["demo", "--rounds", "4", "--out"]).arg(&out).output().unwrap();
+    // The honest default (public θ, label-free batch of 25 queries, capped finite release);
+    // two rounds: the second asks nothing new because each peer's budget is spent.
+    let run = bin().args(["demo", "--rounds", "2", "--n-obs", "100", "--out"]).arg(&out).output().unwrap();
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     let table = String::from_utf8_lossy(&run.stdout);
     assert!(table.contains("RMSE alone") && table.contains("P1") && table.contains("P2"), "{table}");
+    assert!(table.contains("gain recovered:") && table.contains("of the non-private gain at ε = 1"), "{table}");
     for f in [
         "report.md",
         "rmse.svg",
@@ -32,27 +35,46 @@ fn demo_runs_a_private_federation_and_writes_a_report() {
     }
     let r: Value = serde_json::from_str(&std::fs::read_to_string(out.join("run.json")).unwrap()).unwrap();
     assert_eq!(r["dp"], "calibrated");
+    assert_eq!(r["policy"], "batches");
     assert_eq!(r["guaranteed"], true);
+    assert!(r["gain_recovered"].as_f64().is_some());
     let oracle = r["oracle_rmse"].as_f64().unwrap();
     for p in r["parties"].as_array().unwrap() {
-        assert_eq!(p["rounds"], 4);
-        assert_eq!(p["rmse_per_round"].as_array().unwrap().len(), 4);
-        assert_eq!(p["queried"].as_array().unwrap().len(), 4);
+        assert_eq!(p["rounds"], 2);
+        assert_eq!(p["rmse_per_round"].as_array().unwrap().len(), 2);
+        // One batch of 25 indices, asked once.
+        assert_eq!(p["queried"].as_array().unwrap().len(), 25);
         let spent = &p["privacy_spent"][0];
-        assert_eq!(spent["releases"], 1, "release-once");
-        assert!(spent["epsilon"].as_f64().unwrap() <= 1.0 + 1e-9);
+        assert_eq!(spent["releases"], 1, "one batch, one release");
+        assert!((spent["epsilon"].as_f64().unwrap() - 1.0).abs() < 1e-6);
+        assert!(p["rmse_no_dp"].as_f64().unwrap().is_finite());
         // Pooling every label and column beats each party alone.
         assert!(oracle < p["rmse_before"].as_f64().unwrap());
     }
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
-    assert!(md.contains("| P1 |") && md.contains("rmse.svg"));
+    assert!(md.contains("| P1 |") && md.contains("rmse.svg") && md.contains("gain recovered"));
     let svg = std::fs::read_to_string(out.join("rmse.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("party P1") && !svg.contains("NaN"));
     // Same seed, same numbers (the demo's noise is seeded; nodes restart from scratch).
-    let again = bin().args(["demo", "--rounds", "4", "--json", "--out"]).arg(&out).output().unwrap();
+    let again =
+        bin().args(["demo", "--rounds", "2", "--n-obs", "100", "--json", "--out"]).arg(&out).output().unwrap();
     let r2: Value = serde_json::from_slice(&again.stdout).unwrap();
     for (a, b) in r["parties"].as_array().unwrap().iter().zip(r2["parties"].as_array().unwrap()) {
         assert_eq!(a["rmse_after"], b["rmse_after"]);
+    }
+    let _ = std::fs::remove_dir_all(&out);
+    // The earlier setting is still available: release-once, one index per round.
+    let out = tmp("legacy");
+    let run = bin()
+        .args(["demo", "--policy", "release-once", "--rounds", "4", "--n-obs", "25", "--json", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let r: Value = serde_json::from_slice(&run.stdout).unwrap();
+    for p in r["parties"].as_array().unwrap() {
+        assert_eq!(p["queried"].as_array().unwrap().len(), 4);
+        assert_eq!(p["privacy_spent"][0]["releases"], 1, "release-once");
     }
     let _ = std::fs::remove_dir_all(&out);
 }
@@ -62,7 +84,7 @@ fn demo_options_and_errors() {
     let out = tmp("sim");
     let run = bin()
         .args(["demo", "--dataset", "simulated", "--dp", "thesis", "--combiner", "hybrid", "--uncertainty", "full"])
-        .args(["--rounds", "2", "--json", "--out"])
+        .args(["--rounds", "2", "--n-obs", "25", "--json", "--out"])
         .arg(&out)
         .output()
         .unwrap();
@@ -76,6 +98,7 @@ fn demo_options_and_errors() {
         (vec!["--epsilon", "0"], "--epsilon"),
         (vec!["--dataset", "mnist"], "mnist"),
         (vec!["--rounds", "0"], "--rounds"),
+        (vec!["--queries", "0"], "--queries"),
     ] {
         let run = bin().arg("demo").args(&args).args(["--out"]).arg(tmp("bad")).output().unwrap();
         assert!(!run.status.success());

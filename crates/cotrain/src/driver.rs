@@ -76,6 +76,17 @@ pub async fn query_turn<P: Peer>(
     let mut answers = Vec::new();
     for peer in peers {
         let pname = peer.name();
+        // Under public (batched) queries, a peer whose budget for us is spent is not asked again.
+        if let Some(why) = {
+            let q = lock(querier)?;
+            match q.dp.queries {
+                QueryPolicy::Public { .. } => q.peer_budget_spent(&pname),
+                QueryPolicy::Adaptive => None,
+            }
+        } {
+            report.refused.push((pname, why));
+            continue;
+        }
         let req = PredictRequest {
             request_id: format!("{name}:round{round}:{pname}"),
             requester: name.clone(),
@@ -89,7 +100,21 @@ pub async fn query_turn<P: Peer>(
         }
     }
     let mut q = lock(querier)?;
-    let rec = q.fold_in(round, Some(index), answers, report.refused.clone())?;
+    if peers.is_empty() || report.refused.len() < peers.len() || !answers.is_empty() {
+        let rec = q.fold_in(round, Some(index), answers, report.refused.clone())?;
+        report.answered_by = rec.answers.iter().map(|a| a.responder.clone()).collect();
+        report.refused = rec.refused.clone();
+        report.objective = rec.objective;
+        return Ok(report);
+    }
+    // Nobody was asked (every peer's budget for us is spent, or every request failed): the
+    // turn asked nothing.
+    let asked = report.refused.iter().any(|(_, why)| !why.starts_with("not asked:"));
+    if !asked {
+        report.index = None;
+        report.indices.clear();
+    }
+    let rec = q.fold_in(round, report.index, answers, report.refused.clone())?;
     report.answered_by = rec.answers.iter().map(|a| a.responder.clone()).collect();
     report.refused = rec.refused.clone();
     report.objective = rec.objective;

@@ -241,6 +241,8 @@ pub struct Party {
     calibration: Option<(u64, f64, f64)>,
     /// The label-free release model (release-once and batches).
     pub(crate) release_model: Option<ReleaseModel>,
+    /// ρ each peer said was left of its budget for this party, after its latest answer.
+    pub(crate) peer_budget: HashMap<String, f64>,
 }
 
 /// One querier turn as folded into the model: replaying these in order rebuilds the model
@@ -311,6 +313,7 @@ impl Party {
             turns: Vec::new(),
             calibration: None,
             release_model: None,
+            peer_budget: HashMap::new(),
         };
         let needs_release_model = party.dp.policy == ReleasePolicy::Batches
             || (party.dp.policy == ReleasePolicy::ReleaseOnce
@@ -360,6 +363,11 @@ impl Party {
             }
         }
         let answers = accepted;
+        for a in &answers {
+            if let Some(r) = a.budget_rho_left {
+                self.peer_budget.insert(a.responder.clone(), r);
+            }
+        }
         let objective = if answers.is_empty() { None } else { Some(self.model.refit()?) };
         self.turns.push(TurnRecord { round, index, answers, refused, objective });
         if self.dp.policy == ReleasePolicy::PerQuery {
@@ -377,6 +385,20 @@ impl Party {
     /// Every turn folded in so far.
     pub fn turns(&self) -> &[TurnRecord] {
         &self.turns
+    }
+
+    /// Why asking `peer` for new indices would be refused for budget, if it would: its latest
+    /// answer left less ρ than one more release at the agreed (ε, δ) costs.
+    pub fn peer_budget_spent(&self, peer: &str) -> Option<String> {
+        let DpMode::Calibrated { epsilon, delta, mechanism, .. } = &self.dp.mode else {
+            return None;
+        };
+        let left = *self.peer_budget.get(peer)?;
+        let unit = calibrate(*mechanism, *epsilon, *delta, 1.0).ok()?.sigma;
+        let cost = 0.5 / (unit * unit);
+        (left < cost * (1.0 - 1e-6)).then(|| {
+            format!("not asked: {peer}'s budget for this party is spent (ρ left {left:.3e} < {cost:.3e} per release)")
+        })
     }
 
     /// Names of the peers this party has answered.

@@ -34,6 +34,7 @@ fn answer() -> Answer {
         model_version: 1,
         charge: None,
         budget_rho_left: None,
+        noise_var: None,
     }
 }
 

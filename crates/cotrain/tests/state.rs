@@ -142,6 +142,7 @@ fn a_malformed_answer_is_refused_not_absorbed() {
         model_version: 0,
         charge: None,
         budget_rho_left: None,
+        noise_var: None,
     };
     let good = Answer { responder: "P2".into(), mean: vec![0.3], ..bad.clone() };
     let rec = p.fold_in(0, Some(2), vec![bad, good], vec![]).unwrap().clone();

@@ -120,6 +120,10 @@ fn turn_to_pb(querier: &str, t: &TurnRecord, rmse: f64) -> pb::RunRoundResponse 
         answered_by: t.answers.iter().map(|a| a.responder.clone()).collect(),
         refused: t.refused.iter().map(|(p, why)| format!("{p}: {why}")).collect(),
         test_rmse: rmse,
+        indices: match t.answers.first() {
+            Some(a) => a.indices.iter().map(|&i| i as u64).collect(),
+            None => t.index.map(|i| i as u64).into_iter().collect(),
+        },
     }
 }
 
