@@ -289,10 +289,11 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
 /// Each party's test RMSE after the same protocol with DP off (same queries, same reading of
 /// answers): the non-private gain that the private run is measured against.
 fn no_dp_reference(a: &DemoArgs, sc: &Scenario, kind: CombinerKind, unc: Uncertainty) -> anyhow::Result<Vec<f64>> {
-    let (dp, form) = if a.policy() == "batches" {
-        (DpConfig::honest_protocol_without_dp(a.queries), AnswerForm::Likelihood)
-    } else {
-        (DpConfig::off(), AnswerForm::Posterior)
+    let likelihood_ok = kind == CombinerKind::Noisy && unc == Uncertainty::Marginal;
+    let (dp, form) = match (a.policy() == "batches", likelihood_ok) {
+        (true, true) => (DpConfig::honest_protocol_without_dp(a.queries), AnswerForm::Likelihood),
+        (true, false) => (DpConfig::honest_protocol_without_dp(a.queries), AnswerForm::Posterior),
+        (false, _) => (DpConfig::off(), AnswerForm::Posterior),
     };
     let parties = build_parties(sc, kind, unc, &dp, a.seed)?;
     for p in &parties {

@@ -494,6 +494,21 @@ impl CoModel {
         Ok((xq, mu, v, k2))
     }
 
+    /// Choose how answers are read; the likelihood reading is defined for the Noisy combiner with
+    /// marginal uncertainty only.
+    pub fn set_answer_form(&mut self, form: AnswerForm) -> Result<(), CotrainError> {
+        if form == AnswerForm::Likelihood && (self.kind != CombinerKind::Noisy || self.uncertainty != Uncertainty::Marginal) {
+            return Err(CotrainError::invalid(format!(
+                "the likelihood reading of answers is defined for the noisy combiner with marginal uncertainty, not {} + {}",
+                self.kind.name(),
+                self.uncertainty.name()
+            )));
+        }
+        self.answer_form = form;
+        self.version += 1;
+        Ok(())
+    }
+
     /// Whether answers must carry the peer's prior covariance.
     pub fn needs_prior(&self) -> bool {
         self.kind.needs_prior() || self.answer_form == AnswerForm::Likelihood
