@@ -263,7 +263,8 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
     }
     let recovered = if gain_all > 1e-9 { Some(got_all / gain_all) } else { None };
     let wall = t0.elapsed().as_secs_f64();
-    let guaranteed = a.dp == "calibrated";
+    // A formal guarantee for everything released needs label-free θ: the honest policy.
+    let guaranteed = a.dp == "calibrated" && a.policy() == "batches";
     let report = json!({
         "dataset": a.dataset, "combiner": a.combiner, "uncertainty": a.uncertainty, "dp": a.dp,
         "epsilon": a.epsilon, "delta": a.delta, "budget_epsilon": a.budget_epsilon.unwrap_or(a.epsilon),
@@ -282,6 +283,11 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
     }
     if a.dp == "thesis" {
         eprintln!("warning: thesis mode reproduces Thomas 2017's noise scale and gives NO formal privacy guarantee");
+    } else if a.dp == "calibrated" && !guaranteed {
+        eprintln!(
+            "warning: policy {} releases with the label-fitted θ: the (ε, δ) covers the means given θ only; θ and the released variances leak labels, uncounted (use the default policy batches)",
+            a.policy()
+        );
     }
     Ok(())
 }
@@ -342,9 +348,12 @@ pub fn recovered_line(r: &Value) -> String {
     let eps = r["epsilon"].as_f64().unwrap_or(f64::NAN);
     let delta = r["delta"].as_f64().unwrap_or(f64::NAN);
     match r["gain_recovered"].as_f64() {
-        None => "no non-private gain to recover: co-training without DP does not beat the private-only models here".into(),
+        None => {
+            "no non-private gain to recover: co-training without DP does not beat the private-only models here".into()
+        }
         Some(x) if dp == "calibrated" => {
-            let mut s = format!("gain recovered: {:.0}% of the non-private gain at ε = {eps} (δ = {delta:e})", 100.0 * x);
+            let mut s =
+                format!("gain recovered: {:.0}% of the non-private gain at ε = {eps} (δ = {delta:e})", 100.0 * x);
             if x < 0.25 {
                 s += &format!(
                     "\n  why so little: with {} labelled rows per party one label moves the released means a lot, so the \

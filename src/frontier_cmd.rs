@@ -4,10 +4,10 @@
 
 use crate::svg::{LineChart, Marker, Series};
 use clap::Args;
+use dpcotrain_cotrain::combiner::AnswerForm;
 use dpcotrain_cotrain::frontier::{
     FrontierCell, FrontierConfig, FrontierData, FrontierMechanism, FrontierRow, ThetaChoice, run_frontier, summarise,
 };
-use dpcotrain_cotrain::combiner::AnswerForm;
 use dpcotrain_privacy::finite::CapRule;
 use dpcotrain_privacy::sensitivity::LabelRange;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -128,6 +128,8 @@ fn config(a: &FrontierArgs) -> anyhow::Result<FrontierConfig> {
             },
         },
     };
+    // Check what was given before --quick narrows it.
+    cfg.validate()?;
     if a.quick {
         cfg.seeds = (0..a.seeds.min(2)).collect();
         cfg.nobs = vec![25, 100];
@@ -222,7 +224,14 @@ pub fn run(a: FrontierArgs) -> anyhow::Result<()> {
     let rows = saved;
     let failed: Vec<&FrontierRow> = rows.iter().filter(|r| r.error.is_some()).collect();
     for r in failed.iter().take(5) {
-        eprintln!("failed: {} n_obs={} seed={} {}: {}", r.data, r.nobs, r.seed, r.party, r.error.as_deref().unwrap_or(""));
+        eprintln!(
+            "failed: {} n_obs={} seed={} {}: {}",
+            r.data,
+            r.nobs,
+            r.seed,
+            r.party,
+            r.error.as_deref().unwrap_or("")
+        );
     }
     let cells = summarise(&rows);
     if let Some(dir) = &a.out {
@@ -333,10 +342,11 @@ fn write_report(dir: &Path, cfg: &FrontierConfig, cells: &[FrontierCell], secs: 
     for ((data, theta, mech), g) in &figs {
         let mut by_n: BTreeMap<usize, Vec<(f64, f64)>> = BTreeMap::new();
         for c in g {
-            by_n.entry(c.nobs).or_default().push((c.epsilon.log2(), 100.0 * c.recovered));
+            // Clipped to [−100%, 120%] so that one ruinous cell does not flatten the rest.
+            by_n.entry(c.nobs).or_default().push((c.epsilon.log2(), (100.0 * c.recovered).clamp(-100.0, 120.0)));
         }
         let mut chart = LineChart::new(
-            format!("Share of the no-DP gain recovered — {data}, {mech}, θ {theta}"),
+            format!("Share of the no-DP gain recovered — {data}, {mech}, θ {theta} (clipped to −100…120%)"),
             "log₂ ε",
             "% of the no-DP gain",
         )

@@ -278,13 +278,22 @@ pub fn party_json(st: &pb::StatusResponse, rmse_per_round: &[f64]) -> serde_json
         .spend
         .iter()
         .map(|s| {
+            let log: Vec<serde_json::Value> = s
+                .release_log
+                .iter()
+                .map(|r| {
+                    serde_json::json!({"id": r.id, "mechanism": r.mechanism, "sigma": r.sigma,
+                                       "sensitivity": r.sensitivity, "rho": r.rho, "guaranteed": r.guaranteed})
+                })
+                .collect();
             serde_json::json!({"peer": s.peer, "rho": s.rho, "epsilon": s.epsilon, "releases": s.releases,
-                                    "rho_budget": s.rho_budget})
+                                    "rho_budget": s.rho_budget, "release_log": log})
         })
         .collect();
     serde_json::json!({"party": st.party, "rmse_before": st.test_rmse_alone, "rmse_after": st.test_rmse,
                        "rounds": st.rounds_done, "model_version": st.model_version,
-                       "rmse_per_round": rmse_per_round, "privacy_spent": spent})
+                       "rmse_per_round": rmse_per_round, "privacy_spent": spent,
+                       "privacy_spent_total": {"rho": st.rho_total, "epsilon": st.epsilon_total}})
 }
 
 /// Bring every node to `target` rounds (continuing an interrupted run), reporting each turn.

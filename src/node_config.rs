@@ -305,7 +305,11 @@ pub fn party_from_config(cfg: &PartyConfig, path: &Path) -> anyhow::Result<Party
         o => anyhow::bail!("{}: privacy.queries {o:?} is not public or adaptive", path.display()),
     };
     let likelihood_ok = kind == CombinerKind::Noisy && unc == Uncertainty::Marginal;
-    let answers = match cfg.model.answers.as_deref().unwrap_or(if honest && likelihood_ok { "likelihood" } else { "posterior" }) {
+    let answers = match cfg.model.answers.as_deref().unwrap_or(if honest && likelihood_ok {
+        "likelihood"
+    } else {
+        "posterior"
+    }) {
         "likelihood" => AnswerForm::Likelihood,
         "posterior" => AnswerForm::Posterior,
         o => anyhow::bail!("{}: model.answers {o:?} is not likelihood or posterior", path.display()),
@@ -330,8 +334,8 @@ pub fn party_from_config(cfg: &PartyConfig, path: &Path) -> anyhow::Result<Party
     };
     let (k, noise) = default_kernel(&data);
     let dp = DpConfig { mode, policy, inflate_variance: true, release, theta, queries };
-    let mut party = Party::new(data, kind, unc, k, noise, dp, cfg.seed)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let mut party =
+        Party::new(data, kind, unc, k, noise, dp, cfg.seed).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     party.model.set_answer_form(answers).map_err(|e| anyhow::anyhow!("{}: model.answers: {e}", path.display()))?;
     Ok(party)
 }

@@ -48,6 +48,11 @@ fn demo_runs_a_private_federation_and_writes_a_report() {
         assert_eq!(spent["releases"], 1, "one batch, one release");
         assert!((spent["epsilon"].as_f64().unwrap() - 1.0).abs() < 1e-6);
         assert!(p["rmse_no_dp"].as_f64().unwrap().is_finite());
+        // The ledger's breakdown names the mechanism; the total over requesters is reported.
+        let log = &spent["release_log"][0];
+        assert!(log["mechanism"].as_str().unwrap().contains("finite+cap"), "{log}");
+        assert!((log["rho"].as_f64().unwrap() - spent["rho"].as_f64().unwrap()).abs() < 1e-12);
+        assert!((p["privacy_spent_total"]["epsilon"].as_f64().unwrap() - 1.0).abs() < 1e-6);
         // Pooling every label and column beats each party alone.
         assert!(oracle < p["rmse_before"].as_f64().unwrap());
     }
@@ -56,8 +61,7 @@ fn demo_runs_a_private_federation_and_writes_a_report() {
     let svg = std::fs::read_to_string(out.join("rmse.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("party P1") && !svg.contains("NaN"));
     // Same seed, same numbers (the demo's noise is seeded; nodes restart from scratch).
-    let again =
-        bin().args(["demo", "--rounds", "2", "--n-obs", "100", "--json", "--out"]).arg(&out).output().unwrap();
+    let again = bin().args(["demo", "--rounds", "2", "--n-obs", "100", "--json", "--out"]).arg(&out).output().unwrap();
     let r2: Value = serde_json::from_slice(&again.stdout).unwrap();
     for (a, b) in r["parties"].as_array().unwrap().iter().zip(r2["parties"].as_array().unwrap()) {
         assert_eq!(a["rmse_after"], b["rmse_after"]);

@@ -86,3 +86,54 @@ fn bad_grid_arguments_are_one_clear_line() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("magic") && err.lines().count() == 1, "{err}");
 }
+
+/// `experiment frontier --quick`: every cell spends exactly its ε, the report files exist, an
+/// interrupted run resumes (a second invocation reruns nothing), and bad arguments are one line.
+#[test]
+fn quick_frontier_runs_resumes_and_reports() {
+    let out = std::env::temp_dir().join(format!("dpcotrain-frontier-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let args =
+        ["experiment", "frontier", "--quick", "--data", "sim-masked", "--mechanisms", "finite+cap,rkhs", "--json"];
+    let run = bin().args(args).arg("--out").arg(&out).output().unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let cells: Vec<Value> =
+        String::from_utf8_lossy(&run.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    // 2 n_obs × 2 mechanisms × 2 ε, public θ.
+    assert_eq!(cells.len(), 8);
+    for c in &cells {
+        assert_eq!(c["runs"], 4, "2 seeds × 2 parties: {c}");
+        assert_eq!(c["failed"], 0);
+        assert!(c["alone"].as_f64().unwrap().is_finite() && c["dp"].as_f64().unwrap().is_finite());
+    }
+    let rows: Vec<Value> = std::fs::read_to_string(out.join("runs.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for r in rows.iter().filter(|r| r["cell"] == "dp") {
+        let eps = r["epsilon"].as_f64().unwrap();
+        assert!((r["epsilon_spent"].as_f64().unwrap() - eps).abs() < 1e-6 * eps, "{r}");
+    }
+    for f in ["cells.csv", "frontier.md", "frontier_simulated_r_0_9_masked_public_finite_cap.svg"] {
+        assert!(out.join(f).exists(), "{f} missing");
+    }
+    let again = bin().args(args).arg("--out").arg(&out).output().unwrap();
+    assert!(again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("resuming: 4 of 4 jobs"));
+    let again_cells: Vec<Value> =
+        String::from_utf8_lossy(&again.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(again_cells, cells);
+    let _ = std::fs::remove_dir_all(&out);
+    for (bad, needle) in [
+        (vec!["--data", "mnist"], "mnist"),
+        (vec!["--mechanisms", "laplace"], "laplace"),
+        (vec!["--epsilons", "0"], "ε = 0"),
+        (vec!["--cap", "eta=-1"], "--cap"),
+    ] {
+        let run = bin().args(["experiment", "frontier", "--quick"]).args(&bad).output().unwrap();
+        assert!(!run.status.success());
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert!(err.contains(needle), "{bad:?}: {err}");
+    }
+}

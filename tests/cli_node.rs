@@ -142,6 +142,25 @@ fn two_party_example_runs_over_mutual_tls() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("nan.toml") && err.contains("privacy.epsilon"), "{err}");
+    // The honest-release settings are checked by name too.
+    for (from, to, needle) in [
+        ("policy = \"release-once\"", "policy = \"batches\"\ncap = \"eta=-1\"", "privacy.cap"),
+        ("policy = \"release-once\"", "policy = \"batches\"\ntheta = \"secret\"", "privacy.theta"),
+        ("policy = \"release-once\"", "policy = \"batches\"\nqueries_per_turn = 0", "privacy.queries_per_turn"),
+        ("policy = \"release-once\"", "policy = \"batches\"\npublic_theta = [1.0, -1.0, 0.1]", "privacy.public_theta"),
+        ("policy = \"release-once\"", "policy = \"per-query\"\nrelease = \"finite\"", "per-query"),
+        ("combiner = \"noisy\"", "combiner = \"hybrid\"\nanswers = \"likelihood\"", "model.answers"),
+    ] {
+        let text = std::fs::read_to_string(dir.join("party-a.toml"))
+            .unwrap()
+            .replace(from, to)
+            .replace("state_dir = \"state/A\"", "state_dir = \"state/bad\"");
+        std::fs::write(dir.join("honest.toml"), &text).unwrap();
+        let out = bin().args(["node", "serve", "--config"]).arg(dir.join("honest.toml")).output().unwrap();
+        assert!(!out.status.success(), "{to}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("honest.toml") && err.contains(needle), "{to}: {err}");
+    }
     // A second node on the same state directory is refused (one ledger, one owner).
     let out = bin().args(["node", "serve", "--config"]).arg(dir.join("party-a.toml")).output().unwrap();
     assert!(!out.status.success());

@@ -497,7 +497,9 @@ impl CoModel {
     /// Choose how answers are read; the likelihood reading is defined for the Noisy combiner with
     /// marginal uncertainty only.
     pub fn set_answer_form(&mut self, form: AnswerForm) -> Result<(), CotrainError> {
-        if form == AnswerForm::Likelihood && (self.kind != CombinerKind::Noisy || self.uncertainty != Uncertainty::Marginal) {
+        if form == AnswerForm::Likelihood
+            && (self.kind != CombinerKind::Noisy || self.uncertainty != Uncertainty::Marginal)
+        {
             return Err(CotrainError::invalid(format!(
                 "the likelihood reading of answers is defined for the noisy combiner with marginal uncertainty, not {} + {}",
                 self.kind.name(),

@@ -52,7 +52,9 @@ impl FrontierData {
             FrontierData::Simulated { r, masked } => {
                 simulate(&SimConfig { r, masking: masked, n_obs: nobs, seed, ..SimConfig::default() })
             }
-            FrontierData::Ccpp { masked } => ccpp(&CcppConfig { masking: masked, n_obs: nobs, seed, ..CcppConfig::default() }),
+            FrontierData::Ccpp { masked } => {
+                ccpp(&CcppConfig { masking: masked, n_obs: nobs, seed, ..CcppConfig::default() })
+            }
         }
     }
 }
@@ -277,7 +279,11 @@ pub fn run_job(cfg: &FrontierConfig, job: &FrontierJob) -> Vec<FrontierRow> {
     };
     let names: Vec<String> = sc.parties.iter().map(|p| p.name.clone()).collect();
     let mut rows = Vec::new();
-    let mut push = |rep: Result<RunReport, CotrainError>, cell: &str, theta: Option<ThetaChoice>, mech: Option<(f64, FrontierMechanism)>, alone: bool| {
+    let mut push = |rep: Result<RunReport, CotrainError>,
+                    cell: &str,
+                    theta: Option<ThetaChoice>,
+                    mech: Option<(f64, FrontierMechanism)>,
+                    alone: bool| {
         for (i, name) in names.iter().enumerate() {
             let mut r = base(name, cell);
             r.theta = theta.map(|t| t.name().to_string());

@@ -186,7 +186,13 @@ impl ReleaseModel {
             Some((mu, range)) => plan(self.kernel.as_ref(), &self.x, &s2, xq, self.hat_model(), range, mu, cap)?,
             None => {
                 let h = hat(self.kernel.as_ref(), &self.x, &s2, xq, self.hat_model())?;
-                FiniteRelease { hat: h, sensitivity: Sensitivity { value: 0.0, worst_row: 0 }, sigma: 0.0, eta: None, cap: None }
+                FiniteRelease {
+                    hat: h,
+                    sensitivity: Sensitivity { value: 0.0, worst_row: 0 },
+                    sigma: 0.0,
+                    eta: None,
+                    cap: None,
+                }
             }
         })
     }

@@ -18,11 +18,11 @@ use crate::CotrainError;
 use crate::answer::{Answer, ChargeInfo, PredictRequest, Uncertainty};
 use crate::combiner::{CoModel, CombinerKind, SPARSE_THRESHOLD};
 use crate::data::PartyData;
+use crate::release_model::{PublicTheta, QueryPolicy, ReleaseForm, ReleaseModel, ThetaPolicy};
 use dpcotrain_gp::NoiseVariance;
 use dpcotrain_gp::kernels::Kernel;
-use dpcotrain_privacy::accountant::{Charge, Ledger, rho_of};
-use crate::release_model::{PublicTheta, QueryPolicy, ReleaseForm, ReleaseModel, ThetaPolicy};
 use dpcotrain_gp::{ExactGp, NoiseModel, SparseGp, SparseKind};
+use dpcotrain_privacy::accountant::{Charge, Ledger, rho_of};
 use dpcotrain_privacy::calibrate::{Mechanism, calibrate};
 use dpcotrain_privacy::finite::{CapRule, FiniteRelease};
 use dpcotrain_privacy::noise::{NoisePath, iid_standard_normal};
@@ -401,6 +401,17 @@ impl Party {
         })
     }
 
+    /// ρ charged over every requester's ledger together, and its ε at the ledgers' δ: what
+    /// all requesters colluding could learn about this party's labels (GDP composition).
+    pub fn privacy_spent_total(&self) -> (f64, f64) {
+        let ledgers: Vec<&Ledger> = self.requesters.values().filter_map(|r| r.ledger.as_ref()).collect();
+        let rho: f64 = ledgers.iter().map(|l| l.rho_spent()).sum();
+        match ledgers.iter().map(|l| l.delta).reduce(f64::min) {
+            Some(delta) => (rho, dpcotrain_privacy::accountant::epsilon_exact(rho, delta)),
+            None => (0.0, 0.0),
+        }
+    }
+
     /// Names of the peers this party has answered.
     pub fn requesters(&self) -> Vec<String> {
         let mut v: Vec<String> = self.requesters.keys().cloned().collect();
@@ -492,8 +503,14 @@ impl Party {
                 let noise = NoiseModel::homoscedastic(rm.noise);
                 let (p, inf) = match &rm.z {
                     Some(z) => {
-                        let gp =
-                            SparseGp::new(SparseKind::Vfe, rm.kernel.clone(), noise, rm.x.clone(), rm.y.clone(), z.clone())?;
+                        let gp = SparseGp::new(
+                            SparseKind::Vfe,
+                            rm.kernel.clone(),
+                            noise,
+                            rm.x.clone(),
+                            rm.y.clone(),
+                            z.clone(),
+                        )?;
                         let inf = match &self.dp.mode {
                             DpMode::Calibrated { .. } => Some(gp.label_influence_rkhs()?),
                             _ => None,
@@ -536,7 +553,8 @@ impl Party {
             DVector::zeros(pool.nrows())
         };
         let cov = p.cov.clone().unwrap_or_else(|| DMatrix::from_diagonal(&p.var));
-        self.frozen = Some(Frozen { mean: p.mean, var: p.var, cov, prior, sigma, sensitivity, noise, isotropic: false });
+        self.frozen =
+            Some(Frozen { mean: p.mean, var: p.var, cov, prior, sigma, sensitivity, noise, isotropic: false });
         Ok(())
     }
 
@@ -584,7 +602,7 @@ impl Party {
         self.ledger_for(&req.requester)?;
         let f = self.frozen.clone().ok_or_else(|| CotrainError::invalid("release-once: no frozen release"))?;
         let mechanism = self.mechanism_name();
-        let guaranteed = matches!(self.dp.mode, DpMode::Calibrated { .. });
+        let guaranteed = self.guaranteed();
         let st = self.requesters.get_mut(&req.requester).expect("requester state");
         let mut charge = None;
         if f.sigma > 0.0 {
@@ -658,16 +676,24 @@ impl Party {
                 if let Some((v, sigma, sens)) = self.calibration
                     && v == version
                 {
-                    return Ok((sigma, sens, true));
+                    return Ok((sigma, sens, self.guaranteed()));
                 }
                 let (epsilon, delta, mechanism, range) = (*epsilon, *delta, *mechanism, *range);
                 let inf = self.model.label_influence()?;
                 let s = from_influence(&inf, &(0..self.model.n_private()).collect::<Vec<_>>(), range)?;
                 let sigma = calibrate(mechanism, epsilon, delta, s.value)?.sigma;
                 self.calibration = Some((version, sigma, s.value));
-                Ok((sigma, s.value, true))
+                Ok((sigma, s.value, self.guaranteed()))
             }
         }
+    }
+
+    /// Whether a release's (ε, δ) is a formal guarantee for everything released: calibrated DP
+    /// with label-free θ. With the fitted θ̂ (the earlier policies) the guarantee covers the
+    /// means given θ̂ only — θ̂ and the released variances depend on the labels, uncounted — so
+    /// those releases are recorded as not guaranteed.
+    pub fn guaranteed(&self) -> bool {
+        matches!(self.dp.mode, DpMode::Calibrated { .. }) && self.dp.theta.is_label_free()
     }
 
     fn mechanism_name(&self) -> String {
@@ -686,7 +712,7 @@ impl Party {
     fn answer_batches(&mut self, req: &PredictRequest) -> Result<Answer, CotrainError> {
         self.ledger_for(&req.requester)?;
         let mechanism = self.mechanism_name();
-        let guaranteed = matches!(self.dp.mode, DpMode::Calibrated { .. });
+        let guaranteed = self.guaranteed();
         let mut st = self.requesters.get(&req.requester).cloned().unwrap_or_default();
         let new_idx: Vec<usize> = req.indices.iter().copied().filter(|i| !st.released.contains_key(i)).collect();
         let mut charge = None;
@@ -697,7 +723,8 @@ impl Party {
             if plan.sigma > 0.0 {
                 if let Some(l) = st.ledger.as_mut() {
                     let id = format!("{}#batch{k}", req.requester);
-                    new_release = l.charge(&id, plan.sensitivity.value, plan.sigma, &mechanism, guaranteed)? == Charge::New;
+                    new_release =
+                        l.charge(&id, plan.sensitivity.value, plan.sigma, &mechanism, guaranteed)? == Charge::New;
                 }
                 charge = Some(ChargeInfo {
                     rho: if new_release { rho_of(plan.sensitivity.value, plan.sigma) } else { 0.0 },

@@ -142,7 +142,8 @@ fn released_sigma_matches_an_independent_plan_and_capping_pays() {
     let q = vec![0, 5, 6, 12, 19];
     let xq = d.x_pool.select_rows(q.iter());
     let t = PublicTheta::default();
-    let rm = ReleaseModel::new(d.x_train.clone(), range().clip(&d.y_train), t.kernel(2), t.noise_variance, None, 0).unwrap();
+    let rm =
+        ReleaseModel::new(d.x_train.clone(), range().clip(&d.y_train), t.kernel(2), t.noise_variance, None, 0).unwrap();
     let mu = gdp_mu_for(1.0, 1e-5);
     let none = rm.plan(&xq, Some((mu, range())), &CapRule::None).unwrap();
     let auto = rm.plan(&xq, Some((mu, range())), &CapRule::auto()).unwrap();
@@ -153,8 +154,8 @@ fn released_sigma_matches_an_independent_plan_and_capping_pays() {
     assert!(auto.sigma < none.sigma, "capping should shrink σ here: {} vs {}", auto.sigma, none.sigma);
     // Released variance = capped posterior latent variance + σ².
     let v = a.var.unwrap();
-    for k in 0..5 {
-        assert!((v[k] - auto.hat.latent_cov[(k, k)] - auto.sigma.powi(2)).abs() < 1e-10);
+    for (k, vk) in v.iter().enumerate() {
+        assert!((vk - auto.hat.latent_cov[(k, k)] - auto.sigma.powi(2)).abs() < 1e-10);
     }
     // The noised means are the noise-free capped means plus N(0, σ²) draws: their deviation is
     // of the right size (5 draws: within a factor of 4 of σ√5 in norm).
@@ -196,7 +197,9 @@ fn public_selection_is_label_free_and_equals_brute_force_greedy() {
     // never chosen again, and asking for more than remain returns what remains.
     let all = public_greedy(k.as_ref(), &d.x_train, &d.x_pool, &[], 100, 0.1, 0.1).unwrap();
     assert_eq!(all.len(), 40);
-    assert!(public_greedy(k.as_ref(), &d.x_train, &d.x_pool, &(0..40).collect::<Vec<_>>(), 3, 0.1, 0.1).unwrap().is_empty());
+    assert!(
+        public_greedy(k.as_ref(), &d.x_train, &d.x_pool, &(0..40).collect::<Vec<_>>(), 3, 0.1, 0.1).unwrap().is_empty()
+    );
     assert!(public_greedy(k.as_ref(), &d.x_train, &d.x_pool, &[], 3, 0.0, 0.1).is_err());
 }
 

@@ -35,7 +35,8 @@ pub fn pool_hash(n: usize) -> String {
 /// `mode/policy` for the thesis-era settings (function-space release, fitted θ, adaptive
 /// queries), then `/form/theta=…/queries=…` whenever any of those differs.
 fn policy_name(mode: &str, policy: &str, dp: &DpConfig) -> String {
-    let legacy = dp.release == ReleaseForm::Rkhs && dp.theta == ThetaPolicy::Fitted && dp.queries == QueryPolicy::Adaptive;
+    let legacy =
+        dp.release == ReleaseForm::Rkhs && dp.theta == ThetaPolicy::Fitted && dp.queries == QueryPolicy::Adaptive;
     if legacy {
         return format!("{mode}/{policy}");
     }

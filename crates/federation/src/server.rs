@@ -213,9 +213,22 @@ impl Node for NodeService {
                         epsilon: l.epsilon_spent(),
                         releases: l.releases.len() as u32,
                         rho_budget: l.rho_budget,
+                        release_log: l
+                            .releases
+                            .iter()
+                            .map(|r| pb::LedgerRelease {
+                                id: r.id.clone(),
+                                mechanism: r.mechanism.clone(),
+                                sigma: r.sigma,
+                                sensitivity: r.sensitivity,
+                                rho: r.rho,
+                                guaranteed: r.guaranteed,
+                            })
+                            .collect(),
                     })
                 })
-                .collect();
+                .collect::<Vec<_>>();
+            let (rho_total, epsilon_total) = p.privacy_spent_total();
             let rounds = p.turns().iter().map(|t| t.round).collect::<HashSet<_>>().len() as u32;
             Ok(pb::StatusResponse {
                 party: p.name.clone(),
@@ -224,6 +237,8 @@ impl Node for NodeService {
                 spend,
                 test_rmse: rmse,
                 test_rmse_alone: alone,
+                rho_total,
+                epsilon_total,
             })
         })
         .await?;

@@ -91,7 +91,11 @@ impl Hat {
     /// The noise-free released mean C·clip(y).
     pub fn mean(&self, y: &DVector<f64>, range: LabelRange) -> Result<DVector<f64>, PrivacyError> {
         if y.len() != self.c.ncols() {
-            return Err(PrivacyError::invalid(format!("{} labels for a hat matrix over {} rows", y.len(), self.c.ncols())));
+            return Err(PrivacyError::invalid(format!(
+                "{} labels for a hat matrix over {} rows",
+                y.len(),
+                self.c.ncols()
+            )));
         }
         Ok(&self.c * range.clip(y))
     }
@@ -112,10 +116,17 @@ fn check_inputs(x: &DMatrix<f64>, s2: &DVector<f64>, xq: &DMatrix<f64>) -> Resul
         )));
     }
     if s2.len() != x.nrows() {
-        return Err(PrivacyError::invalid(format!("finite release: {} noise variances for {} rows", s2.len(), x.nrows())));
+        return Err(PrivacyError::invalid(format!(
+            "finite release: {} noise variances for {} rows",
+            s2.len(),
+            x.nrows()
+        )));
     }
     if let Some(j) = s2.iter().position(|v| !(v.is_finite() && *v > 0.0)) {
-        return Err(PrivacyError::invalid(format!("finite release: noise variance of row {j} is {} (must be > 0)", s2[j])));
+        return Err(PrivacyError::invalid(format!(
+            "finite release: noise variance of row {j} is {} (must be > 0)",
+            s2[j]
+        )));
     }
     if x.iter().chain(xq.iter()).any(|v| !v.is_finite()) {
         return Err(PrivacyError::invalid("finite release: non-finite covariate"));
@@ -204,8 +215,8 @@ fn hat_vfe(
     // K_QQ − V1ᵀV1 + V1ᵀB⁻¹V1.
     let mut lb_v1 = v1.clone();
     chol_b.solve_l_in_place(&mut lb_v1);
-    let latent_cov =
-        &prior - matmul(v1.as_view(), true, v1.as_view(), false) + matmul(lb_v1.as_view(), true, lb_v1.as_view(), false);
+    let latent_cov = &prior - matmul(v1.as_view(), true, v1.as_view(), false)
+        + matmul(lb_v1.as_view(), true, lb_v1.as_view(), false);
     let influence = DVector::from_fn(n, |j, _| ct.row(j).norm());
     Ok(Hat { c: ct.transpose(), influence, loo_denominator, latent_cov, prior, noise: s2.clone(), jitter })
 }
@@ -339,7 +350,11 @@ impl FiniteRelease {
     /// Released mean C·clip(y) + σz for a standard-normal draw z.
     pub fn release(&self, y: &DVector<f64>, range: LabelRange, z: &DVector<f64>) -> Result<DVector<f64>, PrivacyError> {
         if z.len() != self.hat.c.nrows() {
-            return Err(PrivacyError::invalid(format!("{} noise draws for {} release points", z.len(), self.hat.c.nrows())));
+            return Err(PrivacyError::invalid(format!(
+                "{} noise draws for {} release points",
+                z.len(),
+                self.hat.c.nrows()
+            )));
         }
         Ok(self.hat.mean(y, range)? + z * self.sigma)
     }
@@ -596,7 +611,8 @@ mod tests {
         assert!(eig.min() > -1e-10, "reported covariance under-states the true error: {}", eig.min());
         // And for the uncapped model the two coincide.
         let c0 = &h0.c * &kxq;
-        let truth0 = &h0.prior - &c0 - c0.transpose() + &h0.c * (k.k(x.as_view(), x.as_view()) + DMatrix::from_diagonal(&s0)) * h0.c.transpose();
+        let truth0 = &h0.prior - &c0 - c0.transpose()
+            + &h0.c * (k.k(x.as_view(), x.as_view()) + DMatrix::from_diagonal(&s0)) * h0.c.transpose();
         assert!((&truth0 - &h0.latent_cov).abs().max() < 1e-10);
     }
 
@@ -628,7 +644,9 @@ mod tests {
         let (x, _, xq) = data(10);
         let s2 = DVector::from_element(10, 0.1);
         let err = |r: Result<Hat, PrivacyError>| r.unwrap_err().to_string();
-        assert!(err(hat(&se(), &x, &DVector::from_element(9, 0.1), &xq, HatModel::Exact)).contains("9 noise variances"));
+        assert!(
+            err(hat(&se(), &x, &DVector::from_element(9, 0.1), &xq, HatModel::Exact)).contains("9 noise variances")
+        );
         let mut bad = s2.clone();
         bad[3] = 0.0;
         assert!(err(hat(&se(), &x, &bad, &xq, HatModel::Exact)).contains("row 3"));

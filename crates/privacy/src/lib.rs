@@ -1,8 +1,11 @@
 //! # dpcotrain-privacy — honest label privacy for GP releases
 //!
-//! A party releases its GP posterior mean at pool points plus a GP-prior sample path scaled
-//! by σ (Hall, Rinaldo & Wasserman 2013; Thomas 2017 §1.4). This crate computes how much one
-//! label can move that release ([`sensitivity`]), how much noise a target (ε, δ) needs
+//! A party releases its GP posterior mean at pool points, either as a function plus a GP-prior
+//! sample path scaled by σ (Hall, Rinaldo & Wasserman 2013; Thomas 2017 §1.4), or — the honest
+//! default — as a finite vector at the asked points plus independent noise, calibrated to the
+//! exact hat-matrix sensitivity after influence capping ([`finite`]; docs/honest-dp.md). This
+//! crate computes how much one label can move a release ([`sensitivity`], [`finite`]), how much
+//! noise a target (ε, δ) needs
 //! ([`calibrate`]), draws the noise ([`noise`]), and keeps the books ([`accountant`]):
 //! every release is a Gaussian mechanism with ρ = Δ²/(2σ²) (zCDP), compositions add ρ, and the
 //! headline (ε, δ) comes from the exact Gaussian-DP conversion, with the CKS conversion as a
