@@ -340,7 +340,9 @@ pub async fn run(a: RunArgs) -> anyhow::Result<()> {
     );
     let n = orch.nodes.len() as u64;
     let mut first = true;
-    let (start, per_round, refusals) = drive(&orch, target, |round, i, _| {
+    let mut skipped: Vec<String> = Vec::new();
+    let (start, per_round, refusals) = drive(&orch, target, |round, i, r| {
+        skipped.extend(r.skipped.iter().cloned());
         if first {
             bar.set_length((target - round) as u64 * n);
             first = false;
@@ -361,7 +363,7 @@ pub async fn run(a: RunArgs) -> anyhow::Result<()> {
         println!(
             "{}",
             serde_json::json!({"federation_id": cfg.federation_id, "rounds": target, "started_at_round": start,
-                               "parties": rows, "refused": refusals})
+                               "parties": rows, "refused": refusals, "skipped": skipped})
         );
     } else {
         if start > 0 {
@@ -396,6 +398,12 @@ pub async fn run(a: RunArgs) -> anyhow::Result<()> {
         }
         for why in &refusals {
             println!("refused: {why}");
+        }
+        if !skipped.is_empty() {
+            println!(
+                "{} peer requests not sent: each peer's budget for the querier was already spent (its one release was made)",
+                skipped.len()
+            );
         }
     }
     Ok(())

@@ -103,7 +103,7 @@ fn two_party_example_runs_over_mutual_tls() {
         assert!(p["rmse_before"].as_f64().unwrap().is_finite());
         let spent = p["privacy_spent"].as_array().unwrap();
         assert_eq!(spent.len(), 1);
-        assert_eq!(spent[0]["releases"], 1, "release-once: one release per requester");
+        assert_eq!(spent[0]["releases"], 1, "batches: one release of 25 entities per requester");
         assert!(spent[0]["epsilon"].as_f64().unwrap() <= 1.0 + 1e-9, "budget respected");
     }
     // Running again to the same total is a no-op that reports the same result.
@@ -144,11 +144,11 @@ fn two_party_example_runs_over_mutual_tls() {
     assert!(err.contains("nan.toml") && err.contains("privacy.epsilon"), "{err}");
     // The honest-release settings are checked by name too.
     for (from, to, needle) in [
-        ("policy = \"release-once\"", "policy = \"batches\"\ncap = \"eta=-1\"", "privacy.cap"),
-        ("policy = \"release-once\"", "policy = \"batches\"\ntheta = \"secret\"", "privacy.theta"),
-        ("policy = \"release-once\"", "policy = \"batches\"\nqueries_per_turn = 0", "privacy.queries_per_turn"),
-        ("policy = \"release-once\"", "policy = \"batches\"\npublic_theta = [1.0, -1.0, 0.1]", "privacy.public_theta"),
-        ("policy = \"release-once\"", "policy = \"per-query\"\nrelease = \"finite\"", "per-query"),
+        ("policy = \"batches\"", "policy = \"batches\"\ncap = \"eta=-1\"", "privacy.cap"),
+        ("policy = \"batches\"", "policy = \"batches\"\ntheta = \"secret\"", "privacy.theta"),
+        ("queries_per_turn = 25", "queries_per_turn = 0", "privacy.queries_per_turn"),
+        ("policy = \"batches\"", "policy = \"batches\"\npublic_theta = [1.0, -1.0, 0.1]", "privacy.public_theta"),
+        ("policy = \"batches\"", "policy = \"per-query\"\nrelease = \"finite\"", "per-query"),
         ("combiner = \"noisy\"", "combiner = \"hybrid\"\nanswers = \"likelihood\"", "model.answers"),
     ] {
         let text = std::fs::read_to_string(dir.join("party-a.toml"))
@@ -189,7 +189,7 @@ fn two_party_example_runs_over_mutual_tls() {
 fn a_node_killed_mid_run_resumes_and_the_ledger_shows_each_release_once() {
     // Per-query releases (a new charge whenever a peer's model changed) make the ledger long.
     let per_query = |t: String| {
-        t.replace("policy = \"release-once\"", "policy = \"per-query\"")
+        t.replace("policy = \"batches\"", "policy = \"per-query\"")
             .replace("epsilon = 1.0\n", "epsilon = 1.0\nbudget_epsilon = 40.0\n")
     };
     let rounds = 10;
@@ -278,6 +278,11 @@ fn three_party_example_completes_a_run() {
         }
     }
     assert!(v["refused"].as_array().unwrap().is_empty(), "{}", v["refused"]);
+    // Under batches each party asks each peer once (round 1); rounds 2 and 3 send nothing new
+    // because every peer's budget for it is spent: 3 parties × 2 peers × 2 rounds skips.
+    let skipped = v["skipped"].as_array().unwrap();
+    assert_eq!(skipped.len(), 12, "{skipped:?}");
+    assert!(skipped.iter().all(|s| s.as_str().unwrap().contains("budget")));
 }
 
 /// Run examples/python/client.py against node A (status as the orchestrator, predict as B),
@@ -294,9 +299,15 @@ fn python_client(dir: &Path) {
     let st: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(st["party"], "A");
     assert_eq!(st["rounds_done"], 3);
+    // Ask (as B) for three entities A already released to B during the run.
+    let state: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("state/A/state.json")).unwrap()).unwrap();
+    let released: Vec<String> = state["requesters"]["B"]["answered"].as_array().unwrap()[..3]
+        .iter()
+        .map(|v| v.as_u64().unwrap().to_string())
+        .collect();
     let out = Command::new("python3")
         .arg(&script)
-        .args(["--as", "B", "--indices", "0,1,2", "--config"])
+        .args(["--as", "B", "--indices", &released.join(","), "--config"])
         .arg(dir.join("party-a.toml"))
         .output()
         .unwrap();
@@ -304,6 +315,6 @@ fn python_client(dir: &Path) {
     let ans: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(ans["responder"], "A");
     assert_eq!(ans["mean"].as_array().unwrap().len(), 3);
-    // Release-once: B's one release happened during the run; this answer is post-processing.
+    // B's one release happened during the run; this answer is post-processing.
     assert_eq!(ans["new_release"], false);
 }

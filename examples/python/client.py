@@ -52,6 +52,39 @@ def pool_hash(n):
     return f"fnv1a64:{h:016x}:{n}"
 
 
+def rust_float(x):
+    """A float as Rust's Display writes it (1.0 -> "1", 0.1 -> "0.1")."""
+    s = repr(float(x))
+    return s[:-2] if s.endswith(".0") else s
+
+
+def policy_string(pv):
+    """The release-policy string of the handshake, as a node derives it from its [privacy] table
+    (crates/federation/src/agreement.rs: policy_name)."""
+    mode = pv.get("mode", "calibrated")
+    policy = pv.get("policy", "per-query" if mode == "thesis" else "batches")
+    honest = policy == "batches"
+    release = pv.get("release", "finite" if honest else "rkhs")
+    theta = pv.get("theta", "public" if honest else "fitted")
+    queries = pv.get("queries", "public" if honest else "adaptive")
+    if release == "rkhs" and theta == "fitted" and queries == "adaptive":
+        return f"{mode}/{policy}"
+    if release == "finite":
+        cap = pv.get("cap", "auto")
+        if cap == "none":
+            form = "finite"
+        elif cap.startswith("eta="):
+            form = f"finite+cap(eta={rust_float(cap[4:])})"
+        else:
+            form = f"finite+cap({cap})"
+    else:
+        form = "rkhs"
+    if theta == "public":
+        t = pv.get("public_theta", [1.0, 1.0, 0.1])
+        theta = "public(" + ",".join(rust_float(v) for v in t) + ")"
+    return f"{mode}/{policy}/{form}/theta={theta}/queries={queries}"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", required=True, help="the node's party TOML (address, secrets folder, policy)")
@@ -87,7 +120,7 @@ def main():
 
     pv, data = cfg.get("privacy", {}), cfg.get("data", {})
     n_pool = sum(1 for _ in open(base / data["pool"])) - 1
-    mode, policy = pv.get("mode", "calibrated"), pv.get("policy", "release-once")
+    mode = pv.get("mode", "calibrated")
     eps, delta, (lo, hi) = pv.get("epsilon", 1.0), pv.get("delta", 1e-5), pv.get("label_range", [-3.0, 3.0])
     if mode == "off":
         eps, delta, lo, hi = 0.0, 0.0, 0.0, 0.0
@@ -96,7 +129,7 @@ def main():
     hs = stub.Handshake(pb.HandshakeRequest(
         protocol_version="dpcotrain.v1", federation_id=cfg["federation_id"], party=a.who,
         pool_hash=pool_hash(n_pool), y_mean=data.get("y_mean", 0.0), y_scale=data.get("y_scale", 1.0),
-        release_policy=f"{mode}/{policy}", epsilon=eps, delta=delta, label_lo=lo, label_hi=hi),
+        release_policy=policy_string(pv), epsilon=eps, delta=delta, label_lo=lo, label_hi=hi),
         metadata=meta, timeout=30)
     if not hs.accepted:
         sys.exit(f"handshake refused by {hs.party}: {hs.reason}")

@@ -425,6 +425,13 @@ impl CoModel {
         };
         let cov = check(&a.cov, "covariance")?;
         let prior = check(&a.prior_cov, "prior covariance")?;
+        if self.answer_form == AnswerForm::Likelihood && (prior.is_none() || a.noise_var.is_none()) {
+            return Err(CotrainError::Peer {
+                peer: a.responder.clone(),
+                message: "the likelihood reading needs the prior covariance and the DP noise variance of every answer"
+                    .into(),
+            });
+        }
         if cov.is_some() {
             b.cov = cov;
         }
@@ -687,6 +694,9 @@ impl CoModel {
 fn likelihood_messages(b: &PeerBlock) -> Result<(Vec<f64>, Vec<f64>), CotrainError> {
     let fail = |m: String| CotrainError::Peer { peer: b.peer.clone(), message: m };
     let prior = b.prior.as_ref().ok_or_else(|| fail("the likelihood reading needs the prior covariance".into()))?;
+    if prior.nrows() != b.indices.len() || prior.ncols() != b.indices.len() || b.noise_vars.len() != b.indices.len() {
+        return Err(fail("the prior covariance or noise variances do not cover the answered indices".into()));
+    }
     let mut means = Vec::with_capacity(b.indices.len());
     let mut vars = Vec::with_capacity(b.indices.len());
     for k in 0..b.indices.len() {
@@ -704,8 +714,16 @@ fn likelihood_messages(b: &PeerBlock) -> Result<(Vec<f64>, Vec<f64>), CotrainErr
             continue;
         }
         let g = p / gap;
+        let var = v * g + s2 * g * g;
+        if !(var.is_finite() && var <= cap) {
+            // Too noisy to carry information: weightless (a capped variance with the full mean
+            // would give the noise far too much weight).
+            means.push(0.0);
+            vars.push(cap);
+            continue;
+        }
         means.push(b.means[k] * g);
-        vars.push((v * g + s2 * g * g).min(cap));
+        vars.push(var);
     }
     Ok((means, vars))
 }

@@ -109,7 +109,7 @@ pub async fn query_turn<P: Peer>(
     }
     // Nobody was asked (every peer's budget for us is spent, or every request failed): the
     // turn asked nothing.
-    let asked = report.refused.iter().any(|(_, why)| !why.starts_with("not asked:"));
+    let asked = report.refused.iter().any(|(_, why)| !why.starts_with(crate::responder::NOT_ASKED));
     if !asked {
         report.index = None;
         report.indices.clear();

@@ -30,6 +30,10 @@ use dpcotrain_privacy::sensitivity::{LabelRange, from_influence};
 use nalgebra::{DMatrix, DVector};
 use std::collections::HashMap;
 
+/// Prefix of the reason recorded for a peer that was deliberately not asked (its budget for the
+/// querier is spent): a skip, not a failure.
+pub const NOT_ASKED: &str = "not asked:";
+
 /// Inducing points of the sparse local model of a large private set.
 pub const DEFAULT_INDUCING: usize = 300;
 
@@ -397,7 +401,7 @@ impl Party {
         let unit = calibrate(*mechanism, *epsilon, *delta, 1.0).ok()?.sigma;
         let cost = 0.5 / (unit * unit);
         (left < cost * (1.0 - 1e-6)).then(|| {
-            format!("not asked: {peer}'s budget for this party is spent (ρ left {left:.3e} < {cost:.3e} per release)")
+            format!("{NOT_ASKED} {peer}'s budget for this party is spent (ρ left {left:.3e} < {cost:.3e} per release)")
         })
     }
 
@@ -560,7 +564,10 @@ impl Party {
 
     /// Answer a peer's request through the release path.
     pub fn answer(&mut self, req: &PredictRequest) -> Result<Answer, CotrainError> {
-        if let Some(a) = self.cache.get(&req.request_id) {
+        // Retries are recognised per (requester, request id): another requester reusing an id
+        // gets nothing of the first requester's answer.
+        let cache_key = format!("{}\u{1f}{}", req.requester, req.request_id);
+        if let Some(a) = self.cache.get(&cache_key) {
             return Ok(a.clone());
         }
         if req.requester == self.name {
@@ -584,7 +591,7 @@ impl Party {
             ReleasePolicy::PerQuery => self.answer_per_query(req)?,
             ReleasePolicy::Batches => self.answer_batches(req)?,
         };
-        self.cache.insert(req.request_id.clone(), ans.clone());
+        self.cache.insert(cache_key, ans.clone());
         Ok(ans)
     }
 

@@ -224,6 +224,23 @@ fn impossible_combinations_are_refused_with_reasons() {
     assert!(bad(DpConfig { theta: ThetaPolicy::Public(t), ..honest() }).contains("lengthscale"));
 }
 
+/// A retry is recognised per (requester, request id): another requester reusing the id gets a
+/// release of its own (charged to its own ledger), never the first requester's answer.
+#[test]
+fn a_request_id_does_not_replay_across_requesters() {
+    let mut p = party(honest(), 1);
+    let a = p.answer(&req("same-id", vec![3, 7], Uncertainty::Marginal)).unwrap();
+    let mut other = req("same-id", vec![3, 7], Uncertainty::Marginal);
+    other.requester = "C".into();
+    let c = p.answer(&other).unwrap();
+    assert_ne!(c.mean, a.mean, "C must not receive A's noised means");
+    assert!(c.charge.unwrap().new_release);
+    assert_eq!(p.ledger("C").unwrap().releases.len(), 1);
+    assert_eq!(p.ledger("A").unwrap().releases.len(), 1);
+    // A's own retry still returns A's answer.
+    assert_eq!(p.answer(&req("same-id", vec![3, 7], Uncertainty::Marginal)).unwrap(), a);
+}
+
 #[test]
 fn batches_survive_a_restart_number_for_number() {
     let mut p = party(honest(), 1);
@@ -312,6 +329,19 @@ mod likelihood_reading {
         assert!((got.var - want.var).abs().max() < 1e-10);
     }
 
+    /// An answer whose DP noise swamps everything it says gets no weight, not a capped weight
+    /// on a huge mean.
+    #[test]
+    fn a_swamped_answer_carries_no_weight() {
+        let mut alone = model();
+        let before = alone.predict(&grid(), false).unwrap();
+        let mut m = model();
+        // v within 1e-7 of p: g = 1e7, s²g² = 1e14 ≫ the cap.
+        m.absorb(&answer(2.0, 1.0 - 1e-7 + 1.0, 1.0, 1.0)).unwrap();
+        let after = m.predict(&grid(), false).unwrap();
+        assert!((&after.mean - &before.mean).abs().max() < 1e-6);
+    }
+
     /// A peer that knows nothing at the point answers its prior (mean 0, variance p): the
     /// likelihood reading gives it no weight; the posterior reading (the thesis) pulls the
     /// querier towards 0.
@@ -336,8 +366,12 @@ mod likelihood_reading {
         let mut m = model();
         let mut a = answer(0.3, 0.5, 0.1, 1.0);
         a.noise_var = None;
-        m.absorb(&a).unwrap();
-        assert!(m.predict(&grid(), false).unwrap_err().to_string().contains("noise variance"));
+        assert!(m.absorb(&a).unwrap_err().to_string().contains("noise variance"));
+        let mut a = answer(0.3, 0.5, 0.1, 1.0);
+        a.prior_cov = None;
+        assert!(m.absorb(&a).unwrap_err().to_string().contains("prior covariance"));
+        // The rejected answers left nothing behind: the model still predicts.
+        assert!(m.predict(&grid(), false).is_ok());
         let mut m = model();
         let mut a = answer(0.3, 0.5, 0.1, 1.0);
         a.noise_var = Some(vec![-1.0]);

@@ -112,13 +112,26 @@ fn save(store: &Option<Arc<StateStore>>, p: &Party) -> Result<(), CotrainError> 
     }
 }
 
+use dpcotrain_cotrain::responder::NOT_ASKED;
+
 fn turn_to_pb(querier: &str, t: &TurnRecord, rmse: f64) -> pb::RunRoundResponse {
     pb::RunRoundResponse {
         querier: querier.into(),
         asked: t.index.is_some(),
         index: t.index.unwrap_or(0) as u64,
         answered_by: t.answers.iter().map(|a| a.responder.clone()).collect(),
-        refused: t.refused.iter().map(|(p, why)| format!("{p}: {why}")).collect(),
+        refused: t
+            .refused
+            .iter()
+            .filter(|(_, why)| !why.starts_with(NOT_ASKED))
+            .map(|(p, why)| format!("{p}: {why}"))
+            .collect(),
+        skipped: t
+            .refused
+            .iter()
+            .filter(|(_, why)| why.starts_with(NOT_ASKED))
+            .map(|(p, why)| format!("{p}: {why}"))
+            .collect(),
         test_rmse: rmse,
         indices: match t.answers.first() {
             Some(a) => a.indices.iter().map(|&i| i as u64).collect(),

@@ -165,7 +165,7 @@ fn hat_exact(kernel: &dyn Kernel, x: &DMatrix<f64>, s2: &DVector<f64>, xq: &DMat
     let mut ct = w; // Cᵀ = L⁻ᵀ L⁻¹ K_XQ
     chol.solve_lt_in_place(&mut ct);
     let a_diag = chol.inverse_lower().diagonal();
-    let influence = DVector::from_fn(n, |j, _| ct.row(j).norm());
+    let influence = DVector::from_fn(n, |j, _| scaled_norm(ct.row(j).iter()));
     let loo_denominator = a_diag.map(|a| 1.0 / a);
     Ok(Hat { c: ct.transpose(), influence, loo_denominator, latent_cov, prior, noise: s2.clone(), jitter })
 }
@@ -217,8 +217,18 @@ fn hat_vfe(
     chol_b.solve_l_in_place(&mut lb_v1);
     let latent_cov = &prior - matmul(v1.as_view(), true, v1.as_view(), false)
         + matmul(lb_v1.as_view(), true, lb_v1.as_view(), false);
-    let influence = DVector::from_fn(n, |j, _| ct.row(j).norm());
+    let influence = DVector::from_fn(n, |j, _| scaled_norm(ct.row(j).iter()));
     Ok(Hat { c: ct.transpose(), influence, loo_denominator, latent_cov, prior, noise: s2.clone(), jitter })
+}
+
+/// ‖v‖₂ computed as m·‖v/m‖₂ with m = max|v_i|, so that tiny entries (a release point far from
+/// every private row) do not underflow to a zero norm — a zero Δ would release C·y unnoised.
+fn scaled_norm<'a>(v: impl Iterator<Item = &'a f64> + Clone) -> f64 {
+    let m = v.clone().fold(0.0f64, |m, x| m.max(x.abs()));
+    if m == 0.0 || !m.is_finite() {
+        return m;
+    }
+    m * v.map(|x| (x / m) * (x / m)).sum::<f64>().sqrt()
 }
 
 /// What one capping run did.
@@ -637,6 +647,26 @@ mod tests {
         let m = auto.hat.mean(&y, range()).unwrap();
         assert!((rel - m - &z * auto.sigma).norm() < 1e-12);
         assert!((auto.released_var()[0] - auto.hat.latent_cov[(0, 0)] - auto.sigma.powi(2)).abs() < 1e-12);
+    }
+
+    /// Influences of a row far from every release point are tiny, not zero: Δ never
+    /// underflows to 0 (which would release C·y unnoised).
+    #[test]
+    fn influence_of_a_far_row_does_not_underflow() {
+        let x = DMatrix::from_column_slice(2, 1, &[0.0, 0.3]);
+        let xq = DMatrix::from_column_slice(1, 1, &[40.0]);
+        let k = SquaredExponential::isotropic(1.0, 1.0);
+        let h = hat(&k, &x, &DVector::from_element(2, 0.1), &xq, HatModel::Exact).unwrap();
+        // k(40, 0) = exp(−800) ≈ 1e−348 underflows; at 37 it is ≈ 1e−298, whose square does.
+        let xq = DMatrix::from_column_slice(1, 1, &[37.0]);
+        let h2 = hat(&k, &x, &DVector::from_element(2, 0.1), &xq, HatModel::Exact).unwrap();
+        assert!(h2.influence.max() > 0.0, "{}", h2.influence.max());
+        assert!(h2.c.iter().any(|c| *c != 0.0));
+        // Where C is exactly zero the mean is exactly zero too: nothing about the labels leaks.
+        if h.influence.max() == 0.0 {
+            assert!(h.c.iter().all(|c| *c == 0.0));
+        }
+        assert_eq!(scaled_norm([3e-200, 4e-200].iter()), 5e-200);
     }
 
     #[test]
