@@ -257,8 +257,13 @@ fn floors(json: bool) -> anyhow::Result<()> {
 
 /// Rows saved in `dir/runs.jsonl` (a torn last line from a crash is skipped).
 fn load_runs(dir: &std::path::Path) -> anyhow::Result<Vec<RunRow>> {
-    let path = dir.join("runs.jsonl");
-    let text = match std::fs::read_to_string(&path) {
+    load_jsonl(&dir.join("runs.jsonl"))
+}
+
+/// Every row of a JSON-lines journal; a missing file is empty, and a torn last line (a crash
+/// mid-write) is skipped with a note. Any other bad line is an error naming file and line.
+pub(crate) fn load_jsonl<T: serde::de::DeserializeOwned>(path: &std::path::Path) -> anyhow::Result<Vec<T>> {
+    let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
         Err(e) => anyhow::bail!("cannot read {}: {e}", path.display()),
@@ -266,7 +271,7 @@ fn load_runs(dir: &std::path::Path) -> anyhow::Result<Vec<RunRow>> {
     let lines: Vec<&str> = text.lines().collect();
     let mut rows = Vec::new();
     for (i, line) in lines.iter().enumerate() {
-        match serde_json::from_str::<RunRow>(line) {
+        match serde_json::from_str::<T>(line) {
             Ok(r) => rows.push(r),
             Err(_) if i + 1 == lines.len() => eprintln!("{}: ignoring a torn last line", path.display()),
             Err(e) => anyhow::bail!("{} line {}: {e}", path.display(), i + 1),
@@ -457,7 +462,7 @@ fn write_report(dir: &PathBuf, grid: &Grid, rows: &[RunRow], secs: f64) -> anyho
 }
 
 /// Write via a temporary file and rename, so a crash never leaves a half-written report.
-fn write_atomic(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
+pub(crate) fn write_atomic(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, text).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", tmp.display()))?;
     std::fs::rename(&tmp, path).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;

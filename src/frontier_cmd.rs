@@ -2,6 +2,7 @@
 //! (docs/honest-dp.md): test RMSE alone / co-trained without DP / co-trained at each ε for each
 //! release mechanism and θ policy, the share of the non-private gain recovered, and a figure.
 
+use crate::experiment_cmd::{load_jsonl, write_atomic};
 use crate::svg::{LineChart, Marker, Series};
 use clap::Args;
 use dpcotrain_cotrain::combiner::AnswerForm;
@@ -143,24 +144,6 @@ fn config(a: &FrontierArgs) -> anyhow::Result<FrontierConfig> {
     Ok(cfg)
 }
 
-fn load(path: &Path) -> anyhow::Result<Vec<FrontierRow>> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
-        Err(e) => anyhow::bail!("cannot read {}: {e}", path.display()),
-    };
-    let lines: Vec<&str> = text.lines().collect();
-    let mut rows = Vec::new();
-    for (i, line) in lines.iter().enumerate() {
-        match serde_json::from_str::<FrontierRow>(line) {
-            Ok(r) => rows.push(r),
-            Err(_) if i + 1 == lines.len() => eprintln!("{}: ignoring a torn last line", path.display()),
-            Err(e) => anyhow::bail!("{} line {}: {e}", path.display(), i + 1),
-        }
-    }
-    Ok(rows)
-}
-
 pub fn run(a: FrontierArgs) -> anyhow::Result<()> {
     let cfg = config(&a)?;
     let keys: HashSet<String> = cfg.jobs().iter().map(|j| j.key()).collect();
@@ -174,7 +157,7 @@ pub fn run(a: FrontierArgs) -> anyhow::Result<()> {
         }
         // A job counts as done only if all of its rows were written (rows of one job are
         // written together, so a torn job is simply re-run).
-        let all = load(&path)?;
+        let all: Vec<FrontierRow> = load_jsonl(&path)?;
         let mut per_job: BTreeMap<String, usize> = BTreeMap::new();
         for r in &all {
             *per_job.entry(r.job_key()).or_default() += 1;
@@ -366,11 +349,4 @@ fn write_report(dir: &Path, cfg: &FrontierConfig, cells: &[FrontierCell], secs: 
 
 fn slug(s: &str) -> String {
     s.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect()
-}
-
-fn write_atomic(path: &Path, text: &str) -> anyhow::Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, path).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
-    Ok(())
 }

@@ -269,9 +269,13 @@ pub fn cap(
         iterations += 1;
         let max_influence = h.influence.max();
         let converged = max_influence <= tau * (1.0 + CAP_TOLERANCE);
-        if converged || iterations >= max_iterations.max(1) {
+        let report = |s: &DVector<f64>, converged: bool| {
             let rows_inflated = s.iter().zip(s2.iter()).filter(|(a, b)| a > b).count();
-            return Ok((h, CapReport { tau, iterations, rows_inflated, converged, max_influence }));
+            CapReport { tau, iterations, rows_inflated, converged, max_influence }
+        };
+        if converged || iterations >= max_iterations.max(1) {
+            let r = report(&s, converged);
+            return Ok((h, r));
         }
         let mut moved = false;
         for j in 0..s.len() {
@@ -288,8 +292,8 @@ pub fn cap(
             }
         }
         if !moved {
-            let rows_inflated = s.iter().zip(s2.iter()).filter(|(a, b)| a > b).count();
-            return Ok((h, CapReport { tau, iterations, rows_inflated, converged: false, max_influence }));
+            let r = report(&s, false);
+            return Ok((h, r));
         }
     }
 }
