@@ -185,7 +185,8 @@ impl ReleaseModel {
         Ok(match dp {
             Some((mu, range)) => plan(self.kernel.as_ref(), &self.x, &s2, xq, self.hat_model(), range, mu, cap)?,
             None => {
-                let h = hat(self.kernel.as_ref(), &self.x, &s2, xq, self.hat_model())?;
+                let mut h = hat(self.kernel.as_ref(), &self.x, &s2, xq, self.hat_model())?;
+                h.make_conservative(self.kernel.as_ref(), &self.x, xq, self.hat_model());
                 FiniteRelease {
                     hat: h,
                     sensitivity: Sensitivity { value: 0.0, worst_row: 0 },

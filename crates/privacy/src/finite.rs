@@ -82,6 +82,19 @@ pub struct Hat {
 }
 
 impl Hat {
+    /// Replace the VFE model's reported covariance by a bound on the true error covariance of
+    /// the released estimate C·y (a no-op for the exact model, where the two coincide): for any
+    /// linear estimator and real noise S₀ ⪯ diag s², the error covariance is at most
+    /// K_QQ − C K_XQ − K_QX Cᵀ + C (K_XX + diag s²) Cᵀ. The VFE posterior covariance is not such
+    /// a bound (it leaves out C(K − Q)Cᵀ), so a querier would over-trust the answer. O(q n²)
+    /// flops, K_XX formed in column blocks of at most ~4M entries.
+    pub fn make_conservative(&mut self, kernel: &dyn Kernel, x: &DMatrix<f64>, xq: &DMatrix<f64>, model: HatModel<'_>) {
+        if matches!(model, HatModel::Exact) {
+            return;
+        }
+        self.latent_cov = error_covariance(kernel, x, &self.noise, xq, &self.c, &self.prior);
+    }
+
     /// Δ = d·max_j ‖C e_j‖₂ (with the safety margin) and the row that attains it.
     pub fn sensitivity(&self, range: LabelRange) -> Result<Sensitivity, PrivacyError> {
         let rows: Vec<usize> = (0..self.influence.len()).collect();
@@ -219,6 +232,48 @@ fn hat_vfe(
         + matmul(lb_v1.as_view(), true, lb_v1.as_view(), false);
     let influence = DVector::from_fn(n, |j, _| scaled_norm(ct.row(j).iter()));
     Ok(Hat { c: ct.transpose(), influence, loo_denominator, latent_cov, prior, noise: s2.clone(), jitter })
+}
+
+/// K_QQ − C K_XQ − K_QX Cᵀ + C (K_XX + diag s²) Cᵀ: the error covariance of the linear
+/// estimator C·y of f(Q) when y = f(X) + e, e ~ N(0, diag s²), f ~ GP(0, k).
+pub fn error_covariance(
+    kernel: &dyn Kernel,
+    x: &DMatrix<f64>,
+    s2: &DVector<f64>,
+    xq: &DMatrix<f64>,
+    c: &DMatrix<f64>,
+    prior: &DMatrix<f64>,
+) -> DMatrix<f64> {
+    let n = x.nrows();
+    let q = c.nrows();
+    let ckxq = matmul(c.as_view(), false, kernel.k(x.as_view(), xq.as_view()).as_view(), false); // q × q
+    let mut ckc = DMatrix::<f64>::zeros(q, q);
+    let block = (4_000_000 / n.max(1)).clamp(16, n.max(16));
+    let mut start = 0;
+    while start < n {
+        let b = block.min(n - start);
+        let xb = x.rows(start, b);
+        let kxb = kernel.k(x.as_view(), xb); // n × b
+        let ck = matmul(c.as_view(), false, kxb.as_view(), false); // q × b
+        let cb = c.columns(start, b);
+        ckc += matmul(ck.as_view(), false, cb, true);
+        for j in 0..b {
+            let w = s2[start + j];
+            let col = c.column(start + j);
+            ckc.ger(w, &col, &col, 1.0);
+        }
+        start += b;
+    }
+    let mut out = prior - &ckxq - ckxq.transpose() + ckc;
+    // Exactly symmetric.
+    for i in 0..q {
+        for j in 0..i {
+            let v = 0.5 * (out[(i, j)] + out[(j, i)]);
+            out[(i, j)] = v;
+            out[(j, i)] = v;
+        }
+    }
+    out
 }
 
 /// ‖v‖₂ computed as m·‖v/m‖₂ with m = max|v_i|, so that tiny entries (a release point far from
@@ -396,7 +451,7 @@ pub fn plan(
         Ok(FiniteRelease { hat, sensitivity, sigma, eta, cap })
     };
     let sf = |h: &Hat| h.prior.diagonal().max().max(0.0).sqrt();
-    match rule {
+    let mut chosen = match rule {
         CapRule::None => finish(hat(kernel, x, s2, xq, model)?, None, None),
         CapRule::Fixed { eta } => {
             check_eta(*eta)?;
@@ -429,7 +484,9 @@ pub fn plan(
             }
             Ok(best)
         }
-    }
+    }?;
+    chosen.hat.make_conservative(kernel, x, xq, model);
+    Ok(chosen)
 }
 
 fn check_eta(eta: f64) -> Result<(), PrivacyError> {
@@ -628,6 +685,37 @@ mod tests {
         let truth0 = &h0.prior - &c0 - c0.transpose()
             + &h0.c * (k.k(x.as_view(), x.as_view()) + DMatrix::from_diagonal(&s0)) * h0.c.transpose();
         assert!((&truth0 - &h0.latent_cov).abs().max() < 1e-10);
+    }
+
+    /// For VFE the released covariance bounds the true error covariance (random trials with few
+    /// inducing points, where the VFE posterior covariance does not); for the exact model the
+    /// error covariance is the posterior covariance.
+    #[test]
+    fn released_vfe_covariance_bounds_the_true_error() {
+        let (x, _, xq) = data(20);
+        let s2 = DVector::from_element(20, 0.1);
+        let k = se();
+        let mu = crate::gaussian::gdp_mu_for(1.0, 1e-5);
+        let mut under_stated = false;
+        for m in [1usize, 3, 6] {
+            let z = x.rows(0, m).clone_owned();
+            let rel = plan(&k, &x, &s2, &xq, HatModel::Vfe { z: &z }, range(), mu, &CapRule::auto()).unwrap();
+            // True error covariance under the real noise s2 (⪯ the capped noise).
+            let truth = error_covariance(&k, &x, &s2, &xq, &rel.hat.c, &rel.hat.prior);
+            let gap = (&rel.hat.latent_cov - &truth).symmetric_eigenvalues();
+            assert!(gap.min() > -1e-10, "m = {m}: reported covariance under-states the error by {}", gap.min());
+            // The released covariance is the error covariance under the capped noise; the raw VFE
+            // posterior covariance can under-state the error under the real noise.
+            let capped = error_covariance(&k, &x, &rel.hat.noise, &xq, &rel.hat.c, &rel.hat.prior);
+            assert!((&capped - &rel.hat.latent_cov).abs().max() < 1e-10);
+            let raw = hat(&k, &x, &s2, &xq, HatModel::Vfe { z: &z }).unwrap();
+            let raw_truth = error_covariance(&k, &x, &s2, &xq, &raw.c, &raw.prior);
+            under_stated |= (0..6).any(|i| raw.latent_cov[(i, i)] < raw_truth[(i, i)] - 1e-6);
+        }
+        assert!(under_stated, "the raw VFE covariance was never short of the true error: the test shows nothing");
+        let e = hat(&k, &x, &s2, &xq, HatModel::Exact).unwrap();
+        let truth = error_covariance(&k, &x, &s2, &xq, &e.c, &e.prior);
+        assert!((&truth - &e.latent_cov).abs().max() < 1e-10);
     }
 
     #[test]
