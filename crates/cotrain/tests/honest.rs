@@ -378,3 +378,28 @@ mod likelihood_reading {
         assert!(m.absorb(&a).is_err());
     }
 }
+
+/// Release-once with the finite form: the capped private-only posterior over the whole pool,
+/// one charge per requester; every later answer is post-processing of that one release.
+#[test]
+fn whole_pool_finite_release_is_one_charge() {
+    let dp = DpConfig { policy: ReleasePolicy::ReleaseOnce, ..honest() };
+    let mut p = party(dp, 1);
+    let a = p.answer(&req("r1", vec![3, 7], Uncertainty::Marginal)).unwrap();
+    let c = a.charge.clone().unwrap();
+    assert!(c.new_release && c.guaranteed);
+    let b = p.answer(&req("r2", vec![20, 3], Uncertainty::Marginal)).unwrap();
+    assert!(!b.charge.unwrap().new_release);
+    assert_eq!(b.mean[1], a.mean[0]);
+    assert_eq!(p.ledger("A").unwrap().releases.len(), 1);
+    // σ, the noise variance and the released variance are those of one plan over the whole pool.
+    let d = data(1);
+    let t = PublicTheta::default();
+    let rm =
+        ReleaseModel::new(d.x_train.clone(), range().clip(&d.y_train), t.kernel(2), t.noise_variance, None, 0).unwrap();
+    let mu = gdp_mu_for(1.0, 1e-5);
+    let whole = rm.plan(&d.x_pool, Some((mu, range())), &CapRule::auto()).unwrap();
+    assert!((c.sigma - whole.sigma).abs() < 1e-12);
+    assert!((a.noise_var.unwrap()[0] - whole.sigma.powi(2)).abs() < 1e-12);
+    assert!((a.var.unwrap()[0] - whole.hat.latent_cov[(3, 3)] - whole.sigma.powi(2)).abs() < 1e-10);
+}
