@@ -67,7 +67,7 @@ target = "PE"
 [privacy]
 mode = "calibrated"
 epsilon = 1.0
-policy = "release-once"
+policy = "batches"
 
 [[peers]]
 name = "$PEER"
