@@ -329,9 +329,9 @@ fn write_report(dir: &Path, cfg: &FrontierConfig, cells: &[FrontierCell], secs: 
             by_n.entry(c.nobs).or_default().push((c.epsilon.log2(), (100.0 * c.recovered).clamp(-100.0, 120.0)));
         }
         let mut chart = LineChart::new(
-            format!("Share of the no-DP gain recovered — {data}, {mech}, θ {theta} (clipped to −100…120%)"),
+            format!("Gain recovered — {data}, {mech}, θ {theta}"),
             "log₂ ε",
-            "% of the no-DP gain",
+            "% of the no-DP gain (clipped to −100…120)",
         )
         .with_ref_line(100.0, "no-DP gain")
         .with_ref_line(0.0, "alone");
