@@ -210,7 +210,12 @@ impl Node for NodeService {
     }
 
     async fn status(&self, req: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
-        self.auth.check(&req)?;
+        // A peer sees only its own spend and no test RMSE (it is computed on this node's private
+        // test labels with its label-fitted model); the orchestrator sees everything.
+        let caller = match self.auth.check(&req)? {
+            Principal::Peer(p) => Some(p),
+            Principal::Anyone | Principal::Orchestrator => None,
+        };
         let party = self.party.clone();
         let alone = self.rmse_alone;
         let resp = blocking(move || {
@@ -241,7 +246,17 @@ impl Node for NodeService {
                     })
                 })
                 .collect::<Vec<_>>();
-            let (rho_total, epsilon_total) = p.privacy_spent_total();
+            let (mut rho_total, mut epsilon_total) = p.privacy_spent_total();
+            let restricted = caller.is_some();
+            let mut spend = spend;
+            let (mut rmse, mut alone) = (rmse, alone);
+            if let Some(c) = &caller {
+                spend.retain(|s| &s.peer == c);
+                rho_total = spend.first().map(|s| s.rho).unwrap_or(0.0);
+                epsilon_total = spend.first().map(|s| s.epsilon).unwrap_or(0.0);
+                rmse = 0.0;
+                alone = 0.0;
+            }
             let rounds = p.turns().iter().map(|t| t.round).collect::<HashSet<_>>().len() as u32;
             Ok(pb::StatusResponse {
                 party: p.name.clone(),
@@ -252,6 +267,7 @@ impl Node for NodeService {
                 test_rmse_alone: alone,
                 rho_total,
                 epsilon_total,
+                restricted,
             })
         })
         .await?;
