@@ -403,3 +403,50 @@ fn whole_pool_finite_release_is_one_charge() {
     assert!((a.noise_var.unwrap()[0] - whole.sigma.powi(2)).abs() < 1e-12);
     assert!((a.var.unwrap()[0] - whole.hat.latent_cov[(3, 3)] - whole.sigma.powi(2)).abs() < 1e-10);
 }
+
+/// A private view above the sparse threshold: the release model is VFE (greedy-variance
+/// inducing inputs from the covariates), the batch is charged exactly once at μ²/2, the
+/// released variances are label-free, and the release is the VFE hat's mean.
+#[test]
+fn a_large_private_view_releases_through_the_vfe_hat() {
+    use dpcotrain_cotrain::combiner::SPARSE_THRESHOLD;
+    let n = SPARSE_THRESHOLD + 1;
+    let make = |label_seed: u64| {
+        let mut r = ChaCha8Rng::seed_from_u64(3);
+        let x: DMatrix<f64> = DMatrix::from_fn(n, 1, |_, _| r.random_range(-2.0..2.0));
+        let pool: DMatrix<f64> = DMatrix::from_fn(30, 1, |_, _| r.random_range(-2.0..2.0));
+        let test: DMatrix<f64> = DMatrix::from_fn(5, 1, |_, _| r.random_range(-2.0..2.0));
+        let mut ry = ChaCha8Rng::seed_from_u64(label_seed);
+        let y = DVector::from_fn(n, |i, _| x[(i, 0)].sin() + 0.3 * ry.random_range(-1.0..1.0));
+        let d = PartyData {
+            name: "B".into(),
+            columns: vec!["u".into()],
+            x_train: x,
+            y_train: y,
+            y_test: DVector::from_fn(5, |i, _| test[(i, 0)].sin()),
+            x_pool: pool,
+            x_test: test,
+        };
+        Party::new(
+            d,
+            CombinerKind::Noisy,
+            Uncertainty::Marginal,
+            Box::new(SquaredExponential::ard(1.0, vec![1.0])),
+            NoiseVariance::new(0.1),
+            honest(),
+            Some(5),
+        )
+        .unwrap()
+    };
+    let (mut p1, mut p2) = (make(1), make(2));
+    assert!(p1.model.is_sparse());
+    let q = vec![1, 4, 9];
+    let a1 = p1.answer(&req("r", q.clone(), Uncertainty::Marginal)).unwrap();
+    let a2 = p2.answer(&req("r", q, Uncertainty::Marginal)).unwrap();
+    let c = a1.charge.clone().unwrap();
+    assert!((c.rho - gdp_mu_for(1.0, 1e-5).powi(2) / 2.0).abs() < 1e-12);
+    assert!(c.sigma > 0.0 && c.sigma.is_finite());
+    assert_eq!(a1.var, a2.var, "label-free variances");
+    assert_eq!(a1.charge.as_ref().map(|c| c.sigma), a2.charge.as_ref().map(|c| c.sigma));
+    assert_ne!(a1.mean, a2.mean);
+}
