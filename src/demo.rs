@@ -303,7 +303,7 @@ fn no_dp_reference(a: &DemoArgs, sc: &Scenario, kind: CombinerKind, unc: Uncerta
     };
     let parties = build_parties(sc, kind, unc, &dp, a.seed)?;
     for p in &parties {
-        p.lock().map_err(|_| anyhow::anyhow!("lock poisoned"))?.model.answer_form = form;
+        p.lock().map_err(|_| anyhow::anyhow!("lock poisoned"))?.model.set_answer_form(form)?;
     }
     let rep = block_on(run_in_process(&parties, a.rounds as usize))?;
     Ok(rep.parties.iter().map(|p| p.after.rmse).collect())

@@ -5,7 +5,6 @@
 use crate::experiment_cmd::{load_jsonl, write_atomic};
 use crate::svg::{LineChart, Marker, Series};
 use clap::Args;
-use dpcotrain_cotrain::combiner::AnswerForm;
 use dpcotrain_cotrain::frontier::{
     FrontierCell, FrontierConfig, FrontierData, FrontierMechanism, FrontierRow, ThetaChoice, run_frontier, summarise,
 };
@@ -115,19 +114,8 @@ fn config(a: &FrontierArgs) -> anyhow::Result<FrontierConfig> {
         queries: a.queries,
         delta: a.delta,
         range: LabelRange::new(a.label_range[0], a.label_range[1])?,
-        answers: match a.answers.as_str() {
-            "likelihood" => AnswerForm::Likelihood,
-            "posterior" => AnswerForm::Posterior,
-            other => anyhow::bail!("--answers: {other:?} is not likelihood or posterior"),
-        },
-        cap: match a.cap.as_str() {
-            "auto" => CapRule::auto(),
-            "none" => CapRule::None,
-            other => match other.strip_prefix("eta=").map(str::parse::<f64>) {
-                Some(Ok(eta)) if eta.is_finite() && eta > 0.0 => CapRule::Fixed { eta },
-                _ => anyhow::bail!("--cap: {other:?} is not auto, none or eta=X with X > 0"),
-            },
-        },
+        answers: a.answers.parse().map_err(|e| anyhow::anyhow!("--answers: {e}"))?,
+        cap: a.cap.parse::<CapRule>().map_err(|e| anyhow::anyhow!("--cap: {e}"))?,
     };
     // Check what was given before --quick narrows it.
     cfg.validate()?;
@@ -162,7 +150,7 @@ pub fn run(a: FrontierArgs) -> anyhow::Result<()> {
         for r in &all {
             *per_job.entry(r.job_key()).or_default() += 1;
         }
-        let expected = 2 * (1 + cfg.thetas.len() * (1 + cfg.mechanisms.len() * cfg.epsilons.len()));
+        let expected = cfg.rows_per_job();
         saved = all
             .into_iter()
             .filter(|r| keys.contains(&r.job_key()) && per_job.get(&r.job_key()).copied().unwrap_or(0) >= expected)

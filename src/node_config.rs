@@ -273,14 +273,7 @@ pub fn party_from_config(cfg: &PartyConfig, path: &Path) -> anyhow::Result<Party
         o => anyhow::bail!("{}: privacy.policy {o:?} is not batches, release-once or per-query", path.display()),
     };
     let honest = policy == ReleasePolicy::Batches;
-    let cap = match pv.cap.as_str() {
-        "auto" => CapRule::auto(),
-        "none" => CapRule::None,
-        o => match o.strip_prefix("eta=").map(str::parse::<f64>) {
-            Some(Ok(eta)) if eta.is_finite() && eta > 0.0 => CapRule::Fixed { eta },
-            _ => anyhow::bail!("{}: privacy.cap {o:?} is not auto, none or eta=X with X > 0", path.display()),
-        },
-    };
+    let cap: CapRule = pv.cap.parse().map_err(|e| anyhow::anyhow!("{}: privacy.cap: {e}", path.display()))?;
     let release = match pv.release.as_deref().unwrap_or(if honest { "finite" } else { "rkhs" }) {
         "finite" => ReleaseForm::Finite { cap },
         "rkhs" => ReleaseForm::Rkhs,
@@ -305,15 +298,13 @@ pub fn party_from_config(cfg: &PartyConfig, path: &Path) -> anyhow::Result<Party
         o => anyhow::bail!("{}: privacy.queries {o:?} is not public or adaptive", path.display()),
     };
     let likelihood_ok = kind == CombinerKind::Noisy && unc == Uncertainty::Marginal;
-    let answers = match cfg.model.answers.as_deref().unwrap_or(if honest && likelihood_ok {
-        "likelihood"
-    } else {
-        "posterior"
-    }) {
-        "likelihood" => AnswerForm::Likelihood,
-        "posterior" => AnswerForm::Posterior,
-        o => anyhow::bail!("{}: model.answers {o:?} is not likelihood or posterior", path.display()),
-    };
+    let answers: AnswerForm = cfg
+        .model
+        .answers
+        .as_deref()
+        .unwrap_or(if honest && likelihood_ok { "likelihood" } else { "posterior" })
+        .parse()
+        .map_err(|e| anyhow::anyhow!("{}: model.answers: {e}", path.display()))?;
     for (name, v) in [("epsilon", pv.epsilon), ("delta", pv.delta)] {
         if !v.is_finite() || v <= 0.0 {
             anyhow::bail!("{}: privacy.{name} must be a positive number, got {v}", path.display());

@@ -60,6 +60,17 @@ pub enum AnswerForm {
     Likelihood,
 }
 
+impl std::str::FromStr for AnswerForm {
+    type Err = CotrainError;
+    fn from_str(s: &str) -> Result<Self, CotrainError> {
+        match s.trim() {
+            "likelihood" => Ok(AnswerForm::Likelihood),
+            "posterior" => Ok(AnswerForm::Posterior),
+            other => Err(CotrainError::invalid(format!("answer reading {other:?} is not likelihood or posterior"))),
+        }
+    }
+}
+
 /// Largest noise variance (relative to the prior variance) given to a pseudo-row that carries
 /// no information: such a row is kept (the model's shape does not change) but weighs nothing.
 pub const UNINFORMATIVE_NOISE: f64 = 1e8;

@@ -69,10 +69,10 @@ pub async fn query_turn<P: Peer>(
         refused: vec![],
         objective: None,
     };
-    let Some(index) = index else {
+    if index.is_none() {
         lock(querier)?.fold_in(round, None, vec![], vec![])?;
         return Ok(report);
-    };
+    }
     let mut answers = Vec::new();
     for peer in peers {
         let pname = peer.name();
@@ -99,21 +99,17 @@ pub async fn query_turn<P: Peer>(
             Err(e) => report.refused.push((pname, e.to_string())),
         }
     }
-    let mut q = lock(querier)?;
-    if peers.is_empty() || report.refused.len() < peers.len() || !answers.is_empty() {
-        let rec = q.fold_in(round, Some(index), answers, report.refused.clone())?;
-        report.answered_by = rec.answers.iter().map(|a| a.responder.clone()).collect();
-        report.refused = rec.refused.clone();
-        report.objective = rec.objective;
-        return Ok(report);
-    }
-    // Nobody was asked (every peer's budget for us is spent, or every request failed): the
-    // turn asked nothing.
-    let asked = report.refused.iter().any(|(_, why)| !why.starts_with(crate::responder::NOT_ASKED));
-    if !asked {
+    // A turn in which every peer was deliberately not asked (each one's budget for us is
+    // spent) asked nothing: it is recorded without an index.
+    let none_asked = !peers.is_empty()
+        && answers.is_empty()
+        && report.refused.len() == peers.len()
+        && report.refused.iter().all(|(_, why)| why.starts_with(crate::responder::NOT_ASKED));
+    if none_asked {
         report.index = None;
         report.indices.clear();
     }
+    let mut q = lock(querier)?;
     let rec = q.fold_in(round, report.index, answers, report.refused.clone())?;
     report.answered_by = rec.answers.iter().map(|a| a.responder.clone()).collect();
     report.refused = rec.refused.clone();

@@ -165,6 +165,12 @@ impl FrontierConfig {
         Ok(())
     }
 
+    /// Rows a complete job writes: per party, alone, then per θ policy the no-DP cell and every
+    /// (mechanism, ε) cell (both data sets have two parties).
+    pub fn rows_per_job(&self) -> usize {
+        2 * (1 + self.thetas.len() * (1 + self.mechanisms.len() * self.epsilons.len()))
+    }
+
     /// Jobs: one per (data set, n_obs, seed), largest n_obs first (long jobs start early).
     pub fn jobs(&self) -> Vec<FrontierJob> {
         let mut out = Vec::new();
@@ -249,7 +255,7 @@ impl FrontierRow {
 fn run(sc: &Scenario, dp: &DpConfig, seed: u64, form: AnswerForm) -> Result<RunReport, CotrainError> {
     let parties = build_parties(sc, CombinerKind::Noisy, Uncertainty::Marginal, dp, seed)?;
     for p in &parties {
-        p.lock().map_err(|_| CotrainError::invalid("party lock poisoned"))?.model.answer_form = form;
+        p.lock().map_err(|_| CotrainError::invalid("party lock poisoned"))?.model.set_answer_form(form)?;
     }
     block_on(run_in_process(&parties, 1))
 }
@@ -403,8 +409,11 @@ pub fn summarise(rows: &[FrontierRow]) -> Vec<FrontierCell> {
             _ => *failed.entry(key).or_default() += 1,
         }
     }
+    // Every cell that has rows, including one whose every run failed (its numbers are NaN).
+    let keys: std::collections::BTreeSet<&Key> = groups.keys().chain(failed.keys()).collect();
     let mut out = Vec::new();
-    for (key, v) in &groups {
+    for key in keys {
+        let v = groups.get(key).map(Vec::as_slice).unwrap_or(&[]);
         let k = v.len() as f64;
         let mean = |f: &dyn Fn(&(f64, f64, f64)) -> f64| v.iter().map(f).sum::<f64>() / k;
         let (a, n, d) = (mean(&|t| t.0), mean(&|t| t.1), mean(&|t| t.2));
@@ -431,25 +440,6 @@ pub fn summarise(rows: &[FrontierRow]) -> Vec<FrontierCell> {
             worse_than_alone: d / a - 1.0,
             failed: failed.get(key).copied().unwrap_or(0),
         });
-    }
-    for (key, &f) in &failed {
-        if !groups.contains_key(key) {
-            out.push(FrontierCell {
-                data: key.0.clone(),
-                nobs: key.1,
-                theta: key.2.clone(),
-                mechanism: key.3.clone(),
-                epsilon: f64::from_bits(key.4),
-                runs: 0,
-                alone: f64::NAN,
-                no_dp: f64::NAN,
-                dp: f64::NAN,
-                se_vs_alone: f64::NAN,
-                recovered: f64::NAN,
-                worse_than_alone: f64::NAN,
-                failed: f,
-            });
-        }
     }
     out
 }

@@ -15,9 +15,9 @@
 //!   reveal nothing about its labels.
 
 use crate::CotrainError;
-use dpcotrain_gp::Kernel;
 use dpcotrain_gp::inducing::greedy_variance;
 use dpcotrain_gp::kernels::SquaredExponential;
+use dpcotrain_gp::{ExactGp, Kernel, NoiseModel, Prediction, SparseGp, SparseKind};
 use dpcotrain_privacy::finite::{CapRule, FiniteRelease, HatModel, hat, plan};
 use dpcotrain_privacy::sensitivity::{LabelRange, Sensitivity};
 use nalgebra::{DMatrix, DVector};
@@ -198,11 +198,26 @@ impl ReleaseModel {
         })
     }
 
-    /// The noise-free released mean C·clip(y) (C·y when DP is off: nothing to clip to).
-    pub fn mean(&self, plan: &FiniteRelease, range: Option<LabelRange>) -> DVector<f64> {
-        match range {
-            Some(r) => &plan.hat.c * r.clip(&self.y),
-            None => &plan.hat.c * &self.y,
-        }
+    /// The posterior of the release model at `xs` with its full covariance (for the
+    /// function-space release), and, when `influence`, each row's RKHS label influence.
+    pub fn function_posterior(
+        &self,
+        xs: &DMatrix<f64>,
+        influence: bool,
+    ) -> Result<(Prediction, Option<DVector<f64>>), CotrainError> {
+        let noise = NoiseModel::homoscedastic(self.noise);
+        let (x, y, k) = (self.x.clone(), self.y.clone(), self.kernel.clone());
+        Ok(match &self.z {
+            Some(z) => {
+                let gp = SparseGp::new(SparseKind::Vfe, k, noise, x, y, z.clone())?;
+                let inf = if influence { Some(gp.label_influence_rkhs()?) } else { None };
+                (gp.posterior()?.predict(xs, true)?, inf)
+            }
+            None => {
+                let gp = ExactGp::new(k, noise, x, y)?;
+                let inf = if influence { Some(gp.label_influence_rkhs()?) } else { None };
+                (gp.posterior()?.predict(xs, true)?, inf)
+            }
+        })
     }
 }

@@ -21,7 +21,6 @@ use crate::data::PartyData;
 use crate::release_model::{PublicTheta, QueryPolicy, ReleaseForm, ReleaseModel, ThetaPolicy};
 use dpcotrain_gp::NoiseVariance;
 use dpcotrain_gp::kernels::Kernel;
-use dpcotrain_gp::{ExactGp, NoiseModel, SparseGp, SparseKind};
 use dpcotrain_privacy::accountant::{Charge, Ledger, rho_of};
 use dpcotrain_privacy::calibrate::{Mechanism, calibrate};
 use dpcotrain_privacy::finite::{CapRule, FiniteRelease};
@@ -461,8 +460,12 @@ impl Party {
         }
     }
 
-    /// Plan the finite release of the private-only posterior at the pool `indices`.
-    fn plan_finite(&self, indices: &[usize]) -> Result<(FiniteRelease, DVector<f64>), CotrainError> {
+    /// Plan the finite release of the private-only posterior at the pool `indices`; also the
+    /// release model and the label range (None: DP off) that the release is made with.
+    fn plan_finite(
+        &self,
+        indices: &[usize],
+    ) -> Result<(FiniteRelease, &ReleaseModel, Option<LabelRange>), CotrainError> {
         let ReleaseForm::Finite { cap } = &self.dp.release else {
             return Err(CotrainError::invalid("finite release requested under the function-space form"));
         };
@@ -470,8 +473,7 @@ impl Party {
         let xq = self.data.x_pool.select_rows(indices.iter());
         let dp = self.finite_dp()?;
         let plan = rm.plan(&xq, dp, cap)?;
-        let mean = rm.mean(&plan, dp.map(|(_, r)| r));
-        Ok((plan, mean))
+        Ok((plan, rm, dp.map(|(_, r)| r)))
     }
 
     /// Freeze the private-only release over the whole pool (called right after the private
@@ -481,7 +483,8 @@ impl Party {
         let pool = self.data.x_pool.clone();
         if matches!(self.dp.release, ReleaseForm::Finite { .. }) {
             let all: Vec<usize> = (0..pool.nrows()).collect();
-            let (plan, mean) = self.plan_finite(&all)?;
+            let (plan, rm, range) = self.plan_finite(&all)?;
+            let mean = plan.hat.mean(&rm.y, range)?;
             let noise = if plan.sigma > 0.0 {
                 iid_standard_normal(pool.nrows(), self.seed.map(|s| mix(s, "release-once", 0)))
             } else {
@@ -502,42 +505,15 @@ impl Party {
         }
         let n = self.data.x_train.nrows();
         // The function-space release: of the private fit (θ̂), or of the release model (public θ).
+        let calibrated = matches!(self.dp.mode, DpMode::Calibrated { .. });
         let (p, prior, influence, kernel) = match (&self.dp.theta, &self.release_model) {
             (ThetaPolicy::Public(_), Some(rm)) => {
-                let noise = NoiseModel::homoscedastic(rm.noise);
-                let (p, inf) = match &rm.z {
-                    Some(z) => {
-                        let gp = SparseGp::new(
-                            SparseKind::Vfe,
-                            rm.kernel.clone(),
-                            noise,
-                            rm.x.clone(),
-                            rm.y.clone(),
-                            z.clone(),
-                        )?;
-                        let inf = match &self.dp.mode {
-                            DpMode::Calibrated { .. } => Some(gp.label_influence_rkhs()?),
-                            _ => None,
-                        };
-                        (gp.posterior()?.predict(&pool, true)?, inf)
-                    }
-                    None => {
-                        let gp = ExactGp::new(rm.kernel.clone(), noise, rm.x.clone(), rm.y.clone())?;
-                        let inf = match &self.dp.mode {
-                            DpMode::Calibrated { .. } => Some(gp.label_influence_rkhs()?),
-                            _ => None,
-                        };
-                        (gp.posterior()?.predict(&pool, true)?, inf)
-                    }
-                };
+                let (p, inf) = rm.function_posterior(&pool, calibrated)?;
                 (p, rm.kernel.k(pool.as_view(), pool.as_view()), inf, rm.kernel.clone())
             }
             _ => {
                 let p = self.model.predict(&pool, true)?;
-                let inf = match &self.dp.mode {
-                    DpMode::Calibrated { .. } => Some(self.model.label_influence()?),
-                    _ => None,
-                };
+                let inf = if calibrated { Some(self.model.label_influence()?) } else { None };
                 (p, self.model.kernel.k(pool.as_view(), pool.as_view()), inf, self.model.kernel.clone())
             }
         };
@@ -724,7 +700,7 @@ impl Party {
         let new_idx: Vec<usize> = req.indices.iter().copied().filter(|i| !st.released.contains_key(i)).collect();
         let mut charge = None;
         if !new_idx.is_empty() {
-            let (plan, mean) = self.plan_finite(&new_idx)?;
+            let (plan, rm, range) = self.plan_finite(&new_idx)?;
             let k = st.batches.len();
             let mut new_release = false;
             if plan.sigma > 0.0 {
@@ -747,8 +723,9 @@ impl Party {
             } else {
                 DVector::zeros(new_idx.len())
             };
+            let released = plan.release(&rm.y, range, &z)?;
             for (t, &i) in new_idx.iter().enumerate() {
-                st.released.insert(i, mean[t] + plan.sigma * z[t]);
+                st.released.insert(i, released[t]);
                 st.answered.push(i);
             }
             st.batches.push(BatchRelease {

@@ -159,7 +159,7 @@ fn released_sigma_matches_an_independent_plan_and_capping_pays() {
     }
     // The noised means are the noise-free capped means plus N(0, σ²) draws: their deviation is
     // of the right size (5 draws: within a factor of 4 of σ√5 in norm).
-    let m0 = rm.mean(&auto, Some(range()));
+    let m0 = auto.hat.mean(&rm.y, Some(range())).unwrap();
     let dev = (DVector::from_vec(a.mean) - m0).norm();
     assert!(dev > 0.0 && dev < 4.0 * auto.sigma * 5f64.sqrt() + 1e-12, "deviation {dev}, σ {}", auto.sigma);
 }

@@ -101,8 +101,8 @@ impl Hat {
         crate::sensitivity::from_influence(&self.influence, &rows, range)
     }
 
-    /// The noise-free released mean C·clip(y).
-    pub fn mean(&self, y: &DVector<f64>, range: LabelRange) -> Result<DVector<f64>, PrivacyError> {
+    /// The noise-free released mean C·clip(y); C·y with no range (DP off: nothing to clip to).
+    pub fn mean(&self, y: &DVector<f64>, range: Option<LabelRange>) -> Result<DVector<f64>, PrivacyError> {
         if y.len() != self.c.ncols() {
             return Err(PrivacyError::invalid(format!(
                 "{} labels for a hat matrix over {} rows",
@@ -110,7 +110,10 @@ impl Hat {
                 self.c.ncols()
             )));
         }
-        Ok(&self.c * range.clip(y))
+        Ok(match range {
+            Some(r) => &self.c * r.clip(y),
+            None => &self.c * y,
+        })
     }
 }
 
@@ -378,6 +381,21 @@ pub enum CapRule {
     Auto { etas: Vec<f64> },
 }
 
+impl std::str::FromStr for CapRule {
+    type Err = PrivacyError;
+    /// `auto`, `none`, or `eta=X` with X > 0 (the spelling of configs and the CLI).
+    fn from_str(s: &str) -> Result<Self, PrivacyError> {
+        match s.trim() {
+            "auto" => Ok(CapRule::auto()),
+            "none" => Ok(CapRule::None),
+            other => match other.strip_prefix("eta=").map(str::parse::<f64>) {
+                Some(Ok(eta)) if eta.is_finite() && eta > 0.0 => Ok(CapRule::Fixed { eta }),
+                _ => Err(PrivacyError::invalid(format!("cap rule {other:?} is not auto, none or eta=X with X > 0"))),
+            },
+        }
+    }
+}
+
 impl CapRule {
     /// The default automatic rule: η ∈ {1/8, 1/4, 1/2, 1, 2, 4} and no cap.
     pub fn auto() -> Self {
@@ -416,8 +434,13 @@ impl FiniteRelease {
         &self.hat.latent_cov + DMatrix::identity(q, q) * (self.sigma * self.sigma)
     }
 
-    /// Released mean C·clip(y) + σz for a standard-normal draw z.
-    pub fn release(&self, y: &DVector<f64>, range: LabelRange, z: &DVector<f64>) -> Result<DVector<f64>, PrivacyError> {
+    /// Released mean C·clip(y) + σz for a standard-normal draw z (no range: DP off, σ = 0).
+    pub fn release(
+        &self,
+        y: &DVector<f64>,
+        range: Option<LabelRange>,
+        z: &DVector<f64>,
+    ) -> Result<DVector<f64>, PrivacyError> {
         if z.len() != self.hat.c.nrows() {
             return Err(PrivacyError::invalid(format!(
                 "{} noise draws for {} release points",
@@ -559,7 +582,7 @@ mod tests {
                 r.width() * h.influence[j]
             );
             // The hat's own mean agrees with the independent model.
-            assert!((h.mean(&hi, r).unwrap() - mean(&hi)).norm() <= tol * (1.0 + mean(&hi).norm()));
+            assert!((h.mean(&hi, Some(r)).unwrap() - mean(&hi)).norm() <= tol * (1.0 + mean(&hi).norm()));
             worst = worst.max(moved);
         }
         assert!(worst <= s.value, "a neighbour moved the release by {worst} > Δ = {}", s.value);
@@ -735,8 +758,8 @@ mod tests {
         assert!(utility_score(&auto.hat, auto.sigma) >= utility_score(&fixed.hat, fixed.sigma) - 1e-12);
         // Released variance = latent + σ²; release = mean + σz.
         let z = DVector::from_fn(6, |i, _| i as f64 - 2.5);
-        let rel = auto.release(&y, range(), &z).unwrap();
-        let m = auto.hat.mean(&y, range()).unwrap();
+        let rel = auto.release(&y, Some(range()), &z).unwrap();
+        let m = auto.hat.mean(&y, Some(range())).unwrap();
         assert!((rel - m - &z * auto.sigma).norm() < 1e-12);
         assert!((auto.released_var()[0] - auto.hat.latent_cov[(0, 0)] - auto.sigma.powi(2)).abs() < 1e-12);
     }
@@ -759,6 +782,16 @@ mod tests {
             assert!(h.c.iter().all(|c| *c == 0.0));
         }
         assert_eq!(scaled_norm([3e-200, 4e-200].iter()), 5e-200);
+    }
+
+    #[test]
+    fn cap_rules_parse_from_their_names() {
+        assert_eq!("auto".parse::<CapRule>().unwrap(), CapRule::auto());
+        assert_eq!("none".parse::<CapRule>().unwrap(), CapRule::None);
+        assert_eq!("eta=0.5".parse::<CapRule>().unwrap(), CapRule::Fixed { eta: 0.5 });
+        for bad in ["eta=-1", "eta=x", "eta=inf", "half"] {
+            assert!(bad.parse::<CapRule>().unwrap_err().to_string().contains(bad));
+        }
     }
 
     #[test]

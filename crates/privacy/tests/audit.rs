@@ -65,8 +65,8 @@ fn setup_finite(rule: &CapRule, epsilon: f64, delta: f64) -> (Setup, f64) {
     hi[j] = range.hi;
     let chol_m = Cholesky::factor(DMatrix::identity(5, 5), "I", JitterPolicy::IF_NEEDED).unwrap();
     let st = Setup {
-        mu_d: rel.hat.mean(&lo, range).unwrap(),
-        mu_d2: rel.hat.mean(&hi, range).unwrap(),
+        mu_d: rel.hat.mean(&lo, Some(range)).unwrap(),
+        mu_d2: rel.hat.mean(&hi, Some(range)).unwrap(),
         chol_m,
         delta_m: rel.sensitivity.value,
     };
