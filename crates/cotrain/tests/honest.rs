@@ -42,7 +42,7 @@ fn data(label_seed: u64) -> PartyData {
     }
 }
 
-fn party(dp: DpConfig, label_seed: u64) -> Party {
+fn try_party(dp: DpConfig, label_seed: u64) -> Result<Party, dpcotrain_cotrain::CotrainError> {
     Party::new(
         data(label_seed),
         CombinerKind::Noisy,
@@ -52,7 +52,10 @@ fn party(dp: DpConfig, label_seed: u64) -> Party {
         dp,
         Some(5),
     )
-    .unwrap()
+}
+
+fn party(dp: DpConfig, label_seed: u64) -> Party {
+    try_party(dp, label_seed).unwrap()
 }
 
 fn req(id: &str, idx: Vec<usize>, uncertainty: Uncertainty) -> PredictRequest {
@@ -205,19 +208,7 @@ fn public_selection_is_label_free_and_equals_brute_force_greedy() {
 
 #[test]
 fn impossible_combinations_are_refused_with_reasons() {
-    let bad = |dp: DpConfig| {
-        Party::new(
-            data(1),
-            CombinerKind::Noisy,
-            Uncertainty::Marginal,
-            Box::new(SquaredExponential::ard(1.0, vec![1.0, 1.0])),
-            NoiseVariance::new(0.1),
-            dp,
-            Some(5),
-        )
-        .unwrap_err()
-        .to_string()
-    };
+    let bad = |dp: DpConfig| try_party(dp, 1).unwrap_err().to_string();
     assert!(bad(DpConfig { policy: ReleasePolicy::PerQuery, ..honest() }).contains("per-query"));
     assert!(bad(DpConfig { release: ReleaseForm::Rkhs, ..honest() }).contains("finite"));
     let t = PublicTheta { lengthscale: -1.0, ..PublicTheta::default() };
