@@ -240,8 +240,7 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
     let test = match &args.predict {
         Some(p) => {
             let t = Table::read(p)?;
-            t.expect_columns(x.ncols(), "test inputs")?;
-            Some(std.transform_x(&t.data)?)
+            Some(std.transform_x(&t.select_columns(&input_names, "--predict file", "the training inputs")?)?)
         }
         None => None,
     };
@@ -293,8 +292,7 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
                 InducingSpec::Random(m) => random_subset(&x, m_of(m)?, args.seed)?,
                 InducingSpec::File(p) => {
                     let t = Table::read(&p)?;
-                    t.expect_columns(x.ncols(), "inducing inputs")?;
-                    std.transform_x(&t.data)?
+                    std.transform_x(&t.select_columns(&input_names, "inducing inputs", "the training inputs")?)?
                 }
             };
             let mut gp = SparseGp::new(kind, kernel, noise, x, y, z)?;

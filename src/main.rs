@@ -16,7 +16,7 @@ mod svg;
 mod table;
 mod thesis;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
 #[command(name = "dpcotrain", version, about = "Differentially private co-training of Gaussian processes")]
@@ -76,8 +76,15 @@ enum GpCommand {
     Fit(gp_cmd::FitArgs),
 }
 
+/// Every (sub)command accepts negative numbers as option values, so `--epsilon -1` reaches our
+/// validation ("must be positive") instead of clap's "unexpected argument '-1'".
+fn with_negative_numbers(cmd: clap::Command) -> clap::Command {
+    cmd.allow_negative_numbers(true).mut_subcommands(with_negative_numbers)
+}
+
 fn main() {
-    let cli = Cli::parse();
+    let matches = with_negative_numbers(Cli::command()).get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let rt = || tokio::runtime::Builder::new_multi_thread().enable_all().build();
     let result = match cli.command {
         Command::Node(NodeCommand::Serve(a)) => {
@@ -95,7 +102,25 @@ fn main() {
         Command::Bench(cmd) => bench::run(cmd),
     };
     if let Err(e) = result {
-        eprintln!("error: {e:#}");
+        eprintln!("error: {}", error_line(&e));
         std::process::exit(1);
     }
+}
+
+/// An error and its causes on one line, `outer: inner`, leaving out a cause whose text the
+/// message already contains (many errors quote their source: no `No such file or directory (os
+/// error 2): No such file or directory (os error 2)`).
+fn error_line(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
 }

@@ -3,7 +3,7 @@
 
 use crate::node_config::{
     FederationConfig, PartyConfig, SecurityConfig, check_name, load, orchestrator_token, pair_token, party_from_config,
-    read_token, rel,
+    read_token, rel, settings_from_config,
 };
 use crate::table::write_csv;
 use anyhow::Context;
@@ -191,6 +191,7 @@ pub struct CheckArgs {
 pub fn check(a: CheckArgs) -> anyhow::Result<()> {
     let cfg: PartyConfig = load(&a.config)?;
     cfg.validate(&a.config)?;
+    settings_from_config(&cfg, &a.config)?;
     let f = a.config.display();
     let port_of = |addr: &str, what: &str| -> anyhow::Result<(String, u16)> {
         let hp = addr.split("://").last().unwrap_or(addr);
@@ -227,6 +228,15 @@ pub fn check(a: CheckArgs) -> anyhow::Result<()> {
             && !sec.generate_dev
         {
             node_tls(&rel(&a.config, &sec.dir), &cfg.name).load().map_err(|e| anyhow::anyhow!("{f}: {e}"))?;
+        }
+        // The same path `node serve` takes: read the data by column name, build the party, fit
+        // its local GP, and resume its ledger if there is one.
+        let mut party = party_from_config(&cfg, &a.config)?;
+        let state_dir = cfg.state_dir(&a.config);
+        if let Some(st) = dpcotrain_federation::store::peek(&state_dir).map_err(|e| anyhow::anyhow!("{e}"))? {
+            party
+                .restore(&st)
+                .with_context(|| format!("cannot resume from {}", state_dir.join("state.json").display()))?;
         }
     }
     let s = |p: &PathBuf| p.display().to_string();

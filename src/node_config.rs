@@ -228,30 +228,62 @@ fn rounds() -> u32 {
 
 pub fn load<T: for<'de> Deserialize<'de>>(path: &Path) -> anyhow::Result<T> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}", toml_error_line(path, &text, &e)))
+}
+
+/// A TOML error on one line naming the file, line and column: `party.toml: line 3, column 12:
+/// invalid string`.
+fn toml_error_line(path: &Path, text: &str, e: &toml::de::Error) -> String {
+    let message = e.message().lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ");
+    match e.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+            format!("{}: line {line}, column {column}: {message}", path.display())
+        }
+        None => format!("{}: {message}", path.display()),
+    }
 }
 
 pub fn rel(base: &Path, p: &Path) -> PathBuf {
     if p.is_absolute() { p.to_path_buf() } else { base.parent().unwrap_or(Path::new(".")).join(p) }
 }
 
-pub fn party_from_config(cfg: &PartyConfig, path: &Path) -> anyhow::Result<Party> {
+/// What a party config's `[model]` and `[privacy]` strings resolve to. Parsed before any file
+/// is read, so `node check --offline` and `node serve` refuse the same typos.
+pub struct NodeSettings {
+    pub kind: CombinerKind,
+    pub uncertainty: Uncertainty,
+    pub dp: DpConfig,
+    pub answers: AnswerForm,
+}
+
+/// A party's private view: train, pool and test files, columns matched by name.
+pub fn data_from_config(cfg: &PartyConfig, path: &Path) -> anyhow::Result<PartyData> {
     let train = Table::read(&rel(path, &cfg.data.train))?;
     train.require_rows(2, "training data")?;
     let (x_train, y_train, columns, _) = train.split_target(Some(&cfg.data.target))?;
     let pool = Table::read(&rel(path, &cfg.data.pool))?;
-    pool.expect_columns(columns.len(), "pool view")?;
+    let x_pool = pool.select_columns(&columns, "pool view", "the training inputs")?;
     let test = Table::read(&rel(path, &cfg.data.test))?;
-    let (x_test, y_test, _, _) = test.split_target(Some(&cfg.data.target))?;
-    if x_test.ncols() != columns.len() {
-        anyhow::bail!(
-            "{}: test view has {} covariate columns, training has {}",
-            cfg.data.test.display(),
-            x_test.ncols(),
-            columns.len()
-        );
-    }
-    let data = PartyData { name: cfg.name.clone(), columns, x_train, y_train, x_pool: pool.data, x_test, y_test };
+    let (x_test, y_test) = test.split_target_named(&cfg.data.target, &columns, "test view", "the training inputs")?;
+    Ok(PartyData { name: cfg.name.clone(), columns, x_train, y_train, x_pool, x_test, y_test })
+}
+
+/// The party a config describes: its data, its settings, and its local GP fitted.
+pub fn party_from_config(cfg: &PartyConfig, path: &Path) -> anyhow::Result<Party> {
+    let NodeSettings { kind, uncertainty, dp, answers } = settings_from_config(cfg, path)?;
+    let data = data_from_config(cfg, path)?;
+    let (k, noise) = default_kernel(&data);
+    let mut party = Party::new(data, kind, uncertainty, k, noise, dp, cfg.seed)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    party.model.set_answer_form(answers).map_err(|e| anyhow::anyhow!("{}: model.answers: {e}", path.display()))?;
+    Ok(party)
+}
+
+/// Parse and cross-check the config's `[model]` and `[privacy]` strings (no file is read).
+pub fn settings_from_config(cfg: &PartyConfig, path: &Path) -> anyhow::Result<NodeSettings> {
     let kind = match cfg.model.combiner.as_str() {
         "noisy" => CombinerKind::Noisy,
         "blocky" => CombinerKind::Blocky,
@@ -323,12 +355,10 @@ pub fn party_from_config(cfg: &PartyConfig, path: &Path) -> anyhow::Result<Party
         },
         o => anyhow::bail!("{}: privacy.mode {o:?} is not off, thesis or calibrated", path.display()),
     };
-    let (k, noise) = default_kernel(&data);
     let dp = DpConfig { mode, policy, inflate_variance: true, release, theta, queries };
-    let mut party =
-        Party::new(data, kind, unc, k, noise, dp, cfg.seed).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    party.model.set_answer_form(answers).map_err(|e| anyhow::anyhow!("{}: model.answers: {e}", path.display()))?;
-    Ok(party)
+    dp.validate().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    answers.check(kind, unc).map_err(|e| anyhow::anyhow!("{}: model.answers: {e}", path.display()))?;
+    Ok(NodeSettings { kind, uncertainty: unc, dp, answers })
 }
 
 /// Party names become certificate names and file names: letters, digits, '-' and '_'.
@@ -377,6 +407,10 @@ impl PartyConfig {
     pub fn validate(&self, path: &Path) -> anyhow::Result<()> {
         let f = path.display();
         check_name(&self.name, &format!("{f}: name"))?;
+        let port = self.listen.rsplit_once(':').map(|(_, p)| p.parse::<u16>());
+        if !matches!(port, Some(Ok(_))) {
+            anyhow::bail!("{f}: listen = {:?} is not host:port (e.g. \"127.0.0.1:50051\")", self.listen);
+        }
         for p in &self.peers {
             check_name(&p.name, &format!("{f}: peers.name"))?;
             if p.name == self.name {

@@ -156,13 +156,6 @@ pub enum TableError {
     )]
     TooFewRows { path: PathBuf, what: String, min: usize, found: usize },
 
-    /// Not the expected number of columns ([`Table::expect_columns`]).
-    #[error(
-        "{}: expected {expected} column{}, found {found} ({})",
-        file_label(.path, .what), plural_s(*.expected), list_names(.columns)
-    )]
-    WrongColumnCount { path: PathBuf, what: String, expected: usize, found: usize, columns: Vec<String> },
-
     /// The target is neither a column name nor a valid 0-based index.
     #[error(
         "{}: no column named {target:?}; available columns: {} \
@@ -186,6 +179,20 @@ pub enum TableError {
         .path.display()
     )]
     NoInputColumns { path: PathBuf, target: String },
+
+    /// The file's columns are not, by name, the columns expected (in any order).
+    #[error(
+        "{}: columns do not match {against}: {}",
+        file_label(.path, .what), mismatch_detail(.missing, .extra, .expected)
+    )]
+    ColumnMismatch {
+        path: PathBuf,
+        what: &'static str,
+        against: &'static str,
+        missing: Box<[String]>,
+        extra: Box<[String]>,
+        expected: Box<[String]>,
+    },
 
     /// The number of column names does not match the number of data columns.
     #[error(
@@ -220,6 +227,18 @@ fn list_names(names: &[String]) -> String {
         let _ = write!(out, ", ... and {} more", names.len() - MAX_LISTED_COLUMNS);
     }
     out
+}
+
+/// `missing "AT"; unexpected "foo" (expected "AT", "V" in any order)`.
+fn mismatch_detail(missing: &[String], extra: &[String], expected: &[String]) -> String {
+    let mut parts = Vec::new();
+    if !missing.is_empty() {
+        parts.push(format!("missing {}", list_names(missing)));
+    }
+    if !extra.is_empty() {
+        parts.push(format!("unexpected {}", list_names(extra)));
+    }
+    format!("{} (expected {}, in any order)", parts.join("; "), list_names(expected))
 }
 
 /// The cell text for an error message, cut to [`MAX_QUOTED_CHARS`] characters.
@@ -345,20 +364,46 @@ impl Table {
         Ok((inputs, y, names, self.columns[t].clone()))
     }
 
-    /// Check that the table has exactly `n` columns (used for `--predict` and inducing-point
-    /// files). `what` describes the file in the message, e.g. `"--predict file"`; may be empty.
-    pub fn expect_columns(&self, n: usize, what: &str) -> Result<(), TableError> {
+    /// The columns named `names`, in that order, matched **by name** (scikit-learn's feature-name
+    /// check): a file whose header lists the same names in another order is reordered; a file
+    /// with a missing or an unexpected column is refused, naming both. `what` describes the file
+    /// (`"pool view"`), `against` what it must match (`"the training inputs"`).
+    pub fn select_columns(
+        &self,
+        names: &[String],
+        what: &'static str,
+        against: &'static str,
+    ) -> Result<DMatrix<f64>, TableError> {
         self.check_shape()?;
-        if self.columns.len() == n {
-            return Ok(());
+        let missing: Vec<String> = names.iter().filter(|n| !self.columns.contains(n)).cloned().collect();
+        let extra: Vec<String> = self.columns.iter().filter(|c| !names.contains(c)).cloned().collect();
+        if !missing.is_empty() || !extra.is_empty() || names.len() != self.columns.len() {
+            return Err(TableError::ColumnMismatch {
+                path: self.path.clone(),
+                what,
+                against,
+                missing: missing.into(),
+                extra: extra.into(),
+                expected: names.into(),
+            });
         }
-        Err(TableError::WrongColumnCount {
-            path: self.path.clone(),
-            what: what.to_owned(),
-            expected: n,
-            found: self.columns.len(),
-            columns: self.columns.clone(),
-        })
+        let order: Vec<usize> =
+            names.iter().map(|n| self.columns.iter().position(|c| c == n).unwrap_or_default()).collect();
+        Ok(DMatrix::from_fn(self.data.nrows(), names.len(), |i, j| self.data[(i, order[j])]))
+    }
+
+    /// [`Table::split_target`] on a file that must hold the target and exactly the input
+    /// columns `names` (any order): the inputs come back in the order of `names`.
+    pub fn split_target_named(
+        &self,
+        target: &str,
+        names: &[String],
+        what: &'static str,
+        against: &'static str,
+    ) -> Result<(DMatrix<f64>, DVector<f64>), TableError> {
+        let (inputs, y, found, _) = self.split_target(Some(target))?;
+        let rest = Table { path: self.path.clone(), columns: found, data: inputs };
+        Ok((rest.select_columns(names, what, against)?, y))
     }
 
     /// Check that the table has at least `min` data rows. `what` describes the file in the
@@ -789,14 +834,39 @@ mod tests {
     }
 
     #[test]
-    fn expect_columns() {
-        let table = read_ok("a,b,c\n1,2,3\n");
-        table.expect_columns(3, "--predict file").unwrap();
-        let msg = table.expect_columns(2, "--predict file").unwrap_err().to_string();
+    fn columns_are_matched_by_name_not_position() {
+        let names: Vec<String> = ["AT", "V"].map(String::from).to_vec();
+        // Same names, other order: reordered to the expected order.
+        let table = read_ok("V,AT\n1,2\n3,4\n");
+        let x = table.select_columns(&names, "pool view", "the training inputs").unwrap();
+        assert_eq!(x, DMatrix::from_row_slice(2, 2, &[2., 1., 4., 3.]));
+        // Same count, other names: refused, naming what is missing and what is unexpected.
+        let table = read_ok("foo,V\n1,2\n");
+        let msg = table.select_columns(&names, "pool view", "the training inputs").unwrap_err().to_string();
         assert_eq!(
             msg,
-            format!("{} (--predict file): expected 2 columns, found 3 (\"a\", \"b\", \"c\")", table.path.display())
+            format!(
+                "{} (pool view): columns do not match the training inputs: missing \"AT\"; unexpected \"foo\" \
+                 (expected \"AT\", \"V\", in any order)",
+                table.path.display()
+            )
         );
+        // A missing column only; an extra column only.
+        let msg = read_ok("V\n1\n").select_columns(&names, "", "x").unwrap_err().to_string();
+        assert!(msg.contains("missing \"AT\" (expected"), "{msg}");
+        let msg = read_ok("AT,V,RH\n1,2,3\n").select_columns(&names, "", "x").unwrap_err().to_string();
+        assert!(msg.contains("unexpected \"RH\" (expected"), "{msg}");
+    }
+
+    #[test]
+    fn test_view_with_target_is_matched_by_name() {
+        let names: Vec<String> = ["AT", "V"].map(String::from).to_vec();
+        let table = read_ok("V,PE,AT\n1,9,2\n3,8,4\n");
+        let (x, y) = table.split_target_named("PE", &names, "test view", "the training inputs").unwrap();
+        assert_eq!(x, DMatrix::from_row_slice(2, 2, &[2., 1., 4., 3.]));
+        assert_eq!(y, DVector::from_vec(vec![9., 8.]));
+        let err = read_ok("V,PE,RH\n1,9,2\n").split_target_named("PE", &names, "test view", "the training inputs");
+        assert!(err.unwrap_err().to_string().contains("missing \"AT\"; unexpected \"RH\""));
     }
 
     #[test]
@@ -959,7 +1029,7 @@ mod tests {
         };
         let msg = table.split_target(None).unwrap_err().to_string();
         assert_eq!(msg, "hand.csv: 3 column names but 2 data columns");
-        assert!(table.expect_columns(3, "").is_err());
+        assert!(table.select_columns(&table.columns, "", "").is_err());
 
         let empty = Table { path: PathBuf::from("none.csv"), columns: vec![], data: DMatrix::zeros(0, 0) };
         assert!(empty.split_target(None).is_err());

@@ -160,6 +160,29 @@ fn trains_predicts_and_is_deterministic() {
     }
 }
 
+/// Columns are matched by name (issue: a reordered or renamed header used to give the same
+/// predictions, because columns were taken by position).
+#[test]
+fn predict_columns_are_matched_by_name() {
+    let (train, _, _) = train_csv();
+    let t = train.to_str().unwrap();
+    let same = tmp("same.csv", "a,b\n0.1,0.2\n-0.4,0.9\n");
+    let swapped = tmp("swapped.csv", "b,a\n0.2,0.1\n0.9,-0.4\n");
+    let renamed = tmp("renamed.csv", "foo,bar\n0.1,0.2\n-0.4,0.9\n");
+    let fit = |p: &PathBuf| run(&["gp", "fit", "--train", t, "--predict", p.to_str().unwrap(), "--json"]);
+    let a = json_of(&fit(&same));
+    let b = json_of(&fit(&swapped));
+    assert_eq!(a["mean"], b["mean"], "a reordered header must be reordered, not read by position");
+    assert_eq!(a["var"], b["var"]);
+    // Swapping the values without the names changes the answer (the test can fail).
+    let naive = tmp("naive.csv", "a,b\n0.2,0.1\n0.9,-0.4\n");
+    assert_ne!(a["mean"], json_of(&fit(&naive))["mean"]);
+    let err = stderr(&fit(&renamed));
+    assert!(err.contains("renamed.csv (--predict file): columns do not match the training inputs"), "{err}");
+    assert!(err.contains("missing \"a\", \"b\"; unexpected \"foo\", \"bar\""), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one-line error: {err}");
+}
+
 #[test]
 fn errors_name_file_row_and_column() {
     let (train, _, _) = train_csv();
@@ -199,7 +222,7 @@ fn errors_name_file_row_and_column() {
                 "--predict".into(),
                 tmp("wide.csv", "a,b,c\n1,2,3\n").display().to_string(),
             ],
-            vec!["wide.csv", "2"],
+            vec!["wide.csv", "--predict file", "unexpected \"c\""],
         ),
         (vec!["--train".into(), t.into(), "--lengthscale".into(), "1,2,3".into()], vec!["3 values"]),
     ];

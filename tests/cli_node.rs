@@ -318,3 +318,85 @@ fn python_client(dir: &Path) {
     // B's one release happened during the run; this answer is post-processing.
     assert_eq!(ans["new_release"], false);
 }
+
+/// `node check` runs every validation `node serve` runs (one code path), except binding the
+/// port and contacting peers: typos in strings, a missing target column, a NaN in the data and
+/// a test view whose columns are not the training columns are refused by both.
+#[test]
+fn node_check_refuses_what_serve_refuses() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let data = root.join("examples/two-party/data/party-a");
+    let read = |f: &str| std::fs::read_to_string(data.join(f)).unwrap();
+    let base = setup("check", 1, 2, |t| t);
+    let write = |name: &str, text: String| -> PathBuf {
+        let p = base.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    let cfg = std::fs::read_to_string(base.join("party-a.toml")).unwrap();
+    let train_ok = data.join("train.csv").display().to_string();
+    let test_ok = data.join("test.csv").display().to_string();
+    // A test view with the training columns in another order is fine (reordered by name).
+    let test = read("test.csv");
+    let swapped: String = test
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            format!("{},{},{}\n", f[1], f[0], f[2])
+        })
+        .collect();
+    let swapped = write("test-swapped.csv", swapped);
+    let renamed = write("test-renamed.csv", test.replacen("AT,V,PE", "AT,RH,PE", 1));
+    let mut train = read("train.csv");
+    let second_line_end = train.match_indices('\n').nth(1).unwrap().0;
+    let third = train[second_line_end + 1..].find(',').unwrap() + second_line_end + 1;
+    train.replace_range(second_line_end + 1..third, "NaN");
+    let nan = write("train-nan.csv", train);
+    let ok = |text: String| write("ok.toml", text);
+    let bad = |text: String| write("bad.toml", text);
+    let check = |p: &Path| bin().args(["node", "check", "--config"]).arg(p).output().unwrap();
+
+    let out = check(&ok(cfg.clone()));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = check(&ok(cfg.replace(&test_ok, &swapped.display().to_string())));
+    assert!(out.status.success(), "reordered test columns: {}", String::from_utf8_lossy(&out.stderr));
+
+    let cases: Vec<(String, &str)> = vec![
+        (cfg.replace("combiner = \"noisy\"", "combiner = \"noisey\""), "\"noisey\""),
+        (cfg.replace("uncertainty = \"marginal\"", "uncertainty = \"marginall\""), "\"marginall\""),
+        (cfg.replace("mode = \"calibrated\"", "mode = \"calibratd\""), "\"calibratd\""),
+        (cfg.replace("policy = \"batches\"", "policy = \"once\""), "\"once\""),
+        (cfg.replace("target = \"PE\"", "target = \"PX\""), "no column named \"PX\""),
+        (cfg.replace(&train_ok, &nan.display().to_string()), "line 3, column \"AT\" (1)"),
+        (cfg.replace(&test_ok, &renamed.display().to_string()), "missing \"V\"; unexpected \"RH\""),
+        (cfg.replace("listen = \"127.0.0.1:", "listen = \"127.0.0.1 "), "listen"),
+    ];
+    for (text, needle) in cases {
+        let p = bad(text);
+        for cmd in ["check", "serve"] {
+            let mut child = bin()
+                .args(["node", cmd, "--config"])
+                .arg(&p)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let start = Instant::now();
+            let status = loop {
+                if let Some(s) = child.try_wait().unwrap() {
+                    break s;
+                }
+                if start.elapsed() > Duration::from_secs(60) {
+                    let _ = child.kill();
+                    panic!("node {cmd} accepted a config that should fail ({needle})");
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            };
+            let out = child.wait_with_output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(status.code(), Some(1), "node {cmd} ({needle}): {err}");
+            let last = err.trim().lines().last().unwrap_or("");
+            assert!(last.starts_with("error: ") && last.contains(needle), "node {cmd}: {err:?} lacks {needle:?}");
+        }
+    }
+}

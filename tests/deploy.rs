@@ -309,18 +309,33 @@ fn kubernetes_manifests_agree_with_the_node_configs() {
 
 /// The network-namespace federation script (needs root and iproute2; it changes the host's
 /// network configuration while it runs, so it is not part of the default test run):
-///     sudo cargo test --test deploy -- --ignored
+///     CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER='sudo -E' cargo test --release --test deploy -- --ignored
 #[test]
 #[ignore]
 fn federation_across_network_namespaces() {
-    let out =
-        Command::new("bash").arg(root().join("deploy/netns/federation.sh")).args(["3", "--json"]).output().unwrap();
+    let out = Command::new("bash")
+        .arg(root().join("deploy/netns/federation.sh"))
+        .args(["3", "--json"])
+        .env("DPCOTRAIN_BIN", env!("CARGO_BIN_EXE_dpcotrain"))
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     for p in v["parties"].as_array().unwrap() {
         assert_eq!(p["rounds"], 3);
         assert!(p["privacy_spent"][0]["epsilon"].as_f64().unwrap() <= 1.0 + 1e-9);
     }
+}
+
+/// The netns script runs as root: it must never compile (a root-owned target/ breaks the user's
+/// next build) — it runs a binary built beforehand.
+#[test]
+fn netns_script_never_builds_as_root() {
+    let script = std::fs::read_to_string(root().join("deploy/netns/federation.sh")).unwrap();
+    // Lines that run something (comments and messages may mention cargo).
+    let code: Vec<&str> = script.lines().filter(|l| !l.trim_start().starts_with('#') && !l.contains("echo ")).collect();
+    assert!(!code.iter().any(|l| l.contains("cargo ")), "the script runs cargo: {code:?}");
+    assert!(script.contains("DPCOTRAIN_BIN"));
 }
 
 #[test]
@@ -334,4 +349,97 @@ fn docker_build_context_excludes_build_output_and_secrets() {
     let cargo = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
     let msrv = cargo.lines().find_map(|l| l.strip_prefix("rust-version = ")).unwrap().trim_matches('"');
     assert!(docker.contains(&format!("FROM rust:{msrv}-")), "Dockerfile builds with rust {msrv}");
+}
+
+/// CI runs exactly the README's test command, and that command shares the demo's release build
+/// (one full build for both README commands).
+#[test]
+fn ci_runs_the_readme_test_command_on_the_release_build() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let ci = std::fs::read_to_string(root().join(".ci/run")).unwrap();
+    let blocks: Vec<&str> = readme.split("```").skip(1).step_by(2).map(str::trim).collect();
+    let demo = blocks.iter().find(|b| b.starts_with("cargo run") && b.ends_with("-- demo")).expect("demo command");
+    let test = blocks.iter().find(|b| b.starts_with("cargo test")).expect("test command");
+    assert!(demo.contains("--release") && test.contains("--release"), "{demo:?} and {test:?} must share a profile");
+    let ci_lines: Vec<&str> = ci.lines().map(str::trim).filter(|l| !l.starts_with('#')).collect();
+    assert!(ci_lines.contains(test), ".ci/run must run {test:?}: {ci}");
+}
+
+/// Every pod in the Kubernetes manifests can start: each volume it references exists (a
+/// ConfigMap or PersistentVolumeClaim among the manifests, a Secret from the generator, or a
+/// claim template of its StatefulSet), and the container user can read every Secret file
+/// it mounts (world-readable, or group-readable with `fsGroup` set, or owner-readable as root).
+#[test]
+fn kubernetes_pods_can_read_and_find_everything_they_mount() {
+    let dir = root().join("deploy/k8s");
+    let kust = &docs(&dir.join("kustomization.yaml"))[0];
+    let files: Vec<PathBuf> = list(&kust["resources"]).iter().map(|r| dir.join(s(r))).collect();
+    let obj = objects(&files);
+    let generated: BTreeSet<String> = list(&kust["secretGenerator"]).iter().map(|g| s(&g["name"])).collect();
+    let mut pods = 0;
+    for ((kind, name), o) in &obj {
+        let spec = match kind.as_str() {
+            "StatefulSet" | "Job" | "Deployment" => &o["spec"]["template"]["spec"],
+            _ => continue,
+        };
+        pods += 1;
+        let templates: BTreeSet<String> =
+            list(&o["spec"]["volumeClaimTemplates"]).iter().map(|t| s(&t["metadata"]["name"])).collect();
+        let sc = &spec["securityContext"];
+        let uid = sc["runAsUser"].as_i64();
+        let fs_group = sc["fsGroup"].as_i64();
+        assert!(uid.is_some_and(|u| u != 0), "{kind}/{name}: runs as a fixed non-root uid");
+        let volumes: BTreeMap<String, Yaml> =
+            list(&spec["volumes"]).iter().map(|v| (s(&v["name"]), v.clone())).collect();
+        for c in list(&spec["containers"]) {
+            for m in list(&c["volumeMounts"]) {
+                let vname = s(&m["name"]);
+                if templates.contains(&vname) {
+                    continue;
+                }
+                let v = volumes.get(&vname).unwrap_or_else(|| panic!("{kind}/{name}: volume {vname} is not declared"));
+                if !v["configMap"].is_badvalue() {
+                    let cm = s(&v["configMap"]["name"]);
+                    assert!(
+                        obj.contains_key(&("ConfigMap".into(), cm.clone())),
+                        "{kind}/{name}: ConfigMap {cm} missing"
+                    );
+                } else if !v["persistentVolumeClaim"].is_badvalue() {
+                    let claim = s(&v["persistentVolumeClaim"]["claimName"]);
+                    assert!(
+                        obj.contains_key(&("PersistentVolumeClaim".into(), claim.clone())),
+                        "{kind}/{name}: PersistentVolumeClaim {claim} is referenced but never created"
+                    );
+                } else if !v["secret"].is_badvalue() {
+                    let sec = s(&v["secret"]["secretName"]);
+                    assert!(generated.contains(&sec), "{kind}/{name}: Secret {sec} is not generated");
+                    // Kubernetes' default mode is 0644; files are owned by root and by the
+                    // fsGroup when one is set.
+                    let mode = v["secret"]["defaultMode"].as_i64().unwrap_or(0o644);
+                    let readable = mode & 0o004 != 0 || (mode & 0o040 != 0 && fs_group.is_some());
+                    assert!(
+                        readable,
+                        "{kind}/{name}: uid {uid:?} cannot read Secret {sec} (mode {mode:o}, fsGroup {fs_group:?})"
+                    );
+                } else {
+                    panic!("{kind}/{name}: volume {vname} of an unexpected kind");
+                }
+            }
+        }
+    }
+    assert_eq!(pods, 3, "two party StatefulSets and the orchestrator Job");
+}
+
+/// The compose services run as the host user (so they can read the host's 0600 secret files)
+/// in group 0, and the image makes /state writable by group 0: the ledger volume is writable
+/// whatever uid runs it (the convention OpenShift uses for arbitrary uids).
+#[test]
+fn compose_user_can_write_the_ledger_volume() {
+    let dockerfile = std::fs::read_to_string(root().join("deploy/Dockerfile")).unwrap();
+    assert!(dockerfile.contains("chown 10001:0 /state") && dockerfile.contains("chmod 0770 /state"), "{dockerfile}");
+    let compose = &docs(&root().join("deploy/compose/compose.yaml"))[0];
+    for (name, svc) in compose["services"].as_hash().unwrap() {
+        let user = s(&merged(svc)["user"]);
+        assert!(user.ends_with(":0"), "{}: user {user:?} must be in group 0 to write /state", s(name));
+    }
 }

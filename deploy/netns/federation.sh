@@ -4,15 +4,17 @@
 # orchestrator) on a private bridge — the closest one machine gets to separate hosts. Nodes
 # talk mutual TLS with tokens over that bridge; nothing listens on loopback.
 #
+#   cargo build --release                          # as yourself, first (never under sudo)
 #   sudo deploy/netns/federation.sh [ROUNDS]      # from the repository root; needs iproute2
 #
-# It builds the release binary if needed, writes configs/secrets/ledgers to a temporary folder,
+# It runs the binary at $DPCOTRAIN_BIN (default target/release/dpcotrain; it never builds, so
+# no compiler runs as root and target/ gets no root-owned files), writes configs/secrets/ledgers to a temporary folder,
 # runs ROUNDS (default 25) rounds, prints the result, and removes the namespaces on exit.
 set -euo pipefail
 
 ROUNDS="${1:-25}"
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-BIN="$ROOT/target/release/dpcotrain"
+BIN="${DPCOTRAIN_BIN:-$ROOT/target/release/dpcotrain}"
 WORK="$(mktemp -d /tmp/dpcotrain-netns.XXXXXX)"
 BR=dpct-br0
 NS=(dpct-a dpct-b dpct-orch)
@@ -31,7 +33,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-(cd "$ROOT" && cargo build --release --quiet --bin dpcotrain)
+[[ -x "$BIN" ]] || { echo "$BIN not found: build it first, as yourself: cargo build --release" >&2; exit 1; }
 
 # A bridge, and one namespace per participant attached to it by a veth pair.
 ip link add "$BR" type bridge

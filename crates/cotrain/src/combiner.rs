@@ -71,6 +71,21 @@ impl std::str::FromStr for AnswerForm {
     }
 }
 
+impl AnswerForm {
+    /// Whether this reading is defined for `kind` with `uncertainty` (the likelihood reading is
+    /// for the noisy combiner with marginal uncertainty only).
+    pub fn check(self, kind: CombinerKind, uncertainty: Uncertainty) -> Result<(), CotrainError> {
+        if self == AnswerForm::Likelihood && (kind != CombinerKind::Noisy || uncertainty != Uncertainty::Marginal) {
+            return Err(CotrainError::invalid(format!(
+                "the likelihood reading of answers is defined for the noisy combiner with marginal uncertainty, not {} + {}",
+                kind.name(),
+                uncertainty.name()
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// Largest noise variance (relative to the prior variance) given to a pseudo-row that carries
 /// no information: such a row is kept (the model's shape does not change) but weighs nothing.
 pub const UNINFORMATIVE_NOISE: f64 = 1e8;
@@ -515,15 +530,7 @@ impl CoModel {
     /// Choose how answers are read; the likelihood reading is defined for the Noisy combiner with
     /// marginal uncertainty only.
     pub fn set_answer_form(&mut self, form: AnswerForm) -> Result<(), CotrainError> {
-        if form == AnswerForm::Likelihood
-            && (self.kind != CombinerKind::Noisy || self.uncertainty != Uncertainty::Marginal)
-        {
-            return Err(CotrainError::invalid(format!(
-                "the likelihood reading of answers is defined for the noisy combiner with marginal uncertainty, not {} + {}",
-                self.kind.name(),
-                self.uncertainty.name()
-            )));
-        }
+        form.check(self.kind, self.uncertainty)?;
         self.answer_form = form;
         self.version += 1;
         Ok(())

@@ -58,13 +58,7 @@ impl StateStore {
 
     /// The saved state, if any.
     pub fn load(&self) -> Result<Option<PartyState>, StoreError> {
-        let path = self.path();
-        let text = match fs::read_to_string(&path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(io(&path, e)),
-        };
-        serde_json::from_str(&text).map(Some).map_err(|e| StoreError::Corrupt { path, message: e.to_string() })
+        read_state(&self.path())
     }
 
     /// Replace the saved state atomically and durably.
@@ -81,6 +75,23 @@ impl StateStore {
         File::open(&self.dir).and_then(|d| d.sync_all()).map_err(|e| io(&self.dir, e))?;
         Ok(())
     }
+}
+
+/// The state saved in `dir`, if any, read without taking the lock (for `node check`, which
+/// may run beside a serving node). Creates nothing.
+pub fn peek(dir: &Path) -> Result<Option<PartyState>, StoreError> {
+    read_state(&dir.join("state.json"))
+}
+
+fn read_state(path: &Path) -> Result<Option<PartyState>, StoreError> {
+    let text = match fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io(path, e)),
+    };
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| StoreError::Corrupt { path: path.to_path_buf(), message: e.to_string() })
 }
 
 #[cfg(test)]
