@@ -95,6 +95,15 @@ fn check(a: &DemoArgs) -> anyhow::Result<()> {
     {
         anyhow::bail!("--budget-epsilon must be a positive number, got {b}");
     }
+    if let Some(b) = a.budget_epsilon
+        && a.dp == "calibrated"
+        && b < a.epsilon
+    {
+        anyhow::bail!(
+            "--budget-epsilon {b} is below --epsilon {}, the cost of one release: every release would be refused and the run would change nothing",
+            a.epsilon
+        );
+    }
     if a.rounds == 0 {
         anyhow::bail!("--rounds must be at least 1");
     }
@@ -186,6 +195,15 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&fed_dir).with_context(|| format!("cannot create {}", fed_dir.display()))?;
     eprintln!("[1/4] data: {} split into two private views (masked), {} labelled rows each", a.dataset, a.n_obs);
     let (sc, target) = scenario(&a)?;
+    let pool = sc.parties.first().map_or(0, |p| p.pool_size());
+    let asked = if a.policy() == "batches" { a.queries } else { a.rounds as usize };
+    if asked > pool {
+        anyhow::bail!(
+            "{} asks {asked} pool entities per party but the pool holds {pool}: {}",
+            if a.policy() == "batches" { "--queries" } else { "--rounds (one entity per round)" },
+            "lower it (a round with nothing left to ask changes nothing)"
+        );
+    }
     let names = write_federation(&a, &sc, target, &fed_dir)?;
 
     eprintln!("[2/4] starting {} nodes on loopback (mutual TLS, throw-away certificates)…", names.len());
@@ -227,11 +245,11 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
     .await;
     bar.finish_and_clear();
     let result = match drove {
-        Ok((_, per_round, refusals)) => {
+        Ok(d) => {
             for i in 0..names.len() {
                 statuses.push(orch.status(i).await.map_err(anyhow::Error::msg)?);
             }
-            Ok((per_round, refusals))
+            Ok((d.per_round, d.failures))
         }
         Err(e) => Err(e),
     };
@@ -288,6 +306,12 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
             "warning: policy {} releases with the label-fitted θ: the (ε, δ) covers the means given θ only; θ and the released variances leak labels, uncounted (use the default policy batches)",
             a.policy()
         );
+    }
+    if !refusals.is_empty() {
+        for why in &refusals {
+            eprintln!("failed: {why}");
+        }
+        anyhow::bail!("{} exchanges failed or were refused (listed above): the run is incomplete", refusals.len());
     }
     Ok(())
 }

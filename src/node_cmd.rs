@@ -279,7 +279,10 @@ pub fn orchestrator(cfg: &FederationConfig, path: &Path) -> anyhow::Result<Orche
         };
         nodes.push((n.name.clone(), n.address.clone(), token, t));
     }
-    Orchestrator::new(nodes, orchestrator_retry()).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    let mut orch =
+        Orchestrator::new(nodes, orchestrator_retry()).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    orch.federation_id = Some(cfg.federation_id.clone());
+    Ok(orch)
 }
 
 /// One party's outcome as `run` reports it.
@@ -306,13 +309,26 @@ pub fn party_json(st: &pb::StatusResponse, rmse_per_round: &[f64]) -> serde_json
                        "privacy_spent_total": {"rho": st.rho_total, "epsilon": st.epsilon_total}})
 }
 
+/// What [`drive`] did.
+pub struct Drove {
+    /// Rounds each node had done when the run began (node order).
+    pub position: Vec<u32>,
+    /// The first round run (the lowest position, at most the target).
+    pub start: u32,
+    /// Test RMSE of each node after each of its turns in this run.
+    pub per_round: Vec<Vec<f64>>,
+    /// Exchanges that failed or were refused in turns that happened (`"round 3, A ← B: …"`).
+    pub failures: Vec<String>,
+}
+
 /// Bring every node to `target` rounds (continuing an interrupted run), reporting each turn.
+/// A turn that did not happen (no peer answered; one was unreachable or refused the handshake)
+/// stops the run with an error; the node recorded nothing, so running again retries it.
 pub async fn drive(
     orch: &Orchestrator,
     target: u32,
     mut on_turn: impl FnMut(u32, usize, &pb::RunRoundResponse),
-) -> anyhow::Result<(u32, Vec<Vec<f64>>, Vec<String>)> {
-    let mut start = u32::MAX;
+) -> anyhow::Result<Drove> {
     for (i, n) in orch.nodes.iter().enumerate() {
         if !orch.reachable(i).await {
             eprintln!(
@@ -323,20 +339,35 @@ pub async fn drive(
             );
         }
     }
+    let mut position = Vec::new();
     for i in 0..orch.nodes.len() {
-        start = start.min(orch.status(i).await.map_err(anyhow::Error::msg)?.rounds_done);
+        position.push(orch.status(i).await.map_err(anyhow::Error::msg)?.rounds_done);
     }
+    let start = position.iter().copied().min().unwrap_or(0).min(target);
     let mut per_round = vec![Vec::new(); orch.nodes.len()];
-    let mut refusals = Vec::new();
+    let mut failures = Vec::new();
     for round in start..target {
         for (i, rmse) in per_round.iter_mut().enumerate() {
-            let r = orch.run_round(i, round).await.map_err(anyhow::Error::msg)?;
+            let r = orch.run_round(i, round).await.map_err(|e| {
+                anyhow::anyhow!(
+                    "{e}. Rounds before {round} are done{}; run again to retry round {round}",
+                    if failures.is_empty() { String::new() } else { format!(" ({} exchanges failed)", failures.len()) }
+                )
+            })?;
             on_turn(round, i, &r);
             rmse.push(r.test_rmse);
-            refusals.extend(r.refused);
+            failures.extend(r.refused.iter().map(|why| format!("round {round}, {} ← {why}", r.querier)));
         }
     }
-    Ok((start.min(target), per_round, refusals))
+    Ok(Drove { position, start, per_round, failures })
+}
+
+/// "A at round 3, B at 4" (or "both at round 3").
+fn positions(orch: &Orchestrator, position: &[u32]) -> String {
+    if position.windows(2).all(|w| w[0] == w[1]) {
+        return format!("every node at round {}", position.first().copied().unwrap_or(0));
+    }
+    orch.nodes.iter().zip(position).map(|(n, r)| format!("{} at round {r}", n.name)).collect::<Vec<_>>().join(", ")
 }
 
 pub async fn run(a: RunArgs) -> anyhow::Result<()> {
@@ -351,7 +382,7 @@ pub async fn run(a: RunArgs) -> anyhow::Result<()> {
     let n = orch.nodes.len() as u64;
     let mut first = true;
     let mut skipped: Vec<String> = Vec::new();
-    let (start, per_round, refusals) = drive(&orch, target, |round, i, r| {
+    let drove = drive(&orch, target, |round, i, r| {
         skipped.extend(r.skipped.iter().cloned());
         if first {
             bar.set_length((target - round) as u64 * n);
@@ -365,19 +396,24 @@ pub async fn run(a: RunArgs) -> anyhow::Result<()> {
     })
     .await?;
     bar.finish_and_clear();
+    let Drove { position, start, per_round, failures } = drove;
     let mut rows = Vec::new();
     for (i, rmse) in per_round.iter().enumerate() {
         rows.push(party_json(&orch.status(i).await.map_err(anyhow::Error::msg)?, rmse));
     }
+    let ran = per_round.first().map_or(0, Vec::len);
     if a.json {
         println!(
             "{}",
             serde_json::json!({"federation_id": cfg.federation_id, "rounds": target, "started_at_round": start,
-                               "parties": rows, "refused": refusals, "skipped": skipped})
+                               "position_before": position, "rounds_run": ran,
+                               "parties": rows, "refused": failures, "skipped": skipped})
         );
     } else {
-        if start > 0 {
-            println!("continued an earlier run from round {start}");
+        if ran == 0 {
+            println!("nothing to do: {} (target {target})", positions(&orch, &position));
+        } else if position.iter().any(|&r| r > 0) {
+            println!("continued an earlier run: {}; ran rounds {start} to {}", positions(&orch, &position), target - 1);
         }
         println!(
             "{:<10} {:>12} {:>12}  privacy spent on its labels (ε per requester)",
@@ -406,15 +442,18 @@ pub async fn run(a: RunArgs) -> anyhow::Result<()> {
                 if spent.is_empty() { "none".to_string() } else { spent.join(", ") }
             );
         }
-        for why in &refusals {
-            println!("refused: {why}");
-        }
         if !skipped.is_empty() {
             println!(
                 "{} peer requests not sent: each peer's budget for the querier was already spent (its one release was made)",
                 skipped.len()
             );
         }
+    }
+    if !failures.is_empty() {
+        for why in &failures {
+            eprintln!("failed: {why}");
+        }
+        anyhow::bail!("{} of the run's exchanges failed or were refused (listed above)", failures.len());
     }
     Ok(())
 }

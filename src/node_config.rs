@@ -355,6 +355,14 @@ pub fn settings_from_config(cfg: &PartyConfig, path: &Path) -> anyhow::Result<No
         },
         o => anyhow::bail!("{}: privacy.mode {o:?} is not off, thesis or calibrated", path.display()),
     };
+    if let DpMode::Calibrated { epsilon, budget_epsilon, .. } = mode
+        && budget_epsilon < epsilon
+    {
+        anyhow::bail!(
+            "{}: privacy.budget_epsilon = {budget_epsilon} is below privacy.epsilon = {epsilon}, the cost of one release: every release would be refused",
+            path.display()
+        );
+    }
     let dp = DpConfig { mode, policy, inflate_variance: true, release, theta, queries };
     dp.validate().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     answers.check(kind, unc).map_err(|e| anyhow::anyhow!("{}: model.answers: {e}", path.display()))?;

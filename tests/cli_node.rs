@@ -71,7 +71,7 @@ fn json(out: &Output) -> Value {
 }
 
 fn ports(k: u16) -> (u16, u16) {
-    let base = 41000 + (std::process::id() % 1000) as u16 * 6 + 2 * k;
+    let base = 41000 + (std::process::id() % 1000) as u16 * 12 + 2 * k;
     (base, base + 1)
 }
 
@@ -399,4 +399,65 @@ fn node_check_refuses_what_serve_refuses() {
             assert!(last.starts_with("error: ") && last.contains(needle), "node {cmd}: {err:?} lacks {needle:?}");
         }
     }
+}
+
+fn status_json(dir: &Path, name: &str) -> Value {
+    let out = bin().args(["status", "--node", name, "--config"]).arg(dir.join("federation.toml")).output().unwrap();
+    json(&out)
+}
+
+/// A turn in which no peer could be reached (here: B refuses A's handshake because A's pool
+/// differs) did not happen: `run` exits 1 naming it, the node records nothing, and once the
+/// cause is fixed the same round runs (it was not consumed).
+#[test]
+fn a_turn_that_did_not_happen_fails_the_run_and_is_not_consumed() {
+    let (pa, pb) = ports(3);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let pool = root.join("examples/two-party/data/party-a/pool.csv");
+    let dir = setup("notaken", pa, pb, |t| t);
+    let text = std::fs::read_to_string(&pool).unwrap();
+    let short: String = text.lines().take(text.lines().count() - 1).map(|l| format!("{l}\n")).collect();
+    std::fs::write(dir.join("pool-short.csv"), short).unwrap();
+    let good = std::fs::read_to_string(dir.join("party-a.toml")).unwrap();
+    let bad = good.replace(&pool.display().to_string(), &dir.join("pool-short.csv").display().to_string());
+    assert_ne!(bad, good);
+    std::fs::write(dir.join("party-a.toml"), &bad).unwrap();
+    let a = node(&dir, "party-a.toml");
+    let _b = node(&dir, "party-b.toml");
+    wait_up(&dir, &["A", "B"]);
+    let out = run(&dir, 1);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("round 0: A's turn did not happen (nothing recorded)"), "{err}");
+    assert!(err.contains("run again to retry round 0"), "{err}");
+    assert_eq!(status_json(&dir, "A")["rounds"], 0, "the failed round is not recorded as done");
+    // Fix A's pool and restart it: the same round now runs.
+    drop(a);
+    std::fs::write(dir.join("party-a.toml"), &good).unwrap();
+    let _a = node(&dir, "party-a.toml");
+    wait_up(&dir, &["A"]);
+    let v = json(&run(&dir, 1));
+    assert_eq!(v["rounds_run"], 1);
+    for p in v["parties"].as_array().unwrap() {
+        assert_eq!(p["rounds"], 1);
+    }
+}
+
+/// `run` refuses to drive a node that serves another federation, and records nothing.
+#[test]
+fn run_refuses_a_node_of_another_federation() {
+    let (pa, pb) = ports(4);
+    let dir = setup("otherfed", pa, pb, |t| t);
+    let a_cfg = std::fs::read_to_string(dir.join("party-a.toml")).unwrap();
+    std::fs::write(dir.join("party-a.toml"), a_cfg.replace("\"ccpp-two-party\"", "\"another-federation\"")).unwrap();
+    let _a = node(&dir, "party-a.toml");
+    let _b = node(&dir, "party-b.toml");
+    wait_up(&dir, &["A", "B"]);
+    let out = run(&dir, 1);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("serves federation \"another-federation\""), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert_eq!(status_json(&dir, "A")["rounds"], 0);
+    assert_eq!(status_json(&dir, "B")["rounds"], 0);
 }

@@ -74,6 +74,7 @@ pub async fn query_turn<P: Peer>(
         return Ok(report);
     }
     let mut answers = Vec::new();
+    let mut unreached = false;
     for peer in peers {
         let pname = peer.name();
         // Under public (batched) queries, a peer whose budget for us is spent is not asked again.
@@ -96,8 +97,20 @@ pub async fn query_turn<P: Peer>(
         };
         match peer.predict(req).await {
             Ok(a) => answers.push(a),
-            Err(e) => report.refused.push((pname, e.to_string())),
+            Err(e) => {
+                unreached |= matches!(e, CotrainError::Unreached { .. });
+                report.refused.push((pname, e.to_string()));
+            }
         }
+    }
+    // Nobody answered and someone was not reached: the turn did not happen. Nothing is
+    // recorded, so running the same round again (once the peer is back) takes it.
+    if answers.is_empty() && unreached {
+        return Err(CotrainError::TurnNotTaken {
+            round,
+            querier: name,
+            reasons: report.refused.iter().map(|(_, why)| why.clone()).collect(),
+        });
     }
     // A turn in which every peer was deliberately not asked (each one's budget for us is
     // spent) asked nothing: it is recorded without an index.

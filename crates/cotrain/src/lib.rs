@@ -81,6 +81,15 @@ pub enum CotrainError {
     Privacy(#[from] dpcotrain_privacy::PrivacyError),
     #[error("peer {peer}: {message}")]
     Peer { peer: String, message: String },
+    /// The request never reached an answer: the peer was unreachable, timed out, or refused
+    /// the handshake (another federation, another pool). Unlike a refusal of the request
+    /// itself (e.g. its budget), retrying later may succeed.
+    #[error("peer {peer} not reached: {message}")]
+    Unreached { peer: String, message: String },
+    /// A querier turn in which no peer answered and at least one was not reached: nothing was
+    /// recorded, so the same round can be run again.
+    #[error("round {round}: {querier}'s turn did not happen (nothing recorded): {}", .reasons.join("; "))]
+    TurnNotTaken { round: usize, querier: String, reasons: Vec<String> },
 }
 
 impl CotrainError {

@@ -22,6 +22,8 @@ pub struct NodeHandle {
 pub struct Orchestrator {
     pub nodes: Vec<NodeHandle>,
     pub retry: Retry,
+    /// When set, a node serving another federation is refused.
+    pub federation_id: Option<String>,
 }
 
 impl Orchestrator {
@@ -36,7 +38,7 @@ impl Orchestrator {
             let client = pb::node_client::NodeClient::new(ch).max_decoding_message_size(crate::MAX_MESSAGE_BYTES);
             out.push(NodeHandle { name, address, token, client });
         }
-        Ok(Orchestrator { nodes: out, retry })
+        Ok(Orchestrator { nodes: out, retry, federation_id: None })
     }
 
     /// A node's status (retried while it is unreachable); checks it is the party we think.
@@ -45,6 +47,14 @@ impl Orchestrator {
         let n = &self.nodes[i];
         if st.party != n.name {
             return Err(format!("the node at {} is party {:?}, not {:?}", n.address, st.party, n.name));
+        }
+        if let Some(f) = &self.federation_id
+            && &st.federation_id != f
+        {
+            return Err(format!(
+                "{} ({}) serves federation {:?}, not {f:?}: refusing to drive it",
+                n.name, n.address, st.federation_id
+            ));
         }
         Ok(st)
     }

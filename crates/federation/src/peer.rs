@@ -59,6 +59,12 @@ impl Retry {
             match call().await {
                 Ok(v) => return Ok(v),
                 Err(s) if is_transient(&s) && start.elapsed() + backoff < self.give_up_after => {
+                    tracing::warn!(
+                        "{what}: try {tries} failed ({:?}: {}); retrying for up to {:.0} s more",
+                        s.code(),
+                        s.message(),
+                        (self.give_up_after.saturating_sub(start.elapsed())).as_secs_f64()
+                    );
                     // ±25 % jitter so retrying peers do not stampede together.
                     let j = 0.75 + 0.5 * rand::random::<f64>();
                     tokio::time::sleep(backoff.mul_f64(j)).await;
@@ -110,8 +116,23 @@ pub struct GrpcPeer {
     handshaken: Arc<AtomicBool>,
 }
 
+/// A failed call: transient codes mean the peer was not reached; any other code is the
+/// peer's refusal of this request.
 fn peer_err(name: &str, s: &Status) -> CotrainError {
-    CotrainError::Peer { peer: name.into(), message: format!("{:?}: {}", s.code(), s.message()) }
+    let message = format!("{:?}: {}", s.code(), s.message());
+    if is_transient(s) {
+        CotrainError::Unreached { peer: name.into(), message }
+    } else {
+        CotrainError::Peer { peer: name.into(), message }
+    }
+}
+
+/// A handshake that failed in any way: the peer was not reached as the party we agree with.
+fn unreached(e: CotrainError) -> CotrainError {
+    match e {
+        CotrainError::Peer { peer, message } => CotrainError::Unreached { peer, message },
+        e => e,
+    }
 }
 
 /// A lazily connecting channel to `address` with our deadlines, limits and TLS.
@@ -197,13 +218,13 @@ impl Peer for GrpcPeer {
         async move {
             let name = &self.opts.name;
             if !self.handshaken.load(Ordering::SeqCst) {
-                self.handshake().await?;
+                self.handshake().await.map_err(unreached)?;
             }
             let resp = match self.predict_once(msg.clone()).await {
                 // The node forgot us (it restarted): handshake again, then retry the same id.
                 Err(s) if s.code() == Code::FailedPrecondition => {
                     self.handshaken.store(false, Ordering::SeqCst);
-                    self.handshake().await?;
+                    self.handshake().await.map_err(unreached)?;
                     self.predict_once(msg).await
                 }
                 r => r,

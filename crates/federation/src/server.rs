@@ -98,7 +98,9 @@ fn to_status(e: CotrainError) -> Status {
     match e {
         CotrainError::Privacy(_) if msg.contains("budget") => Status::resource_exhausted(msg),
         CotrainError::Invalid(_) => Status::invalid_argument(msg),
-        CotrainError::Peer { .. } => Status::unavailable(msg),
+        CotrainError::Peer { .. } | CotrainError::Unreached { .. } => Status::unavailable(msg),
+        // Not retried by the orchestrator: the querier already retried its peers.
+        CotrainError::TurnNotTaken { .. } => Status::failed_precondition(msg),
         _ => Status::internal(msg),
     }
 }
@@ -218,6 +220,7 @@ impl Node for NodeService {
         };
         let party = self.party.clone();
         let alone = self.rmse_alone;
+        let federation = self.agreement.federation_id.clone();
         let resp = blocking(move || {
             let mut p = party.lock().map_err(|_| CotrainError::invalid("party lock poisoned"))?;
             let rmse = evaluate(&mut p)?.rmse;
@@ -247,6 +250,7 @@ impl Node for NodeService {
                 })
                 .collect::<Vec<_>>();
             let (mut rho_total, mut epsilon_total) = p.privacy_spent_total();
+            let federation_id = federation.clone();
             let restricted = caller.is_some();
             let mut spend = spend;
             let (mut rmse, mut alone) = (rmse, alone);
@@ -268,6 +272,7 @@ impl Node for NodeService {
                 rho_total,
                 epsilon_total,
                 restricted,
+                federation_id,
             })
         })
         .await?;
