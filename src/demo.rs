@@ -188,6 +188,12 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
         "full" => Uncertainty::Full,
         _ => Uncertainty::Marginal,
     };
+    if a.dp == "calibrated" {
+        let range = dpcotrain_privacy::sensitivity::LabelRange::new(-3.0, 3.0)?;
+        DpConfig::honest(a.epsilon, a.delta, a.epsilon, range, a.queries)
+            .check_combiner(kind, unc)
+            .map_err(|e| anyhow::anyhow!("--combiner {} --uncertainty {}: {e}", a.combiner, a.uncertainty))?;
+    }
     let fed_dir = a.out.join("federation");
     if fed_dir.exists() {
         std::fs::remove_dir_all(&fed_dir).with_context(|| format!("cannot clear {}", fed_dir.display()))?;

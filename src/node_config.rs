@@ -365,6 +365,7 @@ pub fn settings_from_config(cfg: &PartyConfig, path: &Path) -> anyhow::Result<No
     }
     let dp = DpConfig { mode, policy, inflate_variance: true, release, theta, queries };
     dp.validate().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    dp.check_combiner(kind, unc).map_err(|e| anyhow::anyhow!("{}: [model] {e}", path.display()))?;
     answers.check(kind, unc).map_err(|e| anyhow::anyhow!("{}: model.answers: {e}", path.display()))?;
     Ok(NodeSettings { kind, uncertainty: unc, dp, answers })
 }

@@ -103,10 +103,25 @@ fn demo_options_and_errors() {
         (vec!["--dataset", "mnist"], "mnist"),
         (vec!["--rounds", "0"], "--rounds"),
         (vec!["--queries", "0"], "--queries"),
+        // A negative value reaches our validation instead of clap's "unexpected argument".
+        (vec!["--epsilon", "-1"], "--epsilon must be a positive number, got -1"),
+        // Ruinous settings are refused, saying why and what to use.
+        (vec!["--combiner", "hybrid"], "use combiner noisy with uncertainty marginal"),
+        (vec!["--combiner", "blocky"], "ignores each answer's variance"),
+        (vec!["--uncertainty", "none"], "uncertainty none ignores each answer's variance"),
+        (vec!["--policy", "release-once", "--combiner", "hybrid", "--uncertainty", "full"], "under calibrated DP"),
+        // Settings that would do nothing.
+        (vec!["--budget-epsilon", "0.5"], "every release would be refused"),
+        (vec!["--queries", "100000"], "the pool holds"),
+        (vec!["--policy", "per-query", "--rounds", "100000"], "the pool holds"),
     ] {
         let run = bin().arg("demo").args(&args).args(["--out"]).arg(tmp("bad")).output().unwrap();
-        assert!(!run.status.success());
+        // 1: our validation (one line); 2: clap's usage errors.
         let err = String::from_utf8_lossy(&run.stderr);
+        assert!(matches!(run.status.code(), Some(1 | 2)), "{args:?}: {err}");
         assert!(err.contains(needle), "{args:?}: {err}");
+        if run.status.code() == Some(1) {
+            assert!(err.trim().lines().last().is_some_and(|l| l.starts_with("error: ")), "{args:?}: {err}");
+        }
     }
 }

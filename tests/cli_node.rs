@@ -149,7 +149,7 @@ fn two_party_example_runs_over_mutual_tls() {
         ("queries_per_turn = 25", "queries_per_turn = 0", "privacy.queries_per_turn"),
         ("policy = \"batches\"", "policy = \"batches\"\npublic_theta = [1.0, -1.0, 0.1]", "privacy.public_theta"),
         ("policy = \"batches\"", "policy = \"per-query\"\nrelease = \"finite\"", "per-query"),
-        ("combiner = \"noisy\"", "combiner = \"hybrid\"\nanswers = \"likelihood\"", "model.answers"),
+        ("uncertainty = \"marginal\"", "uncertainty = \"full\"\nanswers = \"likelihood\"", "model.answers"),
     ] {
         let text = std::fs::read_to_string(dir.join("party-a.toml"))
             .unwrap()
@@ -366,6 +366,8 @@ fn node_check_refuses_what_serve_refuses() {
         (cfg.replace("uncertainty = \"marginal\"", "uncertainty = \"marginall\""), "\"marginall\""),
         (cfg.replace("mode = \"calibrated\"", "mode = \"calibratd\""), "\"calibratd\""),
         (cfg.replace("policy = \"batches\"", "policy = \"once\""), "\"once\""),
+        (cfg.replace("combiner = \"noisy\"", "combiner = \"hybrid\""), "under calibrated DP"),
+        (cfg.replace("budget_epsilon", "x").replace("epsilon = 1.0", "epsilon = 1.0\nbudget_epsilon = 0.5"), "every release would be refused"),
         (cfg.replace("target = \"PE\"", "target = \"PX\""), "no column named \"PX\""),
         (cfg.replace(&train_ok, &nan.display().to_string()), "line 3, column \"AT\" (1)"),
         (cfg.replace(&test_ok, &renamed.display().to_string()), "missing \"V\"; unexpected \"RH\""),
