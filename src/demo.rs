@@ -255,7 +255,7 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
             for i in 0..names.len() {
                 statuses.push(orch.status(i).await.map_err(anyhow::Error::msg)?);
             }
-            Ok((d.per_round, d.failures))
+            Ok(d.failures)
         }
         Err(e) => Err(e),
     };
@@ -265,7 +265,7 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
     for s in servers {
         let _ = s.await;
     }
-    let (per_round, refusals) = result?;
+    let refusals = result?;
 
     eprintln!("[4/4] references: the same protocol without DP, and centralised oracles (not private)…");
     let (oracle, yu) = references(&a, &sc, kind, unc)?;
@@ -274,13 +274,17 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
     let mut parties = Vec::new();
     let (mut gain_all, mut got_all) = (0.0, 0.0);
     for (i, st) in statuses.iter().enumerate() {
-        let mut p = crate::node_cmd::party_json(st, &per_round[i]);
+        let mut p = crate::node_cmd::party_json(st);
         p["queried"] = json!(queried[i]);
         p["rmse_no_dp"] = json!(no_dp[i]);
         let (alone, after) =
             (p["rmse_before"].as_f64().unwrap_or(f64::NAN), p["rmse_after"].as_f64().unwrap_or(f64::NAN));
         let gain = alone - no_dp[i];
         p["gain_recovered"] = json!(if gain > 1e-9 { Some((alone - after) / gain) } else { None });
+        let n_test = sc.parties[i].x_test.nrows();
+        p["n_test"] = json!(n_test);
+        p["verdict"] = json!(verdict(alone, after, p["rmse_change_se"].as_f64(), n_test));
+        p["noise_sd"] = json!(largest_noise_sd(&p));
         gain_all += gain;
         got_all += alone - after;
         parties.push(p);
@@ -298,13 +302,7 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
         "queries": a.queries, "gain_recovered": recovered,
     });
     write_report(&a, &sc, &report)?;
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print_table(&report);
-        println!("\nreport: {}  (report.md, rmse.svg, queried.svg, run.json)", a.out.display());
-        println!("configs, certificates and ledgers of this run: {}", fed_dir.display());
-    }
+    // Warnings first: a reader must not take the table for a private result.
     if a.dp == "thesis" {
         eprintln!("warning: thesis mode reproduces Thomas 2017's noise scale and gives NO formal privacy guarantee");
     } else if a.dp == "calibrated" && !guaranteed {
@@ -312,6 +310,13 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
             "warning: policy {} releases with the label-fitted θ: the (ε, δ) covers the means given θ only; θ and the released variances leak labels, uncounted (use the default policy batches)",
             a.policy()
         );
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_table(&report);
+        println!("\nreport: {}  (report.md, rmse.svg, queried.svg, run.json)", a.out.display());
+        println!("configs, certificates and ledgers of this run: {}", fed_dir.display());
     }
     if !refusals.is_empty() {
         for why in &refusals {
@@ -358,7 +363,45 @@ fn references(a: &DemoArgs, sc: &Scenario, kind: CombinerKind, unc: Uncertainty)
     Ok((evaluate(&mut p)?.rmse, yu))
 }
 
-fn eps_spent(p: &Value) -> String {
+/// Whether co-training changed a party's test RMSE by more than the test set's noise: two
+/// standard errors of the change, paired over the same test points (the node computes it by
+/// the delta method from per-point errors; `Status.rmse_change_se`). A ±0.015 change that is
+/// within that is not a result.
+pub fn verdict(alone: f64, after: f64, se: Option<f64>, n_test: usize) -> String {
+    let d = after - alone;
+    let Some(se) = se.filter(|s| s.is_finite() && *s > 0.0) else {
+        return format!("{alone:.3} → {after:.3} (no standard error available)");
+    };
+    if !d.is_finite() {
+        return "no verdict (RMSE not finite)".into();
+    }
+    let two = 2.0 * se;
+    if d < -two {
+        format!("helped: {alone:.3} → {after:.3} (−{:.3}; 2 SE = {two:.3} over {n_test} test points)", -d)
+    } else if d > two {
+        format!("HURT: {alone:.3} → {after:.3} (+{d:.3}; 2 SE = {two:.3} over {n_test} test points)")
+    } else {
+        format!("no clear change: {d:+.3} is within 2 SE = {two:.3} over {n_test} test points")
+    }
+}
+
+/// The largest noise sd of this party's releases (label units), if it released anything.
+fn largest_noise_sd(p: &Value) -> Option<f64> {
+    p["privacy_spent"]
+        .as_array()?
+        .iter()
+        .flat_map(|s| s["release_log"].as_array().cloned().unwrap_or_default())
+        .filter_map(|r| r["sigma"].as_f64())
+        .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))))
+}
+
+/// ε spent, as the table shows it; never "0" for a run without a guarantee.
+fn eps_spent(r: &Value, p: &Value) -> String {
+    match r["dp"].as_str() {
+        Some("off") => return "no privacy (DP off)".into(),
+        Some("thesis") => return "no guarantee (thesis mode)".into(),
+        _ => {}
+    }
     let v: Vec<String> = p["privacy_spent"]
         .as_array()
         .map(|s| {
@@ -369,7 +412,11 @@ fn eps_spent(p: &Value) -> String {
                 .collect()
         })
         .unwrap_or_default();
-    if v.is_empty() { "0".into() } else { v.join(", ") }
+    match (v.is_empty(), r["guaranteed"].as_bool() == Some(true)) {
+        (true, _) => "0 (nothing released)".into(),
+        (false, true) => v.join(", "),
+        (false, false) => format!("{} (means given θ only)", v.join(", ")),
+    }
 }
 
 /// "gain recovered: X% of the non-private gain at ε = … (δ = …)", and why when it is small.
@@ -411,20 +458,37 @@ fn print_table(r: &Value) {
             p["rmse_after"].as_f64().unwrap_or(f64::NAN),
             p["rmse_no_dp"].as_f64().unwrap_or(f64::NAN),
             r["oracle_rmse"].as_f64().unwrap_or(f64::NAN),
-            eps_spent(p)
+            eps_spent(r, p)
         );
     }
     println!("\n{}", recovered_line(r));
+    println!();
+    for p in r["parties"].as_array().into_iter().flatten() {
+        println!("{}: {}", p["party"].as_str().unwrap_or(""), p["verdict"].as_str().unwrap_or(""));
+    }
+    if let Some(sd) =
+        r["parties"].as_array().into_iter().flatten().filter_map(|p| p["noise_sd"].as_f64()).reduce(f64::max)
+    {
+        println!(
+            "DP noise: sd up to {sd:.3} per released mean, against a label range of 6 (labels clipped to [−3, 3])"
+        );
+    }
+    let privacy = match r["dp"].as_str().unwrap_or("") {
+        "off" => "no privacy (DP off)".to_string(),
+        "thesis" => "thesis mode: Thomas 2017's noise, NO formal guarantee".to_string(),
+        _ => format!(
+            "DP calibrated, ε = {} per release, δ = {}, policy {}",
+            r["epsilon"],
+            r["delta"],
+            r["policy"].as_str().unwrap_or("")
+        ),
+    };
     println!(
-        "\n{} round{}, {} + {}, DP {} (ε = {} per release, δ = {}, {}), {:.1} s",
+        "\n{} round{}, {} + {}, {privacy}, {:.1} s",
         r["rounds"],
         if r["rounds"].as_u64() == Some(1) { "" } else { "s" },
         r["combiner"].as_str().unwrap_or(""),
         r["uncertainty"].as_str().unwrap_or(""),
-        r["dp"].as_str().unwrap_or(""),
-        r["epsilon"],
-        r["delta"],
-        r["policy"].as_str().unwrap_or(""),
         r["wall_seconds"].as_f64().unwrap_or(0.0)
     );
 }
@@ -504,10 +568,18 @@ fn write_report(a: &DemoArgs, sc: &Scenario, r: &Value) -> anyhow::Result<()> {
             p["rmse_after"].as_f64().unwrap_or(f64::NAN),
             p["rmse_no_dp"].as_f64().unwrap_or(f64::NAN),
             oracle,
-            eps_spent(p)
+            eps_spent(r, p)
         );
     }
-    md += &format!("\n**{}**\n", recovered_line(r).replace('\n', " "));
+    md += &format!("\n**{}**\n\n", recovered_line(r).replace('\n', " "));
+    for p in &parties {
+        md += &format!("- {}: {}\n", p["party"].as_str().unwrap_or(""), p["verdict"].as_str().unwrap_or(""));
+    }
+    if let Some(sd) = parties.iter().filter_map(|p| p["noise_sd"].as_f64()).reduce(f64::max) {
+        md += &format!(
+            "- DP noise: sd up to {sd:.3} per released mean, against a label range of 6 (labels clipped to [−3, 3])\n"
+        );
+    }
     md += &format!(
         "\nThe centralised oracle is one GP on every party's columns and labels (for the simulated data, \
          Yu et al.'s co-training kernel, the thesis's baseline): what pooling everything would give, not \

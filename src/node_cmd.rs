@@ -9,7 +9,7 @@ use crate::table::write_csv;
 use anyhow::Context;
 use clap::Args;
 use dpcotrain_cotrain::ccpp::{CcppConfig, RESPONSE, ccpp};
-use dpcotrain_cotrain::driver::evaluate;
+use dpcotrain_cotrain::driver::test_sq_errors;
 use dpcotrain_federation::auth::{Auth, ORCHESTRATOR};
 use dpcotrain_federation::orchestrator::{Orchestrator, orchestrator_retry};
 use dpcotrain_federation::store::StateStore;
@@ -107,7 +107,7 @@ pub async fn launch(cfg: &PartyConfig, path: &Path) -> anyhow::Result<Launched> 
     let cfg_path = path.to_path_buf();
     let (party, alone, resumed) = tokio::task::block_in_place(|| -> anyhow::Result<_> {
         let mut party = party_from_config(cfg, &cfg_path)?;
-        let alone = evaluate(&mut party)?.rmse;
+        let alone = test_sq_errors(&mut party)?;
         let resumed = match store.load().map_err(|e| anyhow::anyhow!("{e}"))? {
             Some(st) => {
                 party.restore(&st).with_context(|| format!("cannot resume from {}", store.path().display()))?;
@@ -138,7 +138,7 @@ pub async fn launch(cfg: &PartyConfig, path: &Path) -> anyhow::Result<Launched> 
         .with_auth(auth)
         .with_peers(peers)
         .with_store(store)
-        .with_rmse_alone(alone);
+        .with_alone_errors(alone);
     let listener =
         tokio::net::TcpListener::bind(&cfg.listen).await.with_context(|| format!("cannot listen on {}", cfg.listen))?;
     Ok(Launched { service, listener, tls: server_tls })
@@ -286,7 +286,8 @@ pub fn orchestrator(cfg: &FederationConfig, path: &Path) -> anyhow::Result<Orche
 }
 
 /// One party's outcome as `run` reports it.
-pub fn party_json(st: &pb::StatusResponse, rmse_per_round: &[f64]) -> serde_json::Value {
+/// A node's status as JSON (what `status --json` and `run --json` print per party).
+pub fn party_json(st: &pb::StatusResponse) -> serde_json::Value {
     let spent: Vec<serde_json::Value> = st
         .spend
         .iter()
@@ -304,8 +305,10 @@ pub fn party_json(st: &pb::StatusResponse, rmse_per_round: &[f64]) -> serde_json
         })
         .collect();
     serde_json::json!({"party": st.party, "rmse_before": st.test_rmse_alone, "rmse_after": st.test_rmse,
+                       "rmse_change_se": st.rmse_change_se,
                        "rounds": st.rounds_done, "model_version": st.model_version,
-                       "rmse_per_round": rmse_per_round, "privacy_spent": spent,
+                       "rmse_per_round": st.rmse_per_round, "privacy_spent": spent,
+                       "restricted": st.restricted, "federation_id": st.federation_id,
                        "privacy_spent_total": {"rho": st.rho_total, "epsilon": st.epsilon_total}})
 }
 
@@ -398,8 +401,8 @@ pub async fn run(a: RunArgs) -> anyhow::Result<()> {
     bar.finish_and_clear();
     let Drove { position, start, per_round, failures } = drove;
     let mut rows = Vec::new();
-    for (i, rmse) in per_round.iter().enumerate() {
-        rows.push(party_json(&orch.status(i).await.map_err(anyhow::Error::msg)?, rmse));
+    for i in 0..per_round.len() {
+        rows.push(party_json(&orch.status(i).await.map_err(anyhow::Error::msg)?));
     }
     let ran = per_round.first().map_or(0, Vec::len);
     if a.json {
@@ -466,6 +469,49 @@ pub struct StatusArgs {
     /// The federation config, for the node's address, certificate and token.
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// Print JSON (for scripts) instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A node's status for a person: position, RMSE with the paired SE of the change, RMSE per
+/// round, and the privacy spent per requester with its releases.
+fn status_table(st: &pb::StatusResponse) -> String {
+    use std::fmt::Write as _;
+    let mut o = String::new();
+    let _ = writeln!(o, "party {} (federation {:?})", st.party, st.federation_id);
+    let _ = writeln!(o, "  rounds done     {}   (model version {})", st.rounds_done, st.model_version);
+    if st.restricted {
+        let _ = writeln!(o, "  (restricted view: you are a peer; you see your own spend only)");
+    } else {
+        let _ = writeln!(
+            o,
+            "  test RMSE       {:.4} alone → {:.4} now  (change {:+.4}, SE {:.4})",
+            st.test_rmse_alone,
+            st.test_rmse,
+            st.test_rmse - st.test_rmse_alone,
+            st.rmse_change_se
+        );
+        if !st.rmse_per_round.is_empty() {
+            let v: Vec<String> = st.rmse_per_round.iter().map(|r| format!("{r:.4}")).collect();
+            let _ = writeln!(o, "  RMSE per round  {}", v.join(" "));
+        }
+    }
+    if st.spend.is_empty() {
+        let _ = writeln!(o, "  privacy spent   nothing released");
+    } else {
+        let _ = writeln!(o, "  privacy spent on its labels:");
+        let _ = writeln!(o, "    {:<12} {:>8} {:>10} {:>10} {:>9}", "requester", "ε", "ρ", "ρ budget", "releases");
+        for s in &st.spend {
+            let _ = writeln!(
+                o,
+                "    {:<12} {:>8.4} {:>10.3e} {:>10.3e} {:>9}",
+                s.peer, s.epsilon, s.rho, s.rho_budget, s.releases
+            );
+        }
+        let _ = writeln!(o, "    all requesters together: ε {:.4} (ρ {:.3e})", st.epsilon_total, st.rho_total);
+    }
+    o
 }
 
 pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
@@ -490,7 +536,11 @@ pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
     let mut orch = orch;
     orch.retry.give_up_after = std::time::Duration::from_secs(2);
     let st = orch.status_unchecked(i).await.map_err(anyhow::Error::msg)?;
-    println!("{}", party_json(&st, &[]));
+    if a.json {
+        println!("{}", party_json(&st));
+    } else {
+        print!("{}", status_table(&st));
+    }
     Ok(())
 }
 

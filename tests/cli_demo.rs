@@ -23,6 +23,15 @@ fn demo_runs_a_private_federation_and_writes_a_report() {
     let table = String::from_utf8_lossy(&run.stdout);
     assert!(table.contains("RMSE alone") && table.contains("P1") && table.contains("P2"), "{table}");
     assert!(table.contains("gain recovered:") && table.contains("of the non-private gain at ε = 1"), "{table}");
+    // A verdict per party, judged against the paired standard error of the change.
+    for p in ["P1: ", "P2: "] {
+        let line = table.lines().find(|l| l.starts_with(p)).unwrap_or_else(|| panic!("no verdict for {p}: {table}"));
+        assert!(
+            ["helped", "HURT", "no clear change"].iter().any(|v| line.contains(v)) && line.contains("2 SE"),
+            "{line}"
+        );
+    }
+    assert!(table.contains("DP noise: sd up to") && table.contains("label range"), "{table}");
     for f in [
         "report.md",
         "rmse.svg",
@@ -97,6 +106,29 @@ fn demo_options_and_errors() {
     let r: Value = serde_json::from_slice(&run.stdout).unwrap();
     assert_eq!(r["guaranteed"], false);
     assert_eq!(r["combiner"], "hybrid");
+    for p in r["parties"].as_array().unwrap() {
+        assert!(p["rmse_change_se"].as_f64().is_some_and(|se| se > 0.0), "{p}");
+    }
+    // Thesis mode's warning comes before the table, and its table never shows "ε spent 0".
+    let run = bin()
+        .args(["demo", "--dataset", "simulated", "--dp", "thesis", "--n-obs", "25", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
+    assert!(
+        stderr.contains("NO formal privacy guarantee") && stdout.contains("no guarantee (thesis mode)"),
+        "{stdout}"
+    );
+    // With DP off, the footer says so (no "ε = 1 per release").
+    let run = bin()
+        .args(["demo", "--dataset", "simulated", "--dp", "off", "--n-obs", "25", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    assert!(stdout.contains("no privacy (DP off)") && !stdout.contains("per release"), "{stdout}");
     let _ = std::fs::remove_dir_all(&out);
     for (args, needle) in [
         (vec!["--epsilon", "0"], "--epsilon"),

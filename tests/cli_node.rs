@@ -106,21 +106,22 @@ fn two_party_example_runs_over_mutual_tls() {
         assert_eq!(spent[0]["releases"], 1, "batches: one release of 25 entities per requester");
         assert!(spent[0]["epsilon"].as_f64().unwrap() <= 1.0 + 1e-9, "budget respected");
     }
-    // Running again to the same total is a no-op that reports the same result.
+    // Running again to the same total is a no-op that reports the same result, with the RMSE
+    // of every round (kept in the node's state).
     let again = json(&run(&dir, 3));
-    assert_eq!(
-        again["parties"],
-        v["parties"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| {
-                let mut p = p.clone();
-                p["rmse_per_round"] = serde_json::json!([]);
-                p
-            })
-            .collect::<Value>()
-    );
+    assert_eq!(again["parties"], v["parties"]);
+    assert_eq!(again["rounds_run"], 0);
+    for p in v["parties"].as_array().unwrap() {
+        let per_round = p["rmse_per_round"].as_array().unwrap();
+        assert_eq!(per_round.len(), 3);
+        assert_eq!(per_round[2], p["rmse_after"], "the last round's RMSE is the current one");
+    }
+    // `status` prints a table for people and JSON with --json.
+    let st = bin().args(["status", "--node", "A", "--config"]).arg(dir.join("federation.toml")).output().unwrap();
+    let table = String::from_utf8_lossy(&st.stdout);
+    assert!(st.status.success());
+    assert!(table.contains("party A") && table.contains("RMSE per round") && table.contains("requester"), "{table}");
+    assert_eq!(status_json(&dir, "A")["rmse_per_round"], v["parties"][0]["rmse_per_round"]);
     // The protocol is language-neutral: a Python grpcio client built from the .proto alone.
     python_client(&dir);
     // Without the orchestrator's token and certificate a node refuses to talk.
@@ -367,7 +368,10 @@ fn node_check_refuses_what_serve_refuses() {
         (cfg.replace("mode = \"calibrated\"", "mode = \"calibratd\""), "\"calibratd\""),
         (cfg.replace("policy = \"batches\"", "policy = \"once\""), "\"once\""),
         (cfg.replace("combiner = \"noisy\"", "combiner = \"hybrid\""), "under calibrated DP"),
-        (cfg.replace("budget_epsilon", "x").replace("epsilon = 1.0", "epsilon = 1.0\nbudget_epsilon = 0.5"), "every release would be refused"),
+        (
+            cfg.replace("budget_epsilon", "x").replace("epsilon = 1.0", "epsilon = 1.0\nbudget_epsilon = 0.5"),
+            "every release would be refused",
+        ),
         (cfg.replace("target = \"PE\"", "target = \"PX\""), "no column named \"PX\""),
         (cfg.replace(&train_ok, &nan.display().to_string()), "line 3, column \"AT\" (1)"),
         (cfg.replace(&test_ok, &renamed.display().to_string()), "missing \"V\"; unexpected \"RH\""),
@@ -404,7 +408,8 @@ fn node_check_refuses_what_serve_refuses() {
 }
 
 fn status_json(dir: &Path, name: &str) -> Value {
-    let out = bin().args(["status", "--node", name, "--config"]).arg(dir.join("federation.toml")).output().unwrap();
+    let out =
+        bin().args(["status", "--json", "--node", name, "--config"]).arg(dir.join("federation.toml")).output().unwrap();
     json(&out)
 }
 

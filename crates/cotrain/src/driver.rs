@@ -137,6 +137,14 @@ pub fn evaluate(p: &mut Party) -> Result<Metrics, CotrainError> {
     Ok(metrics(&pred.mean, &pred.var, p.model.noise.variance, &p.data.y_test))
 }
 
+/// Squared error at each test point of a party's current model (its own view, its own test
+/// labels): what a paired comparison of two models needs.
+pub fn test_sq_errors(p: &mut Party) -> Result<Vec<f64>, CotrainError> {
+    let xt = p.data.x_test.clone();
+    let pred = p.model.predict(&xt, false)?;
+    Ok(pred.mean.iter().zip(p.data.y_test.iter()).map(|(m, y)| (m - y).powi(2)).collect())
+}
+
 /// Per-party outcome of a co-training run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PartyOutcome {

@@ -163,7 +163,9 @@ impl DpConfig {
             (CombinerKind::Noisy, Uncertainty::Marginal | Uncertainty::Full) => return Ok(()),
             (CombinerKind::Noisy, _) => "uncertainty none ignores each answer's variance",
             (CombinerKind::Blocky, _) => "the blocky combiner ignores each answer's variance",
-            (CombinerKind::Hybrid, _) => "the hybrid combiner's predictive mean does not depend on the answers' variance",
+            (CombinerKind::Hybrid, _) => {
+                "the hybrid combiner's predictive mean does not depend on the answers' variance"
+            }
         };
         Err(CotrainError::invalid(format!(
             "{} + {} under calibrated DP: {why}, so the DP noise would enter as if it were data (test RMSE can grow several-fold); use combiner noisy with uncertainty marginal (the default) or full, or DP off / thesis mode to study this combination",
@@ -283,6 +285,9 @@ pub struct TurnRecord {
     pub answers: Vec<Answer>,
     pub refused: Vec<(String, String)>,
     pub objective: Option<f64>,
+    /// Test RMSE of the model after this turn, when a node evaluated it (for `status`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test_rmse: Option<f64>,
 }
 
 fn mix(seed: u64, name: &str, version: u64) -> u64 {
@@ -398,7 +403,7 @@ impl Party {
             }
         }
         let objective = if answers.is_empty() { None } else { Some(self.model.refit()?) };
-        self.turns.push(TurnRecord { round, index, answers, refused, objective });
+        self.turns.push(TurnRecord { round, index, answers, refused, objective, test_rmse: None });
         if self.dp.policy == ReleasePolicy::PerQuery {
             self.calibrate()?;
         }
@@ -409,6 +414,27 @@ impl Party {
     /// The turn this party took in `round`, if it has taken it.
     pub fn turn(&self, round: usize) -> Option<&TurnRecord> {
         self.turns.iter().rev().find(|t| t.round == round)
+    }
+
+    /// Note the test RMSE after the latest turn of `round` (kept in the state for `status`).
+    pub fn record_test_rmse(&mut self, round: usize, rmse: f64) {
+        if let Some(t) = self.turns.iter_mut().rev().find(|t| t.round == round) {
+            t.test_rmse = Some(rmse);
+        }
+    }
+
+    /// Test RMSE after each round, oldest first (NaN for a round nobody evaluated).
+    pub fn rmse_per_round(&self) -> Vec<f64> {
+        let mut out: Vec<(usize, f64)> = Vec::new();
+        for t in &self.turns {
+            let v = t.test_rmse.unwrap_or(f64::NAN);
+            match out.iter_mut().find(|(r, _)| *r == t.round) {
+                Some(slot) => slot.1 = v,
+                None => out.push((t.round, v)),
+            }
+        }
+        out.sort_by_key(|(r, _)| *r);
+        out.into_iter().map(|(_, v)| v).collect()
     }
 
     /// Every turn folded in so far.

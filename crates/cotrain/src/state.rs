@@ -118,6 +118,9 @@ impl Party {
         let pool = self.data.pool_size();
         for t in &s.turns {
             let replayed = self.fold_in(t.round, t.index, t.answers.clone(), t.refused.clone())?.objective;
+            if let Some(rmse) = t.test_rmse {
+                self.record_test_rmse(t.round, rmse);
+            }
             match (replayed, t.objective) {
                 (None, None) => {}
                 (Some(a), Some(b)) if close(a, b) => {}

@@ -17,7 +17,8 @@ use crate::pb::node_server::{Node, NodeServer};
 use crate::store::StateStore;
 use crate::{GrpcPeer, convert, pb};
 use dpcotrain_cotrain::CotrainError;
-use dpcotrain_cotrain::driver::{evaluate, query_turn};
+use dpcotrain_cotrain::driver::{evaluate, query_turn, test_sq_errors};
+use dpcotrain_cotrain::metrics::rmse_change_se;
 use dpcotrain_cotrain::responder::{Party, TurnRecord};
 use std::collections::HashSet;
 use std::future::Future;
@@ -40,7 +41,8 @@ pub struct NodeService {
     /// One querier turn at a time.
     turn: Arc<tokio::sync::Mutex<()>>,
     /// Test RMSE of the private-only model (reported by Status).
-    rmse_alone: f64,
+    /// Squared test errors of the private-only model, point by point (for the paired SE).
+    alone_sq_errors: Arc<Vec<f64>>,
 }
 
 impl NodeService {
@@ -56,13 +58,15 @@ impl NodeService {
             store: None,
             handshaken: Arc::new(Mutex::new(HashSet::new())),
             turn: Arc::new(tokio::sync::Mutex::new(())),
-            rmse_alone: f64::NAN,
+            alone_sq_errors: Arc::new(Vec::new()),
         }
     }
 
     /// The private-only model's test RMSE, for Status (computed before any restore).
-    pub fn with_rmse_alone(mut self, rmse: f64) -> Self {
-        self.rmse_alone = rmse;
+    /// The private-only model's squared test errors (its RMSE and the paired SE of the change
+    /// are reported by Status).
+    pub fn with_alone_errors(mut self, sq_errors: Vec<f64>) -> Self {
+        self.alone_sq_errors = Arc::new(sq_errors);
         self
     }
 
@@ -219,11 +223,18 @@ impl Node for NodeService {
             Principal::Anyone | Principal::Orchestrator => None,
         };
         let party = self.party.clone();
-        let alone = self.rmse_alone;
+        let alone_sq = self.alone_sq_errors.clone();
         let federation = self.agreement.federation_id.clone();
         let resp = blocking(move || {
             let mut p = party.lock().map_err(|_| CotrainError::invalid("party lock poisoned"))?;
             let rmse = evaluate(&mut p)?.rmse;
+            let now_sq = test_sq_errors(&mut p)?;
+            let alone = if alone_sq.is_empty() {
+                f64::NAN
+            } else {
+                (alone_sq.iter().sum::<f64>() / alone_sq.len() as f64).sqrt()
+            };
+            let mut change_se = rmse_change_se(&alone_sq, &now_sq).unwrap_or(f64::NAN);
             let spend = p
                 .requesters()
                 .into_iter()
@@ -260,6 +271,7 @@ impl Node for NodeService {
                 epsilon_total = spend.first().map(|s| s.epsilon).unwrap_or(0.0);
                 rmse = 0.0;
                 alone = 0.0;
+                change_se = 0.0;
             }
             let rounds = p.turns().iter().map(|t| t.round).collect::<HashSet<_>>().len() as u32;
             Ok(pb::StatusResponse {
@@ -273,6 +285,8 @@ impl Node for NodeService {
                 epsilon_total,
                 restricted,
                 federation_id,
+                rmse_change_se: change_se,
+                rmse_per_round: if restricted { Vec::new() } else { p.rmse_per_round() },
             })
         })
         .await?;
@@ -297,8 +311,9 @@ impl Node for NodeService {
         let store = self.store.clone();
         let resp = blocking(move || {
             let mut p = party.lock().map_err(|_| CotrainError::invalid("party lock poisoned"))?;
-            save(&store, &p)?;
             let rmse = evaluate(&mut p)?.rmse;
+            p.record_test_rmse(round, rmse);
+            save(&store, &p)?;
             let t = p.turn(round).cloned().ok_or_else(|| CotrainError::invalid("turn not recorded"))?;
             Ok(turn_to_pb(&p.name, &t, rmse))
         })
