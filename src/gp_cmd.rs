@@ -6,11 +6,14 @@ use clap::{Args, ValueEnum};
 use dpcotrain_gp::inducing::{greedy_variance, kmeans, random_subset};
 use dpcotrain_gp::kernels::{Kernel, Matern, MaternNu, SquaredExponential};
 use dpcotrain_gp::standardize::Standardizer;
-use dpcotrain_gp::train::{SgprStrategy, TrainOptions, TrainReport, train, train_sparse};
+use dpcotrain_gp::train::{ProgressHook, SgprStrategy, TrainOptions, TrainProgress, TrainReport, train, train_sparse};
 use dpcotrain_gp::{ExactGp, NoiseModel, NoiseVariance, Prediction, SparseGp, SparseKind};
 use nalgebra::{DMatrix, DVector};
 use serde_json::{Value, json};
 use std::path::PathBuf;
+
+/// Above this many rows `gp fit` warns that the exact model is slow and memory-hungry.
+const EXACT_WARN_ROWS: usize = 3000;
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq)]
 pub enum ModelArg {
@@ -244,8 +247,33 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let opts =
-        TrainOptions { max_iters: args.max_iters, restarts: args.restarts, seed: args.seed, ..Default::default() };
+    if args.model == ModelArg::Exact && n > EXACT_WARN_ROWS {
+        let gib = 3.0 * (n as f64).powi(2) * 8.0 / (1u64 << 30) as f64;
+        eprintln!(
+            "warning: an exact GP on {n} rows of {} costs O(n³) = {:.1e} flops per evaluation and about {gib:.1} GiB; \
+             a sparse model is usually as good and far faster: --model vfe --inducing greedy:500",
+            args.train.display(),
+            (n as f64).powi(3)
+        );
+    }
+    // Progress on stderr (a spinner on a terminal; hidden otherwise).
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} fitting: iteration {pos}, objective {msg} ({elapsed})")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+    );
+    let hook_bar = bar.clone();
+    let progress = ProgressHook(std::sync::Arc::new(move |p: TrainProgress| {
+        hook_bar.set_position(p.iteration as u64);
+        hook_bar.set_message(format!("{:.6}", p.objective));
+    }));
+    let opts = TrainOptions {
+        max_iters: args.max_iters,
+        restarts: args.restarts,
+        seed: args.seed,
+        progress: Some(progress),
+        ..Default::default()
+    };
 
     let Fitted { objective, report, jitter, kernel: kernel_out, noise: noise_out, z: z_out, pred } =
         if args.model == ModelArg::Exact {
@@ -328,6 +356,15 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
         }
         z
     });
+    bar.finish_and_clear();
+    if let Some(r) = &report
+        && r.termination == "MaxIterations"
+    {
+        eprintln!(
+            "warning: training stopped after {} iterations without converging (raise --max-iters; the fit may not be at an optimum)",
+            r.iterations
+        );
+    }
     let model_name = match args.model {
         ModelArg::Exact => "exact",
         ModelArg::Vfe => "vfe",

@@ -237,3 +237,42 @@ fn errors_name_file_row_and_column() {
         assert!(!err.contains("panicked"), "args {args:?} panicked: {err}");
     }
 }
+
+/// A fit that stops on its iteration limit says so; an exact fit on a large file warns and
+/// names the sparse alternative before it starts.
+#[test]
+fn long_or_unconverged_fits_are_not_silent() {
+    let (train, _, _) = train_csv();
+    let out = run(&["gp", "fit", "--train", train.to_str().unwrap(), "--max-iters", "1", "--json"]);
+    let v = json_of(&out);
+    assert_eq!(v["training"]["termination"], "MaxIterations");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("stopped after 1 iterations without converging"), "{err}");
+    // Converged fits print no such warning.
+    let out = run(&["gp", "fit", "--train", train.to_str().unwrap(), "--json"]);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("without converging"));
+
+    let mut big = String::from("a,y\n");
+    for i in 0..3001 {
+        let x = i as f64 / 300.0;
+        big += &format!("{x},{}\n", x.sin());
+    }
+    let big = tmp("big.csv", &big);
+    let out = run(&[
+        "gp",
+        "fit",
+        "--train",
+        big.to_str().unwrap(),
+        "--fixed",
+        "--variance",
+        "1",
+        "--lengthscale",
+        "1",
+        "--noise",
+        "0.1",
+        "--json",
+    ]);
+    json_of(&out);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("exact GP on 3001 rows") && err.contains("--model vfe --inducing greedy:500"), "{err}");
+}

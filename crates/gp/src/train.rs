@@ -27,11 +27,40 @@ pub struct TrainOptions {
     /// L-BFGS stopping tolerances: relative objective reduction and projected-gradient norm.
     pub ftol: f64,
     pub pgtol: f64,
+    /// Called after every accepted optimiser iteration (e.g. to show progress on long fits).
+    pub progress: Option<ProgressHook>,
 }
 
 impl Default for TrainOptions {
     fn default() -> Self {
-        TrainOptions { max_iters: 200, restarts: 0, seed: 0, restart_spread: 1.5, ftol: 1e-10, pgtol: 1e-6 }
+        TrainOptions {
+            max_iters: 200,
+            restarts: 0,
+            seed: 0,
+            restart_spread: 1.5,
+            ftol: 1e-10,
+            pgtol: 1e-6,
+            progress: None,
+        }
+    }
+}
+
+/// Where training stands after an accepted L-BFGS iteration.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TrainProgress {
+    /// Iteration within the current optimiser run (1-based).
+    pub iteration: usize,
+    /// Objective at the current point (higher is better).
+    pub objective: f64,
+}
+
+/// A progress callback shared by clones of [`TrainOptions`].
+#[derive(Clone)]
+pub struct ProgressHook(pub std::sync::Arc<dyn Fn(TrainProgress) + Send + Sync>);
+
+impl std::fmt::Debug for ProgressHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProgressHook")
     }
 }
 
@@ -67,7 +96,12 @@ struct RunOutcome {
 
 /// One bounded L-BFGS run from the model's current parameters; leaves the best point found in
 /// the model.
-fn run_once<M: Objective>(model: &mut M, max_iters: usize, tol: (f64, f64)) -> Result<RunOutcome, GpError> {
+fn run_once<M: Objective>(
+    model: &mut M,
+    max_iters: usize,
+    tol: (f64, f64),
+    progress: Option<&ProgressHook>,
+) -> Result<RunOutcome, GpError> {
     let x0 = model.params();
     let bounds = model.bounds();
     let lower: Vec<f64> = bounds.iter().map(|b| b.lower).collect();
@@ -87,7 +121,12 @@ fn run_once<M: Objective>(model: &mut M, max_iters: usize, tol: (f64, f64)) -> R
                 Err(err) => Err(err.to_string()),
             }
         };
-        minimize_with_callback(f, &x0, &lower, &upper, &opts, |_, _, _| true)
+        minimize_with_callback(f, &x0, &lower, &upper, &opts, |iteration, _, f| {
+            if let Some(h) = progress {
+                (h.0)(TrainProgress { iteration, objective: -f });
+            }
+            true
+        })
     };
     let res = res.map_err(|e| GpError::Optimisation(e.to_string()))?;
     if let Termination::InitialEvaluationFailed(msg) = &res.termination {
@@ -136,7 +175,7 @@ pub fn train<M: Objective>(model: &mut M, opts: &TrainOptions) -> Result<TrainRe
                 .collect()
         };
         model.set_params(&x0);
-        match run_once(model, opts.max_iters, (opts.ftol, opts.pgtol)) {
+        match run_once(model, opts.max_iters, (opts.ftol, opts.pgtol), opts.progress.as_ref()) {
             Ok(out) => {
                 totals.0 += out.iterations;
                 totals.1 += out.evaluations;
@@ -261,7 +300,7 @@ fn reinit(
     let mut termination = String::new();
     let mut switch_to_joint = false;
     while iters < opts.max_iters && rejected < max_worse {
-        let out = run_once(gp, every.min(opts.max_iters - iters), (opts.ftol, opts.pgtol))?;
+        let out = run_once(gp, every.min(opts.max_iters - iters), (opts.ftol, opts.pgtol), opts.progress.as_ref())?;
         iters += out.iterations.max(1);
         evals += out.evaluations;
         failed += out.failed;
@@ -286,7 +325,7 @@ fn reinit(
         }
     }
     gp.optimize_inducing = switch_to_joint;
-    let out = run_once(gp, tail.max(1), (opts.ftol, opts.pgtol));
+    let out = run_once(gp, tail.max(1), (opts.ftol, opts.pgtol), opts.progress.as_ref());
     gp.optimize_inducing = false;
     let out = out?;
     let eval = gp.evaluate()?;
