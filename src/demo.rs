@@ -496,20 +496,25 @@ fn print_table(r: &Value) {
 fn write_report(a: &DemoArgs, sc: &Scenario, r: &Value) -> anyhow::Result<()> {
     std::fs::create_dir_all(&a.out).with_context(|| format!("cannot create {}", a.out.display()))?;
     let parties = r["parties"].as_array().cloned().unwrap_or_default();
-    // RMSE per round (round 0 = the private-only model).
-    let mut chart = LineChart::new("Test RMSE per round", "round", "test RMSE (standardised y)");
+    // RMSE per round (round 0 = the private-only model): one panel per party with its own
+    // y-range, so a change of a few hundredths is visible, with the no-DP result and the oracle
+    // as reference lines.
+    let oracle = r["oracle_rmse"].as_f64().unwrap_or(f64::NAN);
+    let mut fig = Figure::new("Test RMSE per round (round 0: private data only)");
     for (i, p) in parties.iter().enumerate() {
         let mut pts = vec![(0.0, p["rmse_before"].as_f64().unwrap_or(f64::NAN))];
         for (k, v) in p["rmse_per_round"].as_array().into_iter().flatten().enumerate() {
             pts.push(((k + 1) as f64, v.as_f64().unwrap_or(f64::NAN)));
         }
-        chart = chart.with_series(
-            Series::new(format!("party {}", p["party"].as_str().unwrap_or("?")), pts, i).markers(Marker::Circle),
-        );
+        let name = p["party"].as_str().unwrap_or("?");
+        let no_dp = p["rmse_no_dp"].as_f64().unwrap_or(f64::NAN);
+        let chart = LineChart::new(format!("party {name}"), "round", "test RMSE (standardised y)")
+            .with_series(Series::new("co-trained", pts, i).markers(Marker::Circle))
+            .with_ref_line(no_dp, format!("without DP {no_dp:.3}"))
+            .with_ref_line(oracle, format!("central oracle {oracle:.3}"));
+        fig = fig.with_panel(chart);
     }
-    let oracle = r["oracle_rmse"].as_f64().unwrap_or(f64::NAN);
-    chart = chart.with_ref_line(oracle, format!("central oracle {oracle:.3}"));
-    std::fs::write(a.out.join("rmse.svg"), chart.to_svg())?;
+    std::fs::write(a.out.join("rmse.svg"), fig.to_svg())?;
 
     // The queried pool entities, in each party's own view (its first two covariates).
     let mut fig = Figure::new("Pool entities each party asked about, in its own view");

@@ -308,14 +308,17 @@ pub fn orderings(rows: &[RunRow]) -> Vec<(String, bool, String)> {
     out
 }
 
-/// Test RMSE per round per party (mean over the rows of each combiner; round 0 = before).
+/// Test RMSE per round (mean over the rows of each combiner; round 0 = before): one panel per
+/// party, each with its own y-range (the parties' RMSEs differ by far more than co-training
+/// moves either), one colour and marker per combiner so overlapping lines stay apart.
 pub fn rmse_rounds_svg(rows: &[RunRow], title: &str) -> String {
-    let mut chart = LineChart::new(title, "round", "test RMSE (mean over runs)");
-    let mut k = 0;
-    for c in thesis::COMBINERS {
-        for (pi, party) in ["P1", "P2"].iter().enumerate() {
+    let markers = [Marker::Circle, Marker::Square, Marker::Cross];
+    let mut fig = Figure::new(title);
+    for party in ["P1", "P2"] {
+        let mut chart = LineChart::new(format!("party {party}"), "round", "test RMSE (mean over runs)");
+        for (k, c) in thesis::COMBINERS.iter().enumerate() {
             let v: Vec<&RunRow> =
-                rows.iter().filter(|r| r.combiner == c && r.party == *party && r.error.is_none()).collect();
+                rows.iter().filter(|r| r.combiner == *c && r.party == party && r.error.is_none()).collect();
             if v.is_empty() {
                 continue;
             }
@@ -324,15 +327,17 @@ pub fn rmse_rounds_svg(rows: &[RunRow], title: &str) -> String {
             for j in 0..rounds {
                 pts.push(((j + 1) as f64, mean_sd(&v.iter().map(|r| r.rmse_per_round[j]).collect::<Vec<_>>()).0));
             }
-            let mut s = Series::new(format!("{c} {party}"), pts, k / 2);
-            if pi == 1 {
+            let mut s = Series::new(c.to_string(), pts, k).markers(markers[k % markers.len()]);
+            if k % 2 == 1 {
                 s = s.dashed();
             }
-            chart = chart.with_series(s.markers(Marker::Circle));
+            chart = chart.with_series(s);
         }
-        k += 2;
+        if !chart.series.is_empty() {
+            fig = fig.with_panel(chart);
+        }
     }
-    chart.to_svg()
+    fig.to_svg()
 }
 
 /// The Fig 4.3/4.4-style picture of one simulated co-training (r = 0.9, CI, masked,
@@ -445,6 +450,6 @@ mod tests {
         let tables = simulated_tables(&rows, &mut Vec::new());
         assert!(tables.contains("### Table C.1") && tables.contains("### Table 4.4"));
         let svg = rmse_rounds_svg(&rows, "t");
-        assert!(svg.contains("noisy P1") && !svg.contains("NaN"));
+        assert!(svg.contains(">party P1</text>") && svg.contains(">noisy</text>") && !svg.contains("NaN"));
     }
 }

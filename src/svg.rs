@@ -112,9 +112,22 @@ impl LineChart {
     fn frame(&self) -> Frame {
         let pts = self.series.iter().flat_map(|s| s.points.iter().copied());
         let ys: Vec<f64> = pts.clone().map(|p| p.1).chain(self.ref_lines.iter().map(|r| r.y)).collect();
-        Frame::new(self.width, self.height, pts.map(|p| p.0).collect(), ys)
+        Frame::new(self.width, self.height, pts.map(|p| p.0).collect(), ys, legend_size(&self.legend_items()).0)
+    }
+    fn legend_items(&self) -> Vec<(Swatch, &str)> {
+        self.series
+            .iter()
+            .map(|s| {
+                let sw = match (s.style.no_line, s.style.marker) {
+                    (true, Some(m)) => Swatch::Point(m, color(s.style.color)),
+                    _ => Swatch::Line { color: color(s.style.color), dashed: s.style.dashed, marker: s.style.marker },
+                };
+                (sw, s.name.as_str())
+            })
+            .collect()
     }
     fn render(&self, out: &mut String) {
+        let items = self.legend_items();
         let f = self.frame();
         f.axes(out, &self.title, &self.x_label, &self.y_label);
         let (mut occupied, mut lines) = (vec![], String::new());
@@ -138,14 +151,7 @@ impl LineChart {
             occupied.extend((0..=4).map(|k| (lx + w * k as f64 / 4.0, ly + 6.0)));
         }
         out.push_str(&lines);
-        let items = self.series.iter().map(|s| {
-            let sw = match (s.style.no_line, s.style.marker) {
-                (true, Some(m)) => Swatch::Point(m, color(s.style.color)),
-                _ => Swatch::Line { color: color(s.style.color), dashed: s.style.dashed, marker: s.style.marker },
-            };
-            (sw, s.name.as_str())
-        });
-        legend(out, &f, &items.collect::<Vec<_>>(), &occupied);
+        legend(out, &f, &items);
     }
 }
 
@@ -189,20 +195,17 @@ impl ExchangePanel {
         let curves = [&self.mean[..], &self.lower, &self.upper, truth].into_iter().flat_map(|v| self.curve(v));
         let pts: Vec<(f64, f64)> =
             curves.chain(self.train.iter().copied()).chain(self.queried.iter().copied()).collect();
-        let mut ys: Vec<f64> = pts.iter().map(|p| p.1).filter(|y| y.is_finite()).collect();
-        // Headroom above the data for the legend: extend the y range by 35%.
-        let (lo, hi) = ys.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &y| (a.min(y), b.max(y)));
-        if hi > lo {
-            ys.push(hi + 0.35 * (hi - lo));
-        }
-        Frame::new(self.width, self.height, pts.iter().map(|p| p.0).collect(), ys)
+        let ys: Vec<f64> = pts.iter().map(|p| p.1).filter(|y| y.is_finite()).collect();
+        // The legend sits right of the plot: reserve the width of its longest possible label.
+        let widest = [(Swatch::Band(color(0)), "posterior mean")];
+        Frame::new(self.width, self.height, pts.iter().map(|p| p.0).collect(), ys, legend_size(&widest).0)
     }
     fn render(&self, out: &mut String) {
         let f = self.frame();
         f.axes(out, &self.title, &self.x_label, &self.y_label);
         let (band_c, mean_c, train_c, query_c) = (color(0), color(0), color(6), color(3));
         let mut items = vec![];
-        let mut occ = vec![];
+        let mut band_drawn = false;
         // Band: one closed polygon per run of grid points where x, lower and upper are all finite.
         let band: Vec<_> =
             self.grid.iter().zip(self.lower.iter().zip(&self.upper)).map(|(&x, (&l, &u))| (x, l, u)).collect();
@@ -213,17 +216,17 @@ impl ExchangePanel {
             }
             run.iter().rev().for_each(|&(x, l, _)| _ = write!(d, "L{} {} ", n(f.px(x)), n(f.py(l))));
             let _ = writeln!(out, r#"<path d="{}Z" fill="{band_c}" fill-opacity="0.2" stroke="none"/>"#, d);
-            occ.extend(run.iter().flat_map(|&(x, l, u)| [(f.px(x), f.py(l)), (f.px(x), f.py(u))]));
+            band_drawn = true;
         }
-        if !occ.is_empty() {
+        if band_drawn {
             items.push((Swatch::Band(band_c), "95% band"));
         }
         if let Some(t) = &self.truth {
-            occ.extend(path(out, &f, self.curve(t), color(6), true));
+            path(out, &f, self.curve(t), color(6), true);
             items.push((Swatch::Line { color: color(6), dashed: true, marker: None }, "true f"));
         }
         if !self.mean.is_empty() {
-            occ.extend(path(out, &f, self.curve(&self.mean), mean_c, false));
+            path(out, &f, self.curve(&self.mean), mean_c, false);
             items.push((Swatch::Line { color: mean_c, dashed: false, marker: None }, "posterior mean"));
         }
         for (pts, m, c, label) in [
@@ -231,12 +234,11 @@ impl ExchangePanel {
             (&self.queried, Marker::Square, query_c, "queried"),
         ] {
             finite(pts).for_each(|&(x, y)| marker(out, m, f.px(x), f.py(y), c));
-            occ.extend(finite(pts).map(|&(x, y)| (f.px(x), f.py(y))));
             if !pts.is_empty() {
                 items.push((Swatch::Point(m, c), label));
             }
         }
-        legend(out, &f, &items, &occ);
+        legend(out, &f, &items);
     }
 }
 
@@ -386,8 +388,10 @@ struct Frame {
 }
 
 impl Frame {
-    fn new(panel_w: f64, panel_h: f64, xs: Vec<f64>, ys: Vec<f64>) -> Frame {
-        let (left, top, right, bottom) = (64.0, 36.0, 16.0, 48.0);
+    /// `legend_w`: width kept free right of the plot area for the legend (0 for none).
+    fn new(panel_w: f64, panel_h: f64, xs: Vec<f64>, ys: Vec<f64>, legend_w: f64) -> Frame {
+        let (left, top, bottom) = (64.0, 36.0, 48.0);
+        let right = if legend_w > 0.0 { 16.0 + legend_w + 8.0 } else { 16.0 };
         let (w, h) = ((panel_w - left - right).max(10.0), (panel_h - top - bottom).max(10.0));
         let range = |v: Vec<f64>, max| {
             let v: Vec<f64> = v.into_iter().filter(|x| x.is_finite() && x.abs() < 1e300).collect();
@@ -437,17 +441,24 @@ enum Swatch {
     Band(&'static str),
 }
 
-/// Legend box in whichever inner corner of the plot covers the fewest `occupied` pixel points (top right first).
-fn legend(out: &mut String, f: &Frame, items: &[(Swatch, &str)], occupied: &[(f64, f64)]) {
+/// (width, height) of the legend box for `items` (0 × 0 when there are none).
+fn legend_size(items: &[(Swatch, &str)]) -> (f64, f64) {
+    if items.is_empty() {
+        return (0.0, 0.0);
+    }
+    let chars = items.iter().map(|(_, s)| s.chars().count()).max().unwrap_or(0);
+    (40.0 + 6.5 * chars as f64, 8.0 + 16.0 * items.len() as f64)
+}
+
+/// Legend box right of the plot area, top-aligned with it: it never covers data (the frame
+/// reserved its width).
+fn legend(out: &mut String, f: &Frame, items: &[(Swatch, &str)]) {
     if items.is_empty() {
         return;
     }
-    let chars = items.iter().map(|(_, s)| s.chars().count()).max().unwrap_or(0);
-    let (w, h) = (40.0 + 6.5 * chars as f64, 8.0 + 16.0 * items.len() as f64);
-    let (xl, xr, yt, yb) = (f.left + 8.0, f.left + f.w - 8.0 - w, f.top + 8.0, f.top + f.h - 8.0 - h);
-    let corners = [(xr, yt), (xl, yt), (xr, yb), (xl, yb)];
-    let (x, y) = least_covered(&corners, w, h, occupied);
-    rect(out, (x, y), (w, h), r##"fill="white" fill-opacity="0.85" stroke="#999""##);
+    let (w, h) = legend_size(items);
+    let (x, y) = (f.left + f.w + 8.0, f.top);
+    rect(out, (x, y), (w, h), r##"fill="white" stroke="#999""##);
     for (i, (sw, label)) in items.iter().enumerate() {
         let cy = y + 12.0 + 16.0 * i as f64;
         match *sw {
@@ -767,13 +778,33 @@ mod tests {
         let s = c.to_svg();
         let (cx, cy) = (attrs(&s, "circle", "cx"), attrs(&s, "circle", "cy"));
         assert_eq!(cx.len(), 3 + 1, "3 data markers + 1 legend marker");
-        for (x, y) in cx.iter().zip(&cy) {
+        for (x, y) in cx[..3].iter().zip(&cy) {
             assert!(*x >= l && *x <= r && *y >= t && *y <= b, "marker ({x},{y}) outside plot area");
         }
+        // The legend's marker is right of the plot area: the legend never covers data.
+        assert!(cx[3] > r, "legend marker at {} inside the plot (right edge {r})", cx[3]);
         // Among the data markers the highest point is drawn highest (smallest pixel y), the rightmost furthest right.
         assert_eq!(cy[..3].iter().cloned().fold(f64::INFINITY, f64::min), cy[1]);
         assert_eq!(cx[..3].iter().cloned().fold(0.0, f64::max), cx[2]);
         assert!((cx[2] - x).abs() < 0.06 && (cy[1] - y).abs() < 0.06);
+    }
+
+    /// Data filling every corner of the plot: the legend box (the rect with a #999 stroke) lies
+    /// wholly right of the plot area, and the panel keeps its size.
+    #[test]
+    fn legend_is_outside_the_plot_area() {
+        let corners = vec![(0.0, 0.0), (0.0, 10.0), (10.0, 10.0), (10.0, 0.0)];
+        let c = LineChart::new("c", "x", "y")
+            .with_series(Series::new("a fairly long series name", corners, 0))
+            .with_series(Series::new("b", vec![(5.0, 5.0)], 1).markers(Marker::Circle));
+        let f = c.frame();
+        let s = c.to_svg();
+        let boxes: Vec<&str> = s.lines().filter(|l| l.starts_with("<rect") && l.contains("#999")).collect();
+        assert_eq!(boxes.len(), 1, "{s}");
+        let x: f64 = boxes[0].split("x=\"").nth(1).unwrap().split('"').next().unwrap().parse().unwrap();
+        let w: f64 = boxes[0].split("width=\"").nth(1).unwrap().split('"').next().unwrap().parse().unwrap();
+        assert!(x > f.left + f.w, "legend at x = {x}, plot ends at {}", f.left + f.w);
+        assert!(x + w <= c.width, "legend leaves the panel: {} > {}", x + w, c.width);
     }
 
     #[test]
