@@ -279,13 +279,13 @@ pub fn orchestrator(cfg: &FederationConfig, path: &Path) -> anyhow::Result<Orche
         };
         nodes.push((n.name.clone(), n.address.clone(), token, t));
     }
-    let mut orch =
-        Orchestrator::new(nodes, orchestrator_retry()).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let mut retry = orchestrator_retry();
+    retry.give_up_after = std::time::Duration::from_secs(cfg.wait_seconds);
+    let mut orch = Orchestrator::new(nodes, retry).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     orch.federation_id = Some(cfg.federation_id.clone());
     Ok(orch)
 }
 
-/// One party's outcome as `run` reports it.
 /// A node's status as JSON (what `status --json` and `run --json` print per party).
 pub fn party_json(st: &pb::StatusResponse) -> serde_json::Value {
     let spent: Vec<serde_json::Value> = st

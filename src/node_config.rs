@@ -216,6 +216,10 @@ pub struct FederationConfig {
     pub federation_id: String,
     #[serde(default = "rounds")]
     pub rounds: u32,
+    /// How long `run` waits for an unreachable node (retrying, and logging each retry) before it
+    /// gives up with an error.
+    #[serde(default = "wait_seconds")]
+    pub wait_seconds: u64,
     pub nodes: Vec<PeerConfig>,
     /// The orchestrator's certificate (CN "orchestrator") and tokens; omit for insecure nodes.
     #[serde(default)]
@@ -224,6 +228,10 @@ pub struct FederationConfig {
 
 fn rounds() -> u32 {
     25
+}
+
+fn wait_seconds() -> u64 {
+    120
 }
 
 pub fn load<T: for<'de> Deserialize<'de>>(path: &Path) -> anyhow::Result<T> {

@@ -188,7 +188,7 @@ fn errors_name_file_row_and_column() {
     let (train, _, _) = train_csv();
     let t = train.to_str().unwrap();
     let cases: Vec<(Vec<String>, Vec<&str>)> = vec![
-        (vec!["--train".into(), "/nonexistent/nope.csv".into()], vec!["nope.csv"]),
+        (vec!["--train".into(), "/nonexistent/nope.csv".into()], vec!["nope.csv: cannot read file: No such file"]),
         (
             vec!["--train".into(), tmp("ragged.csv", "a,b,y\n1,2,3\n4,5\n").display().to_string()],
             vec!["ragged.csv", "line 3"],
@@ -235,6 +235,9 @@ fn errors_name_file_row_and_column() {
             assert!(err.contains(n), "args {args:?}: stderr {err:?} lacks {n:?}");
         }
         assert!(!err.contains("panicked"), "args {args:?} panicked: {err}");
+        // One line, and no cause repeated (e.g. the OS error text twice).
+        assert_eq!(err.trim().lines().count(), 1, "args {args:?}: {err}");
+        assert!(err.matches("(os error").count() <= 1, "args {args:?}: {err}");
     }
 }
 

@@ -111,6 +111,10 @@ fn two_party_example_runs_over_mutual_tls() {
     let again = json(&run(&dir, 3));
     assert_eq!(again["parties"], v["parties"]);
     assert_eq!(again["rounds_run"], 0);
+    assert_eq!(again["position_before"], serde_json::json!([3, 3]), "the nodes' true position");
+    let human = bin().args(["run", "--rounds", "3", "--config"]).arg(dir.join("federation.toml")).output().unwrap();
+    let text = String::from_utf8_lossy(&human.stdout);
+    assert!(text.contains("nothing to do: every node at round 3 (target 3)"), "{text}");
     for p in v["parties"].as_array().unwrap() {
         let per_round = p["rmse_per_round"].as_array().unwrap();
         assert_eq!(per_round.len(), 3);
@@ -467,4 +471,26 @@ fn run_refuses_a_node_of_another_federation() {
     assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
     assert_eq!(status_json(&dir, "A")["rounds"], 0);
     assert_eq!(status_json(&dir, "B")["rounds"], 0);
+}
+
+/// A node that is down is waited for with logged retries (also when stderr is not a terminal),
+/// and then `run` fails with one error line naming it; nothing is recorded.
+#[test]
+fn run_logs_retries_for_a_dead_node_and_fails() {
+    let (pa, pb) = ports(5);
+    let dir = setup("deadnode", pa, pb, |t| t);
+    let fed = std::fs::read_to_string(dir.join("federation.toml")).unwrap();
+    std::fs::write(dir.join("federation.toml"), fed.replacen("rounds = 1", "rounds = 1\nwait_seconds = 2", 1)).unwrap();
+    let _a = node(&dir, "party-a.toml");
+    wait_up(&dir, &["A"]);
+    let start = Instant::now();
+    let out = run(&dir, 1);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(start.elapsed() < Duration::from_secs(30), "waited {:?}", start.elapsed());
+    assert!(err.contains("waiting for node B"), "{err}");
+    assert!(err.contains("status of B") && err.contains("retrying"), "retries are logged: {err}");
+    let last = err.trim().lines().last().unwrap_or("");
+    assert!(last.starts_with("error: ") && last.contains("B"), "{last}");
+    assert_eq!(status_json(&dir, "A")["rounds"], 0);
 }
