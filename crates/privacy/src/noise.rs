@@ -172,12 +172,12 @@ impl NoisePath {
             for i in 0..cov.nrows() {
                 cov[(i, i)] += floor;
             }
-            let chol = Cholesky::factor(cov, "noise conditional covariance", JitterPolicy::IF_NEEDED)?;
-            if chol.jitter().absolute > self.max_jitter.absolute {
-                self.max_jitter = chol.jitter();
+            let (factor, jitter) = conditional_factor(cov, floor)?;
+            if jitter.absolute > self.max_jitter.absolute {
+                self.max_jitter = jitter;
             }
             let xi = DVector::from_fn(xn.nrows(), |_, _| self.rng.sample::<f64, _>(StandardNormal));
-            let draw = mean + chol.l() * xi;
+            let draw = mean + factor * xi;
             let old = self.points.nrows();
             let mut pts = DMatrix::zeros(old + xn.nrows(), xn.ncols());
             pts.rows_mut(0, old).copy_from(&self.points);
@@ -195,6 +195,38 @@ impl NoisePath {
     }
 }
 
+/// A factor F with F·Fᵀ ⪰ `cov` for the conditional draw, and the jitter it needed.
+///
+/// Cholesky with the usual ladder first. When the new points are (almost) determined by old
+/// ones, `cov` is rounding error around zero and can be indefinite beyond any jitter relative to
+/// its own tiny diagonal (K_old's own jitter makes the Schur complement inexact); then the
+/// symmetric eigendecomposition is used with every eigenvalue lifted to at least `floor`: the
+/// draw gets at least the floor's independent noise in every direction, never less noise than
+/// the (numerically zero) conditional covariance asks for. The largest lift is reported as the
+/// jitter.
+fn conditional_factor(cov: DMatrix<f64>, floor: f64) -> Result<(DMatrix<f64>, Jitter), PrivacyError> {
+    if let Ok(chol) = Cholesky::factor(cov.clone(), "noise conditional covariance", JitterPolicy::IF_NEEDED) {
+        return Ok((chol.l().clone_owned(), chol.jitter()));
+    }
+    let n = cov.nrows();
+    let mean_diag = (cov.trace() / n.max(1) as f64).abs().max(f64::MIN_POSITIVE);
+    let eig = nalgebra::SymmetricEigen::new(cov);
+    if eig.eigenvalues.iter().any(|l| !l.is_finite()) {
+        return Err(PrivacyError::invalid("noise conditional covariance is not finite"));
+    }
+    let mut lift = 0.0f64;
+    let roots = DVector::from_iterator(
+        n,
+        eig.eigenvalues.iter().map(|&l| {
+            let l2 = l.max(floor);
+            lift = lift.max(l2 - l);
+            l2.sqrt()
+        }),
+    );
+    let factor = &eig.eigenvectors * DMatrix::from_diagonal(&roots);
+    Ok((factor, Jitter { relative: lift / mean_diag, absolute: lift }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -202,6 +234,30 @@ mod tests {
 
     fn kern() -> Box<dyn Kernel> {
         Box::new(SquaredExponential::isotropic(1.0, 0.7))
+    }
+
+    /// Points (almost) determined by earlier ones, asked in pairs after a near-singular K_old:
+    /// the conditional covariance is rounding noise, possibly indefinite beyond any jitter
+    /// relative to its own tiny diagonal. The draw must still succeed, stay finite and keep
+    /// the path consistent (a 2-core concurrency test hit this as a Cholesky failure).
+    #[test]
+    fn nearly_determined_points_still_draw() {
+        let mut u = 0x9E37_79B9_7F4A_7C15u64;
+        let mut uniform = move || {
+            u ^= u << 13;
+            u ^= u >> 7;
+            u ^= u << 17;
+            -3.0 + 6.0 * (u >> 11) as f64 / (1u64 << 53) as f64
+        };
+        for (seed, ell) in (0..40u64).zip([0.5, 1.0, 2.0, 4.0].into_iter().cycle()) {
+            let mut p = NoisePath::seeded(Box::new(SquaredExponential::isotropic(2.2, ell)), 1, seed);
+            for k in 0..80 {
+                let pts = DMatrix::from_column_slice(2, 1, &[uniform(), uniform()]);
+                let v = p.sample_at(&pts).unwrap_or_else(|e| panic!("seed {seed}, ℓ {ell}, pair {k}: {e}"));
+                assert!(v.iter().all(|x| x.is_finite()));
+                assert_eq!(p.sample_at(&pts).unwrap(), v, "stored values are reused");
+            }
+        }
     }
 
     #[test]
