@@ -242,8 +242,8 @@ fn a_node_killed_mid_run_resumes_and_the_ledger_shows_each_release_once() {
         assert!(spent["rho"].as_f64().unwrap() <= spent["rho_budget"].as_f64().unwrap());
     }
     // The ledger on disk lists distinct release ids.
-    let state: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("state/B/state.json")).unwrap()).unwrap();
-    let releases = state["requesters"]["A"]["ledger"]["releases"].as_array().unwrap();
+    let file: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("state/B/state.json")).unwrap()).unwrap();
+    let releases = file["state"]["requesters"]["A"]["ledger"]["releases"].as_array().unwrap();
     let mut ids: Vec<&str> = releases.iter().map(|r| r["id"].as_str().unwrap()).collect();
     let n = ids.len();
     ids.sort();
@@ -305,8 +305,8 @@ fn python_client(dir: &Path) {
     assert_eq!(st["party"], "A");
     assert_eq!(st["rounds_done"], 3);
     // Ask (as B) for three entities A already released to B during the run.
-    let state: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("state/A/state.json")).unwrap()).unwrap();
-    let released: Vec<String> = state["requesters"]["B"]["answered"].as_array().unwrap()[..3]
+    let file: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("state/A/state.json")).unwrap()).unwrap();
+    let released: Vec<String> = file["state"]["requesters"]["B"]["answered"].as_array().unwrap()[..3]
         .iter()
         .map(|v| v.as_u64().unwrap().to_string())
         .collect();
@@ -493,4 +493,39 @@ fn run_logs_retries_for_a_dead_node_and_fails() {
     let last = err.trim().lines().last().unwrap_or("");
     assert!(last.starts_with("error: ") && last.contains("B"), "{last}");
     assert_eq!(status_json(&dir, "A")["rounds"], 0);
+}
+
+/// A ledger edited on disk while the node is down (its last release dropped, so ε spent would
+/// read 0) is refused at start with one error line naming the file.
+#[test]
+fn a_node_refuses_a_ledger_edited_on_disk() {
+    let (pa, pb) = ports(6);
+    let dir = setup("tamper", pa, pb, |t| t);
+    let a = node(&dir, "party-a.toml");
+    let _b = node(&dir, "party-b.toml");
+    wait_up(&dir, &["A", "B"]);
+    json(&run(&dir, 1));
+    drop(a);
+    std::thread::sleep(Duration::from_millis(300));
+    let path = dir.join("state/A/state.json");
+    // Drop the release in the file's own bytes (a release entry holds no array).
+    let text = std::fs::read_to_string(&path).unwrap();
+    let file: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(file["state"]["requesters"]["B"]["ledger"]["releases"].as_array().unwrap().len(), 1);
+    assert_eq!(text.matches("\"releases\":[").count(), 1);
+    let i = text.find("\"releases\":[").unwrap() + "\"releases\":[".len();
+    let j = i + text[i..].find(']').unwrap();
+    let edited = format!("{}{}", &text[..i], &text[j..]);
+    let file: Value = serde_json::from_str(&edited).unwrap();
+    assert_eq!(file["state"]["requesters"]["B"]["ledger"]["releases"], serde_json::json!([]), "still valid");
+    std::fs::write(&path, edited).unwrap();
+    let out = bin().args(["node", "serve", "--config"]).arg(dir.join("party-a.toml")).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let last = err.trim().lines().last().unwrap_or("");
+    assert!(last.contains("state/A/state.json") && last.contains("does not match its MAC"), "{err}");
+    // node check reports the same.
+    let out = bin().args(["node", "check", "--config"]).arg(dir.join("party-a.toml")).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("does not match its MAC"));
 }

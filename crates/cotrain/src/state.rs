@@ -62,6 +62,47 @@ impl PartyState {
     }
 }
 
+/// The ledger agrees with what was released: every release's ρ is Δ²/(2σ²) of its own Δ and σ,
+/// and every finite batch released to the requester has its charge (same id, Δ and σ). A
+/// ledger edited outside the node (a release dropped, a ρ zeroed) fails here, naming the entry.
+fn check_ledger(name: &str, r: &RequesterRecord) -> Result<(), CotrainError> {
+    let bad = |m: String| CotrainError::invalid(format!("saved ledger of requester {name:?}: {m}"));
+    let Some(ledger) = &r.ledger else {
+        return Ok(());
+    };
+    for rel in &ledger.releases {
+        let expect = dpcotrain_privacy::accountant::rho_of(rel.sensitivity, rel.sigma);
+        if !(rel.rho.is_finite() && rel.rho >= 0.0 && close(rel.rho, expect)) {
+            return Err(bad(format!(
+                "release {:?} records ρ = {} but its Δ = {} and σ = {} give {expect}",
+                rel.id, rel.rho, rel.sensitivity, rel.sigma
+            )));
+        }
+    }
+    for (k, b) in r.batches.iter().enumerate().filter(|(_, b)| b.sigma > 0.0) {
+        let id = format!("{name}#batch{k}");
+        match ledger.releases.iter().find(|rel| rel.id == id) {
+            Some(rel) if close(rel.sigma, b.sigma) && close(rel.sensitivity, b.sensitivity) => {}
+            Some(rel) => {
+                return Err(bad(format!(
+                    "release {id:?} records σ = {}, Δ = {} but batch {k} was released with σ = {}, Δ = {}",
+                    rel.sigma, rel.sensitivity, b.sigma, b.sensitivity
+                )));
+            }
+            None => {
+                return Err(bad(format!(
+                    "batch {k} ({} indices released) has no charge {id:?} in the ledger",
+                    b.indices.len()
+                )));
+            }
+        }
+    }
+    if !r.released.is_empty() && ledger.releases.is_empty() {
+        return Err(bad(format!("{} means were released but the ledger records no release", r.released.len())));
+    }
+    Ok(())
+}
+
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1e-300)
 }
@@ -166,6 +207,7 @@ impl Party {
                 path,
                 batches: r.batches.clone(),
             };
+            check_ledger(name, r)?;
             for b in &r.batches {
                 if b.var.len() != b.indices.len()
                     || b.cov.nrows() != b.indices.len()

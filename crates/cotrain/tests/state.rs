@@ -152,3 +152,36 @@ fn a_malformed_answer_is_refused_not_absorbed() {
     assert!(p.model.version > version, "the good answer was absorbed and the model re-fitted");
     assert!(evaluate(&mut p).unwrap().rmse.is_finite());
 }
+
+/// A ledger edited outside the node is refused at restore, naming the requester and the entry:
+/// a dropped release (ε spent would fall back to 0) and a zeroed ρ.
+#[test]
+fn an_edited_ledger_is_refused_naming_the_entry() {
+    let honest = DpConfig::honest(1.0, 1e-5, 1.0, LabelRange::new(-3.0, 3.0).unwrap(), 10);
+    let sc = simulate(&SimConfig { n_obs: 25, seed: 5, masking: true, ..SimConfig::default() }).unwrap();
+    let build = || build_parties(&sc, CombinerKind::Noisy, Uncertainty::Marginal, &honest, 5).unwrap();
+    let ps = build();
+    rounds(&ps, 0..1);
+    let st = ps[0].lock().unwrap().state();
+    let l = st.requesters["P2"].ledger.as_ref().unwrap();
+    assert_eq!(l.releases.len(), 1, "one batch released to P2");
+    // Untouched: restores.
+    build()[0].lock().unwrap().restore(&st).unwrap();
+    // The release dropped.
+    let mut dropped = st.clone();
+    dropped.requesters.get_mut("P2").unwrap().ledger.as_mut().unwrap().releases.pop();
+    let err = build()[0].lock().unwrap().restore(&dropped).unwrap_err().to_string();
+    assert!(err.contains("requester \"P2\"") && err.contains("batch 0") && err.contains("no charge"), "{err}");
+    // Its ρ zeroed.
+    let mut zeroed = st.clone();
+    zeroed.requesters.get_mut("P2").unwrap().ledger.as_mut().unwrap().releases[0].rho = 0.0;
+    let err = build()[0].lock().unwrap().restore(&zeroed).unwrap_err().to_string();
+    assert!(err.contains("\"P2#batch0\"") && err.contains("records ρ = 0"), "{err}");
+    // Its σ inflated (a smaller ρ) without touching ρ: the batch's σ no longer matches.
+    let mut sigma = st.clone();
+    let rel = &mut sigma.requesters.get_mut("P2").unwrap().ledger.as_mut().unwrap().releases[0];
+    rel.sigma *= 10.0;
+    rel.rho = dpcotrain_privacy::accountant::rho_of(rel.sensitivity, rel.sigma);
+    let err = build()[0].lock().unwrap().restore(&sigma).unwrap_err().to_string();
+    assert!(err.contains("batch 0 was released with"), "{err}");
+}
