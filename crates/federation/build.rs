@@ -3,7 +3,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protos = ["../../proto/dpcotrain/v1/node.proto"];
     let includes = ["../../proto"];
     let fds = protox::compile(protos, includes)?;
-    tonic_prost_build::configure().build_server(true).build_client(true).compile_fds(fds)?;
+    // Decode errors are the caller's: INVALID_ARGUMENT (src/codec.rs), not prost's INTERNAL.
+    tonic_prost_build::configure()
+        .build_server(true)
+        .build_client(true)
+        .codec_path("crate::codec::StrictCodec")
+        .compile_fds(fds)?;
     for p in protos {
         println!("cargo:rerun-if-changed={p}");
     }

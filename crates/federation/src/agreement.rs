@@ -88,13 +88,13 @@ impl Agreement {
     /// Why a peer's handshake disagrees with ours (the first difference), if it does.
     pub fn check(&self, r: &pb::HandshakeRequest) -> Result<(), String> {
         if r.protocol_version != crate::PROTOCOL_VERSION {
-            return Err(format!("protocol {:?} is not {:?}", r.protocol_version, crate::PROTOCOL_VERSION));
+            return Err(format!("protocol {} is not {:?}", crate::clip(&r.protocol_version), crate::PROTOCOL_VERSION));
         }
         if r.federation_id != self.federation_id {
-            return Err(format!("federation {:?} is not {:?}", r.federation_id, self.federation_id));
+            return Err(format!("federation {} is not {:?}", crate::clip(&r.federation_id), self.federation_id));
         }
         if r.pool_hash != self.pool_hash {
-            return Err(format!("pool {} is not ours ({})", r.pool_hash, self.pool_hash));
+            return Err(format!("pool {} is not ours ({})", crate::clip(&r.pool_hash), self.pool_hash));
         }
         let same = |a: f64, b: f64| a == b || (a - b).abs() <= 1e-12 * a.abs().max(b.abs());
         if !same(r.y_mean, self.y_mean) || !same(r.y_scale, self.y_scale) {
@@ -111,7 +111,7 @@ impl Agreement {
         {
             return Err(format!(
                 "privacy policy {} ε={} δ={} labels [{}, {}] is not ours ({} ε={} δ={} labels [{}, {}])",
-                r.release_policy,
+                crate::clip(&r.release_policy),
                 r.epsilon,
                 r.delta,
                 r.label_lo,

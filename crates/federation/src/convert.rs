@@ -31,7 +31,7 @@ pub fn uncertainty_from(s: &str) -> Result<Uncertainty, String> {
         "none" => Ok(Uncertainty::None),
         "marginal" => Ok(Uncertainty::Marginal),
         "full" => Ok(Uncertainty::Full),
-        other => Err(format!("unknown uncertainty mode {other:?} (none, marginal, full)")),
+        other => Err(format!("unknown uncertainty mode {} (none, marginal, full)", crate::clip(other))),
     }
 }
 

@@ -19,6 +19,7 @@
 
 pub mod agreement;
 pub mod auth;
+pub mod codec;
 pub mod convert;
 pub mod orchestrator;
 pub mod peer;
@@ -39,3 +40,17 @@ pub const PROTOCOL_VERSION: &str = "dpcotrain.v1";
 
 /// Largest gRPC message a node or client accepts (bytes).
 pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
+
+/// At most this many distinct requester names are accepted by a node's handshake (in
+/// insecure mode anyone may handshake under any name; each name holds a ledger).
+pub const MAX_REQUESTERS: usize = 64;
+
+/// A caller-supplied string as error messages quote it: `{:?}`, cut to 64 characters with its
+/// length noted, so an attacker's megabyte name never comes back in a `grpc-message`.
+pub fn clip(s: &str) -> String {
+    const MAX: usize = 64;
+    match s.char_indices().nth(MAX) {
+        Some((cut, _)) => format!("{:?}… ({} bytes)", &s[..cut], s.len()),
+        None => format!("{s:?}"),
+    }
+}

@@ -164,14 +164,22 @@ impl Node for NodeService {
         let verdict = match &who {
             Principal::Orchestrator => Err("the orchestrator does not handshake".to_string()),
             Principal::Peer(p) if *p != r.party => {
-                Err(format!("you authenticated as {p:?} but call yourself {:?}", r.party))
+                Err(format!("you authenticated as {p:?} but call yourself {}", crate::clip(&r.party)))
             }
             _ if r.party == party => Err("a party does not handshake with itself".into()),
             _ => self.agreement.check(&r),
         };
-        if verdict.is_ok() {
-            self.handshaken.lock().map_err(|_| Status::internal("lock poisoned"))?.insert(r.party.clone());
-        }
+        let verdict = verdict.and_then(|()| {
+            let mut known = self.handshaken.lock().map_err(|_| "lock poisoned".to_string())?;
+            if !known.contains(&r.party) && known.len() >= crate::MAX_REQUESTERS {
+                return Err(format!(
+                    "this node already knows {} requesters, the most it accepts",
+                    crate::MAX_REQUESTERS
+                ));
+            }
+            known.insert(r.party.clone());
+            Ok(())
+        });
         Ok(Response::new(pb::HandshakeResponse {
             accepted: verdict.is_ok(),
             party,
@@ -184,7 +192,7 @@ impl Node for NodeService {
         let who = self.auth.check(&req)?;
         let r = req.into_inner();
         if r.federation_id != self.agreement.federation_id {
-            return Err(Status::permission_denied(format!("unknown federation {:?}", r.federation_id)));
+            return Err(Status::permission_denied(format!("unknown federation {}", crate::clip(&r.federation_id))));
         }
         match &who {
             Principal::Orchestrator => {
@@ -192,14 +200,17 @@ impl Node for NodeService {
             }
             Principal::Peer(p) if *p != r.requester => {
                 return Err(Status::permission_denied(format!(
-                    "you authenticated as {p:?} and cannot ask in {:?}'s name",
-                    r.requester
+                    "you authenticated as {p:?} and cannot ask in {}'s name",
+                    crate::clip(&r.requester)
                 )));
             }
             _ => {}
         }
         if !self.handshaken.lock().map_err(|_| Status::internal("lock poisoned"))?.contains(&r.requester) {
-            return Err(Status::failed_precondition(format!("{:?} has not handshaken with this node", r.requester)));
+            return Err(Status::failed_precondition(format!(
+                "{} has not handshaken with this node",
+                crate::clip(&r.requester)
+            )));
         }
         let creq = convert::request_from_pb(&r).map_err(Status::invalid_argument)?;
         let party = self.party.clone();

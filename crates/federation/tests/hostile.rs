@@ -1,0 +1,130 @@
+//! Hostile input to an open (insecure, loopback) node: bytes that are not a protobuf message
+//! are INVALID_ARGUMENT (not INTERNAL); caller-supplied strings are never echoed whole; the set
+//! of requester names a node accepts is bounded.
+
+use bytes::{Buf, BufMut};
+use dpcotrain_cotrain::answer::Uncertainty;
+use dpcotrain_cotrain::combiner::CombinerKind;
+use dpcotrain_cotrain::driver::build_parties;
+use dpcotrain_cotrain::responder::{DpConfig, Party};
+use dpcotrain_cotrain::simulate::{SimConfig, simulate};
+use dpcotrain_federation::pb::node_client::NodeClient;
+use dpcotrain_federation::{Agreement, MAX_REQUESTERS, NodeService, pb, serve};
+use std::sync::{Arc, Mutex};
+use tokio::net::TcpListener;
+use tonic::Code;
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+
+const FED: &str = "hostile";
+
+fn party() -> Arc<Mutex<Party>> {
+    let sc = simulate(&SimConfig { n_obs: 20, n_pool: 40, n_test: 20, seed: 2, ..SimConfig::default() }).unwrap();
+    build_parties(&sc, CombinerKind::Noisy, Uncertainty::Marginal, &DpConfig::off(), 2).unwrap().remove(0)
+}
+
+async fn start(p: Arc<Mutex<Party>>) -> (String, tokio::sync::oneshot::Sender<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = format!("http://{}", listener.local_addr().unwrap());
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let svc = NodeService::new(p, FED);
+    tokio::spawn(async move {
+        serve(svc, listener, None, async {
+            let _ = rx.await;
+        })
+        .await
+        .unwrap();
+    });
+    (addr, tx)
+}
+
+/// Sends raw bytes as the request message; reads the reply as raw bytes.
+#[derive(Default, Clone)]
+struct Raw;
+struct RawEnc;
+struct RawDec;
+
+impl Encoder for RawEnc {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn encode(&mut self, item: Vec<u8>, buf: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        buf.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl Decoder for RawDec {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<Vec<u8>>, tonic::Status> {
+        let mut v = vec![0; buf.remaining()];
+        buf.copy_to_slice(&mut v);
+        Ok(Some(v))
+    }
+}
+
+impl Codec for Raw {
+    type Encode = Vec<u8>;
+    type Decode = Vec<u8>;
+    type Encoder = RawEnc;
+    type Decoder = RawDec;
+    fn encoder(&mut self) -> RawEnc {
+        RawEnc
+    }
+    fn decoder(&mut self) -> RawDec {
+        RawDec
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_messages_long_strings_and_name_floods_are_refused_cleanly() {
+    let p = party();
+    let agreement = Agreement::of(&p.lock().unwrap(), FED, 0.0, 1.0);
+    let (addr, stop) = start(p).await;
+    let channel = tonic::transport::Endpoint::from_shared(addr.clone()).unwrap().connect().await.unwrap();
+
+    // Not a protobuf message: a truncated varint, a bad wire type, a length past the end.
+    for junk in [vec![0x08u8, 0xff], vec![0x0f, 0x00], vec![0x0a, 0x7f, 0x01]] {
+        for method in ["Predict", "Handshake", "Status", "RunRound"] {
+            let mut g = tonic::client::Grpc::new(channel.clone());
+            g.ready().await.unwrap();
+            let path = http::uri::PathAndQuery::from_maybe_shared(format!("/dpcotrain.v1.Node/{method}")).unwrap();
+            let err = g.unary(tonic::Request::new(junk.clone()), path, Raw).await.unwrap_err();
+            assert_eq!(err.code(), Code::InvalidArgument, "{method} {junk:?}: {err:?}");
+            assert!(err.message().contains("malformed protobuf"), "{}", err.message());
+        }
+    }
+
+    // A megabyte of name comes back cut to a few dozen characters.
+    let mut c = NodeClient::new(channel.clone());
+    let huge = "x".repeat(1 << 20);
+    let req = pb::PredictRequest {
+        request_id: "r".into(),
+        requester: "P2".into(),
+        indices: vec![0],
+        uncertainty: "marginal".into(),
+        want_prior: false,
+        federation_id: huge.clone(),
+    };
+    let err = c.predict(req).await.unwrap_err();
+    assert_eq!(err.code(), Code::PermissionDenied);
+    assert!(
+        err.message().len() < 200 && err.message().contains("(1048576 bytes)"),
+        "{}",
+        &err.message()[..200.min(err.message().len())]
+    );
+    let mut hs = agreement.to_pb("P2");
+    hs.federation_id = huge;
+    let r = c.handshake(hs).await.unwrap().into_inner();
+    assert!(!r.accepted && r.reason.len() < 200, "{}", &r.reason[..200.min(r.reason.len())]);
+
+    // Anyone may handshake with an open node under any name, but only so many names.
+    for k in 0..MAX_REQUESTERS {
+        let r = c.handshake(agreement.to_pb(&format!("name{k}"))).await.unwrap().into_inner();
+        assert!(r.accepted, "{k}: {}", r.reason);
+    }
+    let r = c.handshake(agreement.to_pb("one-too-many")).await.unwrap().into_inner();
+    assert!(!r.accepted && r.reason.contains("already knows"), "{}", r.reason);
+    // A name it knows may handshake again.
+    assert!(c.handshake(agreement.to_pb("name0")).await.unwrap().into_inner().accepted);
+    let _ = stop.send(());
+}
