@@ -141,7 +141,11 @@ pub fn channel(address: &str, tls: Option<&ClientTlsConfig>, retry: &Retry) -> R
         .map_err(|e| format!("bad address {address:?}: {e}"))?
         .connect_timeout(Duration::from_secs(5))
         .timeout(retry.call_timeout)
-        .tcp_nodelay(true);
+        .tcp_nodelay(true)
+        // HTTP/2 pings notice a peer that vanished without closing the connection.
+        .http2_keep_alive_interval(Duration::from_secs(30))
+        .keep_alive_timeout(Duration::from_secs(10))
+        .keep_alive_while_idle(true);
     if let Some(t) = tls {
         ep = ep.tls_config(t.clone()).map_err(|e| format!("TLS for {address}: {e}"))?;
     }

@@ -40,7 +40,8 @@ pub struct NodeService {
     handshaken: Arc<Mutex<HashSet<String>>>,
     /// One querier turn at a time.
     turn: Arc<tokio::sync::Mutex<()>>,
-    /// Test RMSE of the private-only model (reported by Status).
+    /// This party's name (fixed), so a Handshake never waits for the party lock.
+    name: Arc<str>,
     /// Squared test errors of the private-only model, point by point (for the paired SE).
     alone_sq_errors: Arc<Vec<f64>>,
 }
@@ -49,8 +50,12 @@ impl NodeService {
     /// A node with no authentication, no state file and no peers (library use and tests);
     /// y is taken as already standardised (mean 0, scale 1).
     pub fn new(party: Arc<Mutex<Party>>, federation_id: &str) -> Self {
-        let agreement = Agreement::of(&party.lock().expect("fresh party lock"), federation_id, 0.0, 1.0);
+        let (agreement, name) = {
+            let p = party.lock().expect("fresh party lock");
+            (Agreement::of(&p, federation_id, 0.0, 1.0), Arc::from(p.name.as_str()))
+        };
         NodeService {
+            name,
             party,
             agreement,
             peers: Arc::new(Vec::new()),
@@ -62,7 +67,6 @@ impl NodeService {
         }
     }
 
-    /// The private-only model's test RMSE, for Status (computed before any restore).
     /// The private-only model's squared test errors (its RMSE and the paired SE of the change
     /// are reported by Status).
     pub fn with_alone_errors(mut self, sq_errors: Vec<f64>) -> Self {
@@ -90,10 +94,6 @@ impl NodeService {
     pub fn with_store(mut self, store: StateStore) -> Self {
         self.store = Some(Arc::new(store));
         self
-    }
-
-    fn lock(&self) -> Result<std::sync::MutexGuard<'_, Party>, Status> {
-        self.party.lock().map_err(|_| Status::internal("party lock poisoned"))
     }
 }
 
@@ -160,7 +160,8 @@ impl Node for NodeService {
     async fn handshake(&self, req: Request<pb::HandshakeRequest>) -> Result<Response<pb::HandshakeResponse>, Status> {
         let who = self.auth.check(&req)?;
         let r = req.into_inner();
-        let party = self.lock()?.name.clone();
+        // No party lock here: a Handshake answers even while a turn re-fits the model.
+        let party = self.name.to_string();
         let verdict = match &who {
             Principal::Orchestrator => Err("the orchestrator does not handshake".to_string()),
             Principal::Peer(p) if *p != r.party => {
@@ -313,10 +314,20 @@ impl Node for NodeService {
         }
         let round = req.into_inner().round as usize;
         let _one_turn_at_a_time = self.turn.lock().await;
-        let done = self.lock()?.turn(round).cloned();
+        let party = self.party.clone();
+        let done = blocking(move || {
+            let p = party.lock().map_err(|_| CotrainError::invalid("party lock poisoned"))?;
+            Ok(p.turn(round).cloned())
+        })
+        .await?;
         if done.is_none() {
-            // query_turn locks the party only around synchronous sections.
-            query_turn(&self.party, &self.peers, round).await.map_err(to_status)?;
+            // The turn (its peer calls and the re-fit) runs on a blocking thread, driven by this
+            // runtime's handle: the re-fit never occupies a worker, so other calls stay live.
+            let (party, peers, rt) = (self.party.clone(), self.peers.clone(), tokio::runtime::Handle::current());
+            tokio::task::spawn_blocking(move || rt.block_on(query_turn(&party, &peers, round)))
+                .await
+                .map_err(|e| Status::internal(format!("worker failed: {e}")))?
+                .map_err(to_status)?;
         }
         let party = self.party.clone();
         let store = self.store.clone();
@@ -341,7 +352,14 @@ pub async fn serve(
     tls: Option<ServerTlsConfig>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
-    let mut b = tonic::transport::Server::builder().timeout(Duration::from_secs(300));
+    // Bounded concurrency per connection and per HTTP/2 connection, and keepalive pings so a
+    // vanished peer's connection is noticed.
+    let mut b = tonic::transport::Server::builder()
+        .timeout(Duration::from_secs(300))
+        .concurrency_limit_per_connection(32)
+        .max_concurrent_streams(64)
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(10)));
     if let Some(t) = tls {
         b = b.tls_config(t)?;
     }

@@ -128,3 +128,32 @@ async fn malformed_messages_long_strings_and_name_floods_are_refused_cleanly() {
     assert!(c.handshake(agreement.to_pb("name0")).await.unwrap().into_inner().accepted);
     let _ = stop.send(());
 }
+
+/// Handshake and an unauthenticated call never wait for the party's lock: while another thread
+/// holds it (as a long re-fit does), they answer at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_that_need_no_model_answer_while_the_model_is_busy() {
+    let p = party();
+    let agreement = Agreement::of(&p.lock().unwrap(), FED, 0.0, 1.0);
+    let (addr, stop) = start(p.clone()).await;
+    let mut c = NodeClient::connect(addr).await.unwrap();
+    // Hold the party lock for 3 s on a plain thread, as a re-fit on a blocking thread does.
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let holder = std::thread::spawn(move || {
+        let _g = p.lock().unwrap();
+        held_tx.send(()).unwrap();
+        std::thread::sleep(std::time::Duration::from_secs(3));
+    });
+    held_rx.recv().unwrap();
+    let t = std::time::Instant::now();
+    for k in 0..4 {
+        let r = tokio::time::timeout(std::time::Duration::from_secs(1), c.handshake(agreement.to_pb(&format!("Q{k}"))))
+            .await
+            .expect("a handshake waited for the party lock")
+            .unwrap();
+        assert!(r.into_inner().accepted);
+    }
+    assert!(t.elapsed() < std::time::Duration::from_secs(2), "{:?}", t.elapsed());
+    holder.join().unwrap();
+    let _ = stop.send(());
+}
