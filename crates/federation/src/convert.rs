@@ -61,11 +61,27 @@ pub fn request_from_pb(r: &pb::PredictRequest) -> Result<PredictRequest, String>
         .iter()
         .map(|&i| usize::try_from(i).map_err(|_| format!("index {i} too large")))
         .collect::<Result<Vec<_>, _>>()?;
+    let uncertainty = uncertainty_from(&r.uncertainty)?;
+    // The answer's size is known from the request alone: refuse one that could not be sent
+    // before anything is computed, charged or saved.
+    let k = indices.len() as f64;
+    let matrices = f64::from(u8::from(uncertainty == Uncertainty::Full) + u8::from(r.want_prior));
+    let bytes = 8.0 * (4.0 * k + matrices * k * k) + 1024.0;
+    if bytes > crate::MAX_MESSAGE_BYTES as f64 {
+        return Err(format!(
+            "the answer to {} indices{}{} would be about {:.0} MiB, above the {} MiB message limit: ask for fewer indices or for marginal uncertainty",
+            indices.len(),
+            if uncertainty == Uncertainty::Full { " with full covariance" } else { "" },
+            if r.want_prior { " and the prior covariance" } else { "" },
+            bytes / f64::from(1u32 << 20),
+            crate::MAX_MESSAGE_BYTES >> 20
+        ));
+    }
     Ok(PredictRequest {
         request_id: r.request_id.clone(),
         requester: r.requester.clone(),
         indices,
-        uncertainty: uncertainty_from(&r.uncertainty)?,
+        uncertainty,
         want_prior: r.want_prior,
     })
 }

@@ -117,8 +117,23 @@ async fn malformed_messages_long_strings_and_name_floods_are_refused_cleanly() {
     let r = c.handshake(hs).await.unwrap().into_inner();
     assert!(!r.accepted && r.reason.len() < 200, "{}", &r.reason[..200.min(r.reason.len())]);
 
+    // A request whose answer could not be sent (2,000 indices with two 2,000² matrices, ~61 MiB)
+    // is refused before anything is computed or charged.
+    assert!(c.handshake(agreement.to_pb("P2")).await.unwrap().into_inner().accepted);
+    let big = pb::PredictRequest {
+        request_id: "big".into(),
+        requester: "P2".into(),
+        indices: (0..2000).map(|i| i % 40).collect(),
+        uncertainty: "full".into(),
+        want_prior: true,
+        federation_id: FED.into(),
+    };
+    let err = c.predict(big).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("above the 16 MiB message limit"), "{}", err.message());
+
     // Anyone may handshake with an open node under any name, but only so many names.
-    for k in 0..MAX_REQUESTERS {
+    for k in 0..MAX_REQUESTERS - 1 {
         let r = c.handshake(agreement.to_pb(&format!("name{k}"))).await.unwrap().into_inner();
         assert!(r.accepted, "{k}: {}", r.reason);
     }
