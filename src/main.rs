@@ -27,8 +27,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// The main job: two real nodes on loopback (mutual TLS), CCPP, calibrated label DP,
-    /// 25 rounds; prints a table and writes a report folder.
+    /// The main job: two real nodes on loopback (mutual TLS), CCPP, the honest calibrated
+    /// label-DP protocol (ε = 1); prints a table with a verdict per party and writes a report
+    /// folder.
     Demo(demo::DemoArgs),
     /// The sparse-GP numerical core: fit and predict from CSV files.
     #[command(subcommand)]

@@ -16,7 +16,11 @@ fn tmp(name: &str, contents: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("dpcotrain-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let p = dir.join(name);
-    std::fs::write(&p, contents).unwrap();
+    // Tests run in parallel and several write the same file (same contents): write a private
+    // temp file and rename it over, so a reader never sees a half-written file.
+    let tmp = dir.join(format!("{name}.{:?}.tmp", std::thread::current().id()));
+    std::fs::write(&tmp, contents).unwrap();
+    std::fs::rename(&tmp, &p).unwrap();
     p
 }
 
