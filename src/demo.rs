@@ -189,9 +189,7 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
         _ => Uncertainty::Marginal,
     };
     if a.dp == "calibrated" {
-        let range = dpcotrain_privacy::sensitivity::LabelRange::new(-3.0, 3.0)?;
-        DpConfig::honest(a.epsilon, a.delta, a.epsilon, range, a.queries)
-            .check_combiner(kind, unc)
+        dpcotrain_cotrain::responder::discounts_answer_noise(kind, unc)
             .map_err(|e| anyhow::anyhow!("--combiner {} --uncertainty {}: {e}", a.combiner, a.uncertainty))?;
     }
     let fed_dir = a.out.join("federation");
@@ -395,6 +393,22 @@ fn largest_noise_sd(p: &Value) -> Option<f64> {
         .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))))
 }
 
+/// Each party's verdict, then the largest DP noise sd against the label range (if anything was
+/// released): the lines the table and report.md print.
+fn verdict_lines(r: &Value) -> Vec<String> {
+    let parties = r["parties"].as_array().cloned().unwrap_or_default();
+    let mut out: Vec<String> = parties
+        .iter()
+        .map(|p| format!("{}: {}", p["party"].as_str().unwrap_or(""), p["verdict"].as_str().unwrap_or("")))
+        .collect();
+    if let Some(sd) = parties.iter().filter_map(|p| p["noise_sd"].as_f64()).reduce(f64::max) {
+        out.push(format!(
+            "DP noise: sd up to {sd:.3} per released mean, against a label range of 6 (labels clipped to [−3, 3])"
+        ));
+    }
+    out
+}
+
 /// ε spent, as the table shows it; never "0" for a run without a guarantee.
 fn eps_spent(r: &Value, p: &Value) -> String {
     match r["dp"].as_str() {
@@ -463,15 +477,8 @@ fn print_table(r: &Value) {
     }
     println!("\n{}", recovered_line(r));
     println!();
-    for p in r["parties"].as_array().into_iter().flatten() {
-        println!("{}: {}", p["party"].as_str().unwrap_or(""), p["verdict"].as_str().unwrap_or(""));
-    }
-    if let Some(sd) =
-        r["parties"].as_array().into_iter().flatten().filter_map(|p| p["noise_sd"].as_f64()).reduce(f64::max)
-    {
-        println!(
-            "DP noise: sd up to {sd:.3} per released mean, against a label range of 6 (labels clipped to [−3, 3])"
-        );
+    for line in verdict_lines(r) {
+        println!("{line}");
     }
     let privacy = match r["dp"].as_str().unwrap_or("") {
         "off" => "no privacy (DP off)".to_string(),
@@ -577,13 +584,8 @@ fn write_report(a: &DemoArgs, sc: &Scenario, r: &Value) -> anyhow::Result<()> {
         );
     }
     md += &format!("\n**{}**\n\n", recovered_line(r).replace('\n', " "));
-    for p in &parties {
-        md += &format!("- {}: {}\n", p["party"].as_str().unwrap_or(""), p["verdict"].as_str().unwrap_or(""));
-    }
-    if let Some(sd) = parties.iter().filter_map(|p| p["noise_sd"].as_f64()).reduce(f64::max) {
-        md += &format!(
-            "- DP noise: sd up to {sd:.3} per released mean, against a label range of 6 (labels clipped to [−3, 3])\n"
-        );
+    for line in verdict_lines(r) {
+        md += &format!("- {line}\n");
     }
     md += &format!(
         "\nThe centralised oracle is one GP on every party's columns and labels (for the simulated data, \

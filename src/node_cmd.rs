@@ -9,7 +9,7 @@ use crate::table::write_csv;
 use anyhow::Context;
 use clap::Args;
 use dpcotrain_cotrain::ccpp::{CcppConfig, RESPONSE, ccpp};
-use dpcotrain_cotrain::driver::test_sq_errors;
+use dpcotrain_cotrain::driver::evaluate_with_errors;
 use dpcotrain_federation::auth::{Auth, ORCHESTRATOR};
 use dpcotrain_federation::orchestrator::{Orchestrator, orchestrator_retry};
 use dpcotrain_federation::store::StateStore;
@@ -107,7 +107,7 @@ pub async fn launch(cfg: &PartyConfig, path: &Path) -> anyhow::Result<Launched> 
     let cfg_path = path.to_path_buf();
     let (party, alone, resumed) = tokio::task::block_in_place(|| -> anyhow::Result<_> {
         let mut party = party_from_config(cfg, &cfg_path)?;
-        let alone = test_sq_errors(&mut party)?;
+        let (_, alone) = evaluate_with_errors(&mut party)?;
         let resumed = match store.load().map_err(|e| anyhow::anyhow!("{e}"))? {
             Some(st) => {
                 party.restore(&st).with_context(|| format!("cannot resume from {}", store.path().display()))?;

@@ -190,53 +190,64 @@ impl ExchangePanel {
     fn curve<'a>(&'a self, v: &'a [f64]) -> impl Iterator<Item = (f64, f64)> + Clone + 'a {
         self.grid.iter().copied().zip(v.iter().copied())
     }
-    fn frame(&self) -> Frame {
+    /// Runs of grid points where x, lower and upper are all finite (one band polygon each).
+    fn band_runs(&self) -> Vec<Vec<(f64, f64, f64)>> {
+        let band: Vec<_> =
+            self.grid.iter().zip(self.lower.iter().zip(&self.upper)).map(|(&x, (&l, &u))| (x, l, u)).collect();
+        band.split(|&(x, l, u)| !(x.is_finite() && l.is_finite() && u.is_finite()))
+            .filter(|r| r.len() > 1)
+            .map(<[_]>::to_vec)
+            .collect()
+    }
+    /// The legend: one entry per element the panel draws.
+    fn legend_items(&self, band: bool) -> Vec<(Swatch, &'static str)> {
+        let mut items = vec![];
+        if band {
+            items.push((Swatch::Band(color(0)), "95% band"));
+        }
+        if self.truth.is_some() {
+            items.push((Swatch::Line { color: color(6), dashed: true, marker: None }, "true f"));
+        }
+        if !self.mean.is_empty() {
+            items.push((Swatch::Line { color: color(0), dashed: false, marker: None }, "posterior mean"));
+        }
+        if !self.train.is_empty() {
+            items.push((Swatch::Point(Marker::Circle, color(6)), "private data"));
+        }
+        if !self.queried.is_empty() {
+            items.push((Swatch::Point(Marker::Square, color(3)), "queried"));
+        }
+        items
+    }
+    fn frame(&self, legend_w: f64) -> Frame {
         let truth = self.truth.as_deref().unwrap_or(&[]);
         let curves = [&self.mean[..], &self.lower, &self.upper, truth].into_iter().flat_map(|v| self.curve(v));
         let pts: Vec<(f64, f64)> =
             curves.chain(self.train.iter().copied()).chain(self.queried.iter().copied()).collect();
         let ys: Vec<f64> = pts.iter().map(|p| p.1).filter(|y| y.is_finite()).collect();
-        // The legend sits right of the plot: reserve the width of its longest possible label.
-        let widest = [(Swatch::Band(color(0)), "posterior mean")];
-        Frame::new(self.width, self.height, pts.iter().map(|p| p.0).collect(), ys, legend_size(&widest).0)
+        Frame::new(self.width, self.height, pts.iter().map(|p| p.0).collect(), ys, legend_w)
     }
     fn render(&self, out: &mut String) {
-        let f = self.frame();
+        let runs = self.band_runs();
+        let items = self.legend_items(!runs.is_empty());
+        let f = self.frame(legend_size(&items).0);
         f.axes(out, &self.title, &self.x_label, &self.y_label);
-        let (band_c, mean_c, train_c, query_c) = (color(0), color(0), color(6), color(3));
-        let mut items = vec![];
-        let mut band_drawn = false;
-        // Band: one closed polygon per run of grid points where x, lower and upper are all finite.
-        let band: Vec<_> =
-            self.grid.iter().zip(self.lower.iter().zip(&self.upper)).map(|(&x, (&l, &u))| (x, l, u)).collect();
-        for run in band.split(|&(x, l, u)| !(x.is_finite() && l.is_finite() && u.is_finite())).filter(|r| r.len() > 1) {
+        for run in &runs {
             let mut d = String::new();
             for (i, &(x, _, u)) in run.iter().enumerate() {
                 let _ = write!(d, "{}{} {} ", if i == 0 { "M" } else { "L" }, n(f.px(x)), n(f.py(u)));
             }
             run.iter().rev().for_each(|&(x, l, _)| _ = write!(d, "L{} {} ", n(f.px(x)), n(f.py(l))));
-            let _ = writeln!(out, r#"<path d="{}Z" fill="{band_c}" fill-opacity="0.2" stroke="none"/>"#, d);
-            band_drawn = true;
-        }
-        if band_drawn {
-            items.push((Swatch::Band(band_c), "95% band"));
+            let _ = writeln!(out, r#"<path d="{}Z" fill="{}" fill-opacity="0.2" stroke="none"/>"#, d, color(0));
         }
         if let Some(t) = &self.truth {
             path(out, &f, self.curve(t), color(6), true);
-            items.push((Swatch::Line { color: color(6), dashed: true, marker: None }, "true f"));
         }
         if !self.mean.is_empty() {
-            path(out, &f, self.curve(&self.mean), mean_c, false);
-            items.push((Swatch::Line { color: mean_c, dashed: false, marker: None }, "posterior mean"));
+            path(out, &f, self.curve(&self.mean), color(0), false);
         }
-        for (pts, m, c, label) in [
-            (&self.train, Marker::Circle, train_c, "private data"),
-            (&self.queried, Marker::Square, query_c, "queried"),
-        ] {
+        for (pts, m, c) in [(&self.train, Marker::Circle, color(6)), (&self.queried, Marker::Square, color(3))] {
             finite(pts).for_each(|&(x, y)| marker(out, m, f.px(x), f.py(y), c));
-            if !pts.is_empty() {
-                items.push((Swatch::Point(m, c), label));
-            }
         }
         legend(out, &f, &items);
     }

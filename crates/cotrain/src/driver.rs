@@ -132,17 +132,16 @@ pub async fn query_turn<P: Peer>(
 
 /// Test metrics of a party's current model on its own view of the test entities.
 pub fn evaluate(p: &mut Party) -> Result<Metrics, CotrainError> {
-    let xt = p.data.x_test.clone();
-    let pred = p.model.predict(&xt, false)?;
-    Ok(metrics(&pred.mean, &pred.var, p.model.noise.variance, &p.data.y_test))
+    evaluate_with_errors(p).map(|(m, _)| m)
 }
 
-/// Squared error at each test point of a party's current model (its own view, its own test
-/// labels): what a paired comparison of two models needs.
-pub fn test_sq_errors(p: &mut Party) -> Result<Vec<f64>, CotrainError> {
+/// [`evaluate`] and, from the same prediction, the squared error at each test point (what a
+/// paired comparison of two models needs).
+pub fn evaluate_with_errors(p: &mut Party) -> Result<(Metrics, Vec<f64>), CotrainError> {
     let xt = p.data.x_test.clone();
     let pred = p.model.predict(&xt, false)?;
-    Ok(pred.mean.iter().zip(p.data.y_test.iter()).map(|(m, y)| (m - y).powi(2)).collect())
+    let sq = pred.mean.iter().zip(p.data.y_test.iter()).map(|(m, y)| (m - y).powi(2)).collect();
+    Ok((metrics(&pred.mean, &pred.var, p.model.noise.variance, &p.data.y_test), sq))
 }
 
 /// Per-party outcome of a co-training run.

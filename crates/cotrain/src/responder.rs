@@ -146,32 +146,13 @@ impl DpConfig {
         }
     }
 
-    /// Refuse, under calibrated DP, a combiner that does not discount an answer by its noise.
-    ///
-    /// Calibrated noise is large (its sd is often comparable to the label range), and only the
-    /// Noisy combiner with marginal or full uncertainty reads an answer's variance, which carries
-    /// the DP noise variance: Blocky and uncertainty `none` ignore it, and Hybrid's predictive
-    /// mean does not depend on it (docs/results.md). With those the noise enters as if it were
-    /// data, and a party's test RMSE can grow several-fold (CCPP, 400 rows, release-once at ε = 1:
-    /// 1.10 → 3.95 with Hybrid or `none`). The experiment grids still run them, to reproduce the
-    /// thesis's tables; a node or the demo refuses them. DP off and thesis mode are not refused.
+    /// Refuse, under calibrated DP, a combiner that does not discount an answer by its noise
+    /// ([`discounts_answer_noise`]); DP off and thesis mode accept every combination.
     pub fn check_combiner(&self, kind: CombinerKind, uncertainty: Uncertainty) -> Result<(), CotrainError> {
-        if !matches!(self.mode, DpMode::Calibrated { .. }) {
-            return Ok(());
+        match self.mode {
+            DpMode::Calibrated { .. } => discounts_answer_noise(kind, uncertainty),
+            _ => Ok(()),
         }
-        let why = match (kind, uncertainty) {
-            (CombinerKind::Noisy, Uncertainty::Marginal | Uncertainty::Full) => return Ok(()),
-            (CombinerKind::Noisy, _) => "uncertainty none ignores each answer's variance",
-            (CombinerKind::Blocky, _) => "the blocky combiner ignores each answer's variance",
-            (CombinerKind::Hybrid, _) => {
-                "the hybrid combiner's predictive mean does not depend on the answers' variance"
-            }
-        };
-        Err(CotrainError::invalid(format!(
-            "{} + {} under calibrated DP: {why}, so the DP noise would enter as if it were data (test RMSE can grow several-fold); use combiner noisy with uncertainty marginal (the default) or full, or DP off / thesis mode to study this combination",
-            kind.name(),
-            uncertainty.name()
-        )))
     }
 
     /// Refuse combinations that have no meaning or no proof.
@@ -288,6 +269,29 @@ pub struct TurnRecord {
     /// Test RMSE of the model after this turn, when a node evaluated it (for `status`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub test_rmse: Option<f64>,
+}
+
+/// Whether `kind` with `uncertainty` discounts an answer by its noise, as calibrated DP needs.
+///
+/// Calibrated noise is large (its sd is often comparable to the label range), and only the
+/// Noisy combiner with marginal or full uncertainty reads an answer's variance, which carries
+/// the DP noise variance: Blocky and uncertainty `none` ignore it, and Hybrid's predictive mean
+/// does not depend on it (docs/results.md). With those the noise enters as if it were data, and
+/// a party's test RMSE can grow several-fold (CCPP, 400 rows, release-once at ε = 1: 1.10 → 3.95
+/// with Hybrid or `none`). The experiment grids still run them, to reproduce the thesis's
+/// tables; a node or the demo refuses them under calibrated DP.
+pub fn discounts_answer_noise(kind: CombinerKind, uncertainty: Uncertainty) -> Result<(), CotrainError> {
+    let why = match (kind, uncertainty) {
+        (CombinerKind::Noisy, Uncertainty::Marginal | Uncertainty::Full) => return Ok(()),
+        (CombinerKind::Noisy, _) => "uncertainty none ignores each answer's variance",
+        (CombinerKind::Blocky, _) => "the blocky combiner ignores each answer's variance",
+        (CombinerKind::Hybrid, _) => "the hybrid combiner's predictive mean does not depend on the answers' variance",
+    };
+    Err(CotrainError::invalid(format!(
+        "{} + {} under calibrated DP: {why}, so the DP noise would enter as if it were data (test RMSE can grow several-fold); use combiner noisy with uncertainty marginal (the default) or full, or DP off / thesis mode to study this combination",
+        kind.name(),
+        uncertainty.name()
+    )))
 }
 
 fn mix(seed: u64, name: &str, version: u64) -> u64 {

@@ -17,7 +17,7 @@ use crate::pb::node_server::{Node, NodeServer};
 use crate::store::StateStore;
 use crate::{GrpcPeer, convert, pb};
 use dpcotrain_cotrain::CotrainError;
-use dpcotrain_cotrain::driver::{evaluate, query_turn, test_sq_errors};
+use dpcotrain_cotrain::driver::{evaluate, evaluate_with_errors, query_turn};
 use dpcotrain_cotrain::metrics::rmse_change_se;
 use dpcotrain_cotrain::responder::{Party, TurnRecord};
 use std::collections::HashSet;
@@ -239,8 +239,8 @@ impl Node for NodeService {
         let federation = self.agreement.federation_id.clone();
         let resp = blocking(move || {
             let mut p = party.lock().map_err(|_| CotrainError::invalid("party lock poisoned"))?;
-            let rmse = evaluate(&mut p)?.rmse;
-            let now_sq = test_sq_errors(&mut p)?;
+            let (now, now_sq) = evaluate_with_errors(&mut p)?;
+            let rmse = now.rmse;
             let alone = if alone_sq.is_empty() {
                 f64::NAN
             } else {

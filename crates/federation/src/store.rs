@@ -86,6 +86,8 @@ fn mac_key(dir: &Path, create: bool) -> Result<Option<ring::hmac::Key>, StoreErr
 pub struct StateStore {
     dir: PathBuf,
     _lock: File,
+    /// The MAC key, read (or made) by the first save and kept: a save is on every answer's path.
+    key: std::sync::OnceLock<ring::hmac::Key>,
 }
 
 fn io(path: &Path, e: impl std::fmt::Display) -> StoreError {
@@ -108,7 +110,7 @@ impl StateStore {
             Err(fs::TryLockError::WouldBlock) => return Err(StoreError::Locked { path: dir.to_path_buf() }),
             Err(fs::TryLockError::Error(e)) => return Err(io(&lock_path, e)),
         }
-        Ok(StateStore { dir: dir.to_path_buf(), _lock: lock })
+        Ok(StateStore { dir: dir.to_path_buf(), _lock: lock, key: std::sync::OnceLock::new() })
     }
 
     pub fn path(&self) -> PathBuf {
@@ -124,9 +126,15 @@ impl StateStore {
     pub fn save(&self, state: &PartyState) -> Result<(), StoreError> {
         let path = self.path();
         let tmp = self.dir.join("state.json.tmp");
-        let key = mac_key(&self.dir, true)?.ok_or_else(|| io(&self.dir, "no ledger key"))?;
+        let key = match self.key.get() {
+            Some(k) => k,
+            None => {
+                let k = mac_key(&self.dir, true)?.ok_or_else(|| io(&self.dir, "no ledger key"))?;
+                self.key.get_or_init(|| k)
+            }
+        };
         let raw = serde_json::value::to_raw_value(state).map_err(|e| io(&tmp, e))?;
-        let mac = hex(ring::hmac::sign(&key, raw.get().as_bytes()).as_ref());
+        let mac = hex(ring::hmac::sign(key, raw.get().as_bytes()).as_ref());
         let bytes = serde_json::to_vec(&Envelope { state: &raw, mac }).map_err(|e| io(&tmp, e))?;
         let mut f = File::create(&tmp).map_err(|e| io(&tmp, e))?;
         f.write_all(&bytes).map_err(|e| io(&tmp, e))?;

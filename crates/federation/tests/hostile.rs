@@ -2,6 +2,8 @@
 //! are INVALID_ARGUMENT (not INTERNAL); caller-supplied strings are never echoed whole; the set
 //! of requester names a node accepts is bounded.
 
+mod common;
+
 use bytes::{Buf, BufMut};
 use dpcotrain_cotrain::answer::Uncertainty;
 use dpcotrain_cotrain::combiner::CombinerKind;
@@ -9,9 +11,8 @@ use dpcotrain_cotrain::driver::build_parties;
 use dpcotrain_cotrain::responder::{DpConfig, Party};
 use dpcotrain_cotrain::simulate::{SimConfig, simulate};
 use dpcotrain_federation::pb::node_client::NodeClient;
-use dpcotrain_federation::{Agreement, MAX_REQUESTERS, NodeService, pb, serve};
+use dpcotrain_federation::{Agreement, MAX_REQUESTERS, pb};
 use std::sync::{Arc, Mutex};
-use tokio::net::TcpListener;
 use tonic::Code;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 
@@ -22,19 +23,8 @@ fn party() -> Arc<Mutex<Party>> {
     build_parties(&sc, CombinerKind::Noisy, Uncertainty::Marginal, &DpConfig::off(), 2).unwrap().remove(0)
 }
 
-async fn start(p: Arc<Mutex<Party>>) -> (String, tokio::sync::oneshot::Sender<()>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = format!("http://{}", listener.local_addr().unwrap());
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let svc = NodeService::new(p, FED);
-    tokio::spawn(async move {
-        serve(svc, listener, None, async {
-            let _ = rx.await;
-        })
-        .await
-        .unwrap();
-    });
-    (addr, tx)
+async fn start(party: Arc<Mutex<Party>>) -> (String, tokio::sync::oneshot::Sender<()>) {
+    common::start(party, FED).await
 }
 
 /// Sends raw bytes as the request message; reads the reply as raw bytes.

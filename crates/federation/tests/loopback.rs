@@ -2,16 +2,17 @@
 //! the same numbers as the in-process run; and malformed requests get status codes while the
 //! node stays up.
 
+mod common;
+
 use dpcotrain_cotrain::answer::Uncertainty;
 use dpcotrain_cotrain::combiner::CombinerKind;
 use dpcotrain_cotrain::driver::{build_parties, evaluate, query_turn, run_in_process};
 use dpcotrain_cotrain::responder::{DpConfig, Party, ReleasePolicy};
 use dpcotrain_cotrain::simulate::{SimConfig, simulate};
 use dpcotrain_federation::pb::node_client::NodeClient;
-use dpcotrain_federation::{Agreement, GrpcPeer, NodeService, PeerOptions, Retry, pb, serve};
+use dpcotrain_federation::{Agreement, GrpcPeer, PeerOptions, Retry, pb};
 use dpcotrain_privacy::sensitivity::LabelRange;
 use std::sync::{Arc, Mutex};
-use tokio::net::TcpListener;
 
 const FED: &str = "fed-test";
 
@@ -26,18 +27,7 @@ fn parties() -> Vec<Arc<Mutex<Party>>> {
 }
 
 async fn start(party: Arc<Mutex<Party>>) -> (String, tokio::sync::oneshot::Sender<()>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = format!("http://{}", listener.local_addr().unwrap());
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let svc = NodeService::new(party, FED);
-    tokio::spawn(async move {
-        serve(svc, listener, None, async {
-            let _ = rx.await;
-        })
-        .await
-        .unwrap();
-    });
-    (addr, tx)
+    common::start(party, FED).await
 }
 
 /// `me`'s gRPC peer `name` at `addr` (no TLS, no token: these nodes run open).
