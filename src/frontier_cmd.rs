@@ -53,6 +53,10 @@ pub struct FrontierArgs {
     /// Cap rule of finite+cap: auto (label-free choice of η), none, or eta=X (σ ≤ X prior sd).
     #[arg(long, default_value = "auto")]
     pub cap: String,
+    /// Whether queriers check answers against their own labels before using them: off, or loo
+    /// (set answers aside when they make the private rows' leave-one-out error worse).
+    #[arg(long, default_value = "off")]
+    pub guard: String,
     /// A small subset for smoke tests: 2 seeds, n_obs 25 and 100, ε 1 and 8, public θ.
     #[arg(long)]
     pub quick: bool,
@@ -116,6 +120,7 @@ fn config(a: &FrontierArgs) -> anyhow::Result<FrontierConfig> {
         range: LabelRange::new(a.label_range[0], a.label_range[1])?,
         answers: a.answers.parse().map_err(|e| anyhow::anyhow!("--answers: {e}"))?,
         cap: a.cap.parse::<CapRule>().map_err(|e| anyhow::anyhow!("--cap: {e}"))?,
+        guard: a.guard.parse().map_err(|e| anyhow::anyhow!("--guard: {e}"))?,
     };
     // Check what was given before --quick narrows it.
     cfg.validate()?;
@@ -293,7 +298,7 @@ fn write_report(dir: &Path, cfg: &FrontierConfig, cells: &[FrontierCell], secs: 
     }
     write_atomic(&dir.join("cells.csv"), &csv)?;
     let mut md = format!(
-        "# Privacy–utility frontier\n\n- data: {}\n- n_obs: {:?}; seeds: {}; ε: {:?}; δ = {:e}; labels clipped to [{}, {}]\n- protocol: label-free public queries ({} pool indices per party, one request), Noisy combiner, marginal uncertainty, one D5 re-fit\n- wall time of this invocation: {secs:.0} s\n",
+        "# Privacy–utility frontier\n\n- data: {}\n- n_obs: {:?}; seeds: {}; ε: {:?}; δ = {:e}; labels clipped to [{}, {}]\n- protocol: label-free public queries ({} pool indices per party, one request), Noisy combiner, marginal uncertainty, one D5 re-fit; answers read as {:?}, cap rule {}, answer guard {}\n- wall time of this invocation: {secs:.0} s\n",
         cfg.data.iter().map(|d| d.name()).collect::<Vec<_>>().join(", "),
         cfg.nobs,
         cfg.seeds.len(),
@@ -302,6 +307,9 @@ fn write_report(dir: &Path, cfg: &FrontierConfig, cells: &[FrontierCell], secs: 
         cfg.range.lo,
         cfg.range.hi,
         cfg.queries,
+        cfg.answers,
+        cfg.cap.name(),
+        cfg.guard.name(),
     );
     md += &table(cells);
     // One figure per data set × θ × mechanism: share recovered vs ε, a line per n_obs.

@@ -10,7 +10,7 @@
 use crate::table::Table;
 use anyhow::Context;
 use dpcotrain_cotrain::answer::Uncertainty;
-use dpcotrain_cotrain::combiner::{AnswerForm, CombinerKind};
+use dpcotrain_cotrain::combiner::{AnswerForm, AnswerGuard, CombinerKind};
 use dpcotrain_cotrain::data::PartyData;
 use dpcotrain_cotrain::driver::default_kernel;
 use dpcotrain_cotrain::release_model::{PublicTheta, QueryPolicy, ReleaseForm, ThetaPolicy};
@@ -106,6 +106,14 @@ pub struct ModelConfig {
     /// posterior otherwise).
     #[serde(default)]
     pub answers: Option<String>,
+    /// off | loo: set answers aside when they make the private rows' leave-one-out error
+    /// worse (noisy combiner, exact local model; not with policy per-query).
+    #[serde(default = "off")]
+    pub guard: String,
+}
+
+fn off() -> String {
+    "off".into()
 }
 
 fn noisy() -> String {
@@ -117,7 +125,7 @@ fn marginal() -> String {
 
 impl Default for ModelConfig {
     fn default() -> Self {
-        ModelConfig { combiner: noisy(), uncertainty: marginal(), answers: None }
+        ModelConfig { combiner: noisy(), uncertainty: marginal(), answers: None, guard: off() }
     }
 }
 
@@ -265,6 +273,7 @@ pub struct NodeSettings {
     pub uncertainty: Uncertainty,
     pub dp: DpConfig,
     pub answers: AnswerForm,
+    pub guard: AnswerGuard,
 }
 
 /// A party's private view: train, pool and test files, columns matched by name.
@@ -281,12 +290,13 @@ pub fn data_from_config(cfg: &PartyConfig, path: &Path) -> anyhow::Result<PartyD
 
 /// The party a config describes: its data, its settings, and its local GP fitted.
 pub fn party_from_config(cfg: &PartyConfig, path: &Path) -> anyhow::Result<Party> {
-    let NodeSettings { kind, uncertainty, dp, answers } = settings_from_config(cfg, path)?;
+    let NodeSettings { kind, uncertainty, dp, answers, guard } = settings_from_config(cfg, path)?;
     let data = data_from_config(cfg, path)?;
     let (k, noise) = default_kernel(&data);
     let mut party = Party::new(data, kind, uncertainty, k, noise, dp, cfg.seed)
         .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     party.model.set_answer_form(answers).map_err(|e| anyhow::anyhow!("{}: model.answers: {e}", path.display()))?;
+    party.model.set_guard(guard).map_err(|e| anyhow::anyhow!("{}: model.guard: {e}", path.display()))?;
     Ok(party)
 }
 
@@ -375,7 +385,13 @@ pub fn settings_from_config(cfg: &PartyConfig, path: &Path) -> anyhow::Result<No
     dp.validate().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     dp.check_combiner(kind, unc).map_err(|e| anyhow::anyhow!("{}: [model] {e}", path.display()))?;
     answers.check(kind, unc).map_err(|e| anyhow::anyhow!("{}: model.answers: {e}", path.display()))?;
-    Ok(NodeSettings { kind, uncertainty: unc, dp, answers })
+    let guard: AnswerGuard =
+        cfg.model.guard.parse().map_err(|e| anyhow::anyhow!("{}: model.guard: {e}", path.display()))?;
+    if guard != AnswerGuard::Off && kind != CombinerKind::Noisy {
+        anyhow::bail!("{}: model.guard = {:?} needs the noisy combiner", path.display(), guard.name());
+    }
+    dp.check_guard(guard).map_err(|e| anyhow::anyhow!("{}: model.guard: {e}", path.display()))?;
+    Ok(NodeSettings { kind, uncertainty: unc, dp, answers, guard })
 }
 
 /// Party names become certificate names and file names: letters, digits, '-' and '_'.

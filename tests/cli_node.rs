@@ -155,17 +155,36 @@ fn two_party_example_runs_over_mutual_tls() {
         ("policy = \"batches\"", "policy = \"batches\"\npublic_theta = [1.0, -1.0, 0.1]", "privacy.public_theta"),
         ("policy = \"batches\"", "policy = \"per-query\"\nrelease = \"finite\"", "per-query"),
         ("uncertainty = \"marginal\"", "uncertainty = \"full\"\nanswers = \"likelihood\"", "model.answers"),
+        ("uncertainty = \"marginal\"", "uncertainty = \"marginal\"\nguard = \"sometimes\"", "model.guard"),
+        // The answer guard reads the labels to choose the model, and per-query releases it.
+        (
+            "policy = \"batches\"",
+            "policy = \"per-query\"\nrelease = \"rkhs\"\ntheta = \"fitted\"\nqueries = \"adaptive\"",
+            "model.guard",
+        ),
     ] {
-        let text = std::fs::read_to_string(dir.join("party-a.toml"))
+        let mut text = std::fs::read_to_string(dir.join("party-a.toml"))
             .unwrap()
             .replace(from, to)
             .replace("state_dir = \"state/A\"", "state_dir = \"state/bad\"");
+        if to.contains("per-query") && needle == "model.guard" {
+            text = text.replace("uncertainty = \"marginal\"", "uncertainty = \"marginal\"\nguard = \"loo\"");
+        }
         std::fs::write(dir.join("honest.toml"), &text).unwrap();
         let out = bin().args(["node", "serve", "--config"]).arg(dir.join("honest.toml")).output().unwrap();
         assert!(!out.status.success(), "{to}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("honest.toml") && err.contains(needle), "{to}: {err}");
     }
+    // Under batches the guard is accepted (the co-trained model is never released).
+    let text = std::fs::read_to_string(dir.join("party-a.toml"))
+        .unwrap()
+        .replace("uncertainty = \"marginal\"", "uncertainty = \"marginal\"\nguard = \"loo\"")
+        .replace("state_dir = \"state/A\"", "state_dir = \"state/guard\"");
+    assert!(text.contains("guard = \"loo\"") && text.contains("policy = \"batches\""));
+    std::fs::write(dir.join("guard.toml"), &text).unwrap();
+    let out = bin().args(["node", "check", "--config"]).arg(dir.join("guard.toml")).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     // A second node on the same state directory is refused (one ledger, one owner).
     let out = bin().args(["node", "serve", "--config"]).arg(dir.join("party-a.toml")).output().unwrap();
     assert!(!out.status.success());

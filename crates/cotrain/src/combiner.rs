@@ -86,6 +86,49 @@ impl AnswerForm {
     }
 }
 
+/// Whether a querier checks answers against its own labels before using them
+/// ([`CoModel::set_guard`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AnswerGuard {
+    /// Answers are always folded in.
+    Off,
+    /// After each re-fit, answers are set aside (kept, unused) when they make the private rows'
+    /// leave-one-out squared error larger than the private-only model's.
+    Loo,
+}
+
+impl AnswerGuard {
+    pub fn name(self) -> &'static str {
+        match self {
+            AnswerGuard::Off => "off",
+            AnswerGuard::Loo => "loo",
+        }
+    }
+}
+
+impl std::str::FromStr for AnswerGuard {
+    type Err = CotrainError;
+    fn from_str(s: &str) -> Result<Self, CotrainError> {
+        match s.trim() {
+            "off" => Ok(AnswerGuard::Off),
+            "loo" => Ok(AnswerGuard::Loo),
+            other => Err(CotrainError::invalid(format!("answer guard {other:?} is not off or loo"))),
+        }
+    }
+}
+
+/// The leave-one-out comparison behind [`AnswerGuard::Loo`], over the private rows.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LooCheck {
+    /// Mean leave-one-out squared residual with the answers (the re-fitted augmented model).
+    pub with_answers: f64,
+    /// The same for the private-only model (its own fitted θ).
+    pub alone: f64,
+    /// Whether the answers are used (`with_answers ≤ alone`).
+    pub used: bool,
+}
+
 /// Largest noise variance (relative to the prior variance) given to a pseudo-row that carries
 /// no information: such a row is kept (the model's shape does not change) but weighs nothing.
 pub const UNINFORMATIVE_NOISE: f64 = 1e8;
@@ -114,6 +157,10 @@ pub struct CoModel {
     pub uncertainty: Uncertainty,
     /// How answers are read (Noisy combiner).
     pub answer_form: AnswerForm,
+    /// Whether answers are checked against the private labels before use.
+    guard: AnswerGuard,
+    /// The guard's last verdict (None: no check since the last answer).
+    loo: Option<LooCheck>,
     pub kernel: Box<dyn Kernel>,
     pub noise: NoiseVariance,
     x_tr: DMatrix<f64>,
@@ -253,6 +300,8 @@ impl CoModel {
             kind,
             uncertainty,
             answer_form: AnswerForm::Posterior,
+            guard: AnswerGuard::Off,
+            loo: None,
             kernel,
             noise,
             x_tr,
@@ -283,6 +332,11 @@ impl CoModel {
         if self.uncertainty == Uncertainty::Full {
             return Err(CotrainError::invalid(
                 "full uncertainty needs a dense noise block, which the sparse (VFE) local model does not support; use marginal",
+            ));
+        }
+        if self.guard != AnswerGuard::Off {
+            return Err(CotrainError::invalid(
+                "the leave-one-out answer guard needs the exact local model (not VFE); set guard = \"off\"",
             ));
         }
         if m == 0 || m > self.x_tr.nrows() {
@@ -378,6 +432,9 @@ impl CoModel {
         let r = self.absorb_inner(a);
         if r.is_err() {
             self.blocks = saved;
+        } else {
+            // A new answer is judged afresh at the next re-fit.
+            self.loo = None;
         }
         r
     }
@@ -527,6 +584,97 @@ impl CoModel {
         Ok((xq, mu, v, k2))
     }
 
+    /// Check answers against this party's own labels (Noisy combiner, exact local model).
+    ///
+    /// With [`AnswerGuard::Loo`], every re-fit ends with a leave-one-out comparison over the
+    /// private rows (Rasmussen & Williams 2006, eq 5.12: for any jointly Gaussian model the
+    /// prediction of y_i from every other row has residual α_i/[K_y⁻¹]_ii): the mean squared
+    /// residual of the augmented model (private rows and pseudo-rows, re-fitted θ₁) against that
+    /// of the private-only model (its own θ₁). If the answers make it larger, they are set aside:
+    /// kept (and persisted) but unused, and the model is the private-only one until the next
+    /// answer arrives. This protects a party whose own rows cover where it will predict (its
+    /// private rows look like its test set); where answers help only in regions without private
+    /// rows, the check cannot see the gain and may set them aside. The check reads the private
+    /// labels, so it is only safe where the co-trained model is never released — the honest
+    /// policy (`batches`) releases the private-only posterior.
+    pub fn set_guard(&mut self, guard: AnswerGuard) -> Result<(), CotrainError> {
+        if guard != AnswerGuard::Off {
+            if self.kind != CombinerKind::Noisy {
+                return Err(CotrainError::invalid(format!(
+                    "the leave-one-out answer guard is defined for the noisy combiner, not {}",
+                    self.kind.name()
+                )));
+            }
+            if self.is_sparse() {
+                return Err(CotrainError::invalid(
+                    "the leave-one-out answer guard needs the exact local model (not VFE); set guard = \"off\"",
+                ));
+            }
+        }
+        self.guard = guard;
+        self.loo = None;
+        self.version += 1;
+        Ok(())
+    }
+
+    pub fn guard(&self) -> AnswerGuard {
+        self.guard
+    }
+
+    /// The guard's verdict after the latest re-fit (None: guard off, or no re-fit since the last
+    /// answer).
+    pub fn loo_check(&self) -> Option<LooCheck> {
+        self.loo
+    }
+
+    /// Whether the received answers are part of the model now.
+    pub fn answers_used(&self) -> bool {
+        self.loo.is_none_or(|c| c.used)
+    }
+
+    /// Mean leave-one-out squared residual of the first `n` rows of `gp` (R&W eq 5.12).
+    fn loo_mse(gp: &ExactGp, n: usize) -> Result<f64, CotrainError> {
+        let post = gp.posterior()?;
+        let kinv = post.cholesky().inverse_lower();
+        let alpha = post.alpha();
+        let sum: f64 = (0..n).map(|i| (alpha[i] / kinv[(i, i)]).powi(2)).sum();
+        let mse = sum / n as f64;
+        if !mse.is_finite() {
+            return Err(CotrainError::invalid("leave-one-out residuals are not finite"));
+        }
+        Ok(mse)
+    }
+
+    /// The private-only model at the private fit's θ₁.
+    fn private_only(&self) -> Result<ExactGp, CotrainError> {
+        let (mut k, mut s) = (self.kernel.clone(), self.noise.clone());
+        if let Some(pre) = &self.pre_params {
+            crate::set_kernel_noise_params(&mut k, &mut s, pre);
+        }
+        Ok(ExactGp::new(k, NoiseModel::Homoscedastic(s), self.x_tr.clone(), self.y_tr.clone())?)
+    }
+
+    /// Run the guard's comparison on the current (re-fitted) model and apply its verdict.
+    fn check_answers(&mut self) -> Result<(), CotrainError> {
+        self.loo = None;
+        let n = self.x_tr.nrows();
+        if self.guard == AnswerGuard::Off || self.n_pseudo() == 0 || n < 2 {
+            return Ok(());
+        }
+        let Built::Noisy(aug) = self.build()? else {
+            return Err(CotrainError::invalid("the answer guard needs the noisy combiner's exact model"));
+        };
+        let with_answers = Self::loo_mse(&aug, n)?;
+        let alone = Self::loo_mse(&self.private_only()?, n)?;
+        let used = with_answers <= alone;
+        self.loo = Some(LooCheck { with_answers, alone, used });
+        if !used && let Some(pre) = self.pre_params.clone() {
+            self.set_params(&pre);
+        }
+        self.version += 1;
+        Ok(())
+    }
+
     /// Choose how answers are read; the likelihood reading is defined for the Noisy combiner with
     /// marginal uncertainty only.
     pub fn set_answer_form(&mut self, form: AnswerForm) -> Result<(), CotrainError> {
@@ -542,6 +690,14 @@ impl CoModel {
     }
 
     fn build(&mut self) -> Result<Built, CotrainError> {
+        if !self.answers_used() {
+            return Ok(Built::Noisy(ExactGp::new(
+                self.kernel.clone(),
+                NoiseModel::Homoscedastic(self.noise.clone()),
+                self.x_tr.clone(),
+                self.y_tr.clone(),
+            )?));
+        }
         let (xq, mu, v, k2) = self.pseudo()?;
         let n = self.x_tr.nrows();
         let q = xq.nrows();
@@ -592,8 +748,11 @@ impl CoModel {
     }
 
     /// D5: re-optimise θ₁ on the augmented objective (warm start, plus a restart from the
-    /// pre-co-training θ; the better is kept). Returns the objective.
+    /// pre-co-training θ; the better is kept), then apply the answer guard. Returns the
+    /// objective of the re-fitted augmented model.
     pub fn refit(&mut self) -> Result<f64, CotrainError> {
+        // Answers set aside earlier are judged afresh with this re-fit.
+        self.loo = None;
         let built = self.build()?;
         let pre = self.pre_params.clone();
         let opts = self.train.clone();
@@ -627,6 +786,7 @@ impl CoModel {
         };
         self.set_params(&p);
         self.version += 1;
+        self.check_answers()?;
         Ok(obj)
     }
 

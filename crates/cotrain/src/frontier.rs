@@ -14,7 +14,7 @@
 use crate::CotrainError;
 use crate::answer::Uncertainty;
 use crate::ccpp::{CcppConfig, ccpp};
-use crate::combiner::{AnswerForm, CombinerKind};
+use crate::combiner::{AnswerForm, AnswerGuard, CombinerKind};
 use crate::data::Scenario;
 use crate::driver::{RunReport, block_on, build_parties, run_in_process};
 use crate::release_model::{PublicTheta, QueryPolicy, ReleaseForm, ThetaPolicy};
@@ -123,6 +123,8 @@ pub struct FrontierConfig {
     pub answers: AnswerForm,
     /// The cap rule of the finite+cap mechanism.
     pub cap: CapRule,
+    /// Whether queriers check answers against their own labels (leave-one-out guard).
+    pub guard: AnswerGuard,
 }
 
 impl FrontierConfig {
@@ -146,6 +148,7 @@ impl FrontierConfig {
             range: LabelRange { lo: -3.0, hi: 3.0 },
             answers: AnswerForm::Likelihood,
             cap: CapRule::auto(),
+            guard: AnswerGuard::Off,
         }
     }
 
@@ -252,10 +255,12 @@ impl FrontierRow {
     }
 }
 
-fn run(sc: &Scenario, dp: &DpConfig, seed: u64, form: AnswerForm) -> Result<RunReport, CotrainError> {
+fn run(sc: &Scenario, dp: &DpConfig, seed: u64, cfg: &FrontierConfig) -> Result<RunReport, CotrainError> {
     let parties = build_parties(sc, CombinerKind::Noisy, Uncertainty::Marginal, dp, seed)?;
     for p in &parties {
-        p.lock().map_err(|_| CotrainError::invalid("party lock poisoned"))?.model.set_answer_form(form)?;
+        let mut p = p.lock().map_err(|_| CotrainError::invalid("party lock poisoned"))?;
+        p.model.set_answer_form(cfg.answers)?;
+        p.model.set_guard(cfg.guard)?;
     }
     block_on(run_in_process(&parties, 1))
 }
@@ -309,7 +314,7 @@ pub fn run_job(cfg: &FrontierConfig, job: &FrontierJob) -> Vec<FrontierRow> {
         }
     };
     for (k, &theta) in cfg.thetas.iter().enumerate() {
-        let rep = run(&sc, &cfg.dp(None, theta), job.seed, cfg.answers);
+        let rep = run(&sc, &cfg.dp(None, theta), job.seed, cfg);
         if k == 0 {
             // The private-only model does not depend on the release θ.
             let alone = rep.clone();
@@ -318,7 +323,7 @@ pub fn run_job(cfg: &FrontierConfig, job: &FrontierJob) -> Vec<FrontierRow> {
         push(rep, "no-dp", Some(theta), None, false);
         for &mech in &cfg.mechanisms {
             for &eps in &cfg.epsilons {
-                let rep = run(&sc, &cfg.dp(Some((eps, mech)), theta), job.seed, cfg.answers);
+                let rep = run(&sc, &cfg.dp(Some((eps, mech)), theta), job.seed, cfg);
                 push(rep, "dp", Some(theta), Some((eps, mech)), false);
             }
         }

@@ -155,6 +155,23 @@ impl DpConfig {
         }
     }
 
+    /// Refuse the answer guard where its verdict would leak: it reads the private labels to
+    /// choose the co-trained model, so it is allowed only when that model is never released —
+    /// DP off, or a release of the private-only posterior (`batches`, `release-once`). Under
+    /// `per-query` the co-trained model itself is released with a sensitivity that assumes a
+    /// label-free choice of model.
+    pub fn check_guard(&self, guard: crate::combiner::AnswerGuard) -> Result<(), CotrainError> {
+        if guard != crate::combiner::AnswerGuard::Off
+            && !matches!(self.mode, DpMode::Off)
+            && self.policy == ReleasePolicy::PerQuery
+        {
+            return Err(CotrainError::invalid(
+                "the answer guard reads the private labels to choose the model, and policy per-query releases that model: use policy batches or release-once, or guard off",
+            ));
+        }
+        Ok(())
+    }
+
     /// Refuse combinations that have no meaning or no proof.
     pub fn validate(&self) -> Result<(), CotrainError> {
         if let ThetaPolicy::Public(t) = &self.theta {
@@ -269,6 +286,9 @@ pub struct TurnRecord {
     /// Test RMSE of the model after this turn, when a node evaluated it (for `status`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub test_rmse: Option<f64>,
+    /// The answer guard's verdict after this turn's re-fit (None: guard off or no answers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guard: Option<crate::combiner::LooCheck>,
 }
 
 /// Whether `kind` with `uncertainty` discounts an answer by its noise, as calibrated DP needs.
@@ -407,7 +427,8 @@ impl Party {
             }
         }
         let objective = if answers.is_empty() { None } else { Some(self.model.refit()?) };
-        self.turns.push(TurnRecord { round, index, answers, refused, objective, test_rmse: None });
+        let guard = if answers.is_empty() { None } else { self.model.loo_check() };
+        self.turns.push(TurnRecord { round, index, answers, refused, objective, test_rmse: None, guard });
         if self.dp.policy == ReleasePolicy::PerQuery {
             self.calibrate()?;
         }

@@ -1,0 +1,128 @@
+//! The leave-one-out answer guard (`AnswerGuard::Loo`): answers that agree with the private
+//! labels are used, answers that contradict them are set aside (and the model is then exactly
+//! the private-only one), a new answer is judged afresh, the verdict is recorded in the turn,
+//! and the guard is refused where it is not defined.
+
+use dpcotrain_cotrain::answer::{Answer, Uncertainty};
+use dpcotrain_cotrain::combiner::{AnswerGuard, CoModel, CombinerKind};
+use dpcotrain_gp::kernels::{Kernel, SquaredExponential};
+use dpcotrain_gp::{ExactGp, NoiseModel, NoiseVariance};
+use nalgebra::{DMatrix, DVector};
+
+fn truth(x: f64) -> f64 {
+    (1.3 * x).sin()
+}
+
+/// 40 private rows on [−3, 3] with small deterministic "noise"; a pool of 30 points inside the
+/// same range (so the private rows see every answer).
+fn data() -> (DMatrix<f64>, DVector<f64>, DMatrix<f64>) {
+    let n = 40;
+    let x = DMatrix::from_fn(n, 1, |i, _| -3.0 + 6.0 * (i as f64 + 0.5) / n as f64);
+    let y = DVector::from_fn(n, |i, _| truth(x[(i, 0)]) + 0.15 * ((i * 7 % 5) as f64 - 2.0) / 2.0);
+    let pool = DMatrix::from_fn(30, 1, |i, _| -2.9 + 5.8 * i as f64 / 29.0);
+    (x, y, pool)
+}
+
+fn model(guard: AnswerGuard) -> CoModel {
+    let (x, y, pool) = data();
+    let k: Box<dyn Kernel> = Box::new(SquaredExponential::isotropic(1.0, 1.0));
+    let mut m =
+        CoModel::new(CombinerKind::Noisy, Uncertainty::Marginal, k, NoiseVariance::new(0.05), x, y, pool).unwrap();
+    m.set_guard(guard).unwrap();
+    m.fit_private().unwrap();
+    m
+}
+
+/// An answer at `indices` of the pool whose means are the truth plus `offset`, stated with a
+/// small variance.
+fn answer(indices: Vec<usize>, offset: f64) -> Answer {
+    let (_, _, pool) = data();
+    Answer {
+        responder: "B".into(),
+        mean: indices.iter().map(|&i| truth(pool[(i, 0)]) + offset).collect(),
+        var: Some(vec![0.01; indices.len()]),
+        answered: indices.clone(),
+        indices,
+        cov: None,
+        prior_cov: None,
+        model_version: 1,
+        charge: None,
+        budget_rho_left: None,
+        noise_var: None,
+    }
+}
+
+fn private_only_prediction(m: &CoModel, xs: &DMatrix<f64>) -> DVector<f64> {
+    // The private-only model at the private fit's θ (the model the guard falls back to).
+    let (x, y, _) = data();
+    let gp = ExactGp::new(m.kernel.clone(), NoiseModel::Homoscedastic(m.noise.clone()), x, y).unwrap();
+    gp.posterior().unwrap().predict(xs, false).unwrap().mean
+}
+
+#[test]
+fn consistent_answers_are_used() {
+    let mut m = model(AnswerGuard::Loo);
+    m.absorb(&answer((0..30).step_by(2).collect(), 0.0)).unwrap();
+    m.refit().unwrap();
+    let c = m.loo_check().expect("the guard ran");
+    assert!(c.used && m.answers_used(), "{c:?}");
+    assert!(c.with_answers <= c.alone, "{c:?}");
+    assert!(c.alone > 0.0 && c.with_answers.is_finite());
+}
+
+#[test]
+fn contradicting_answers_are_set_aside_then_judged_afresh() {
+    let mut m = model(AnswerGuard::Loo);
+    let (_, _, pool) = data();
+    let private_theta = (m.kernel.params(), m.noise.variance);
+    // Answers 1.5 above the truth, stated as nearly exact: they pull the model away from the
+    // private labels, and the private rows' leave-one-out error shows it.
+    m.absorb(&answer((0..30).step_by(2).collect(), 1.5)).unwrap();
+    m.refit().unwrap();
+    let c = m.loo_check().expect("the guard ran");
+    assert!(!c.used && !m.answers_used(), "{c:?}");
+    assert!(c.with_answers > c.alone, "{c:?}");
+    assert_eq!(m.n_pseudo(), 15, "answers are kept (persisted), not dropped");
+    // The model is then exactly the private-only one, at the private fit's θ.
+    assert_eq!((m.kernel.params(), m.noise.variance), private_theta);
+    let got = m.predict(&pool, false).unwrap().mean;
+    let want = private_only_prediction(&m, &pool);
+    assert!((&got - want).amax() < 1e-12);
+    // The same model without the guard uses the bad answers and predicts worse at the pool.
+    let mut off = model(AnswerGuard::Off);
+    off.absorb(&answer((0..30).step_by(2).collect(), 1.5)).unwrap();
+    off.refit().unwrap();
+    assert!(off.loo_check().is_none() && off.answers_used());
+    let err = |p: &DVector<f64>| (0..30).map(|i| (p[i] - truth(pool[(i, 0)])).powi(2)).sum::<f64>();
+    assert!(err(&off.predict(&pool, false).unwrap().mean) > 2.0 * err(&got));
+    // A new answer is judged afresh: until the next re-fit the answers are in use again.
+    m.absorb(&answer(vec![1, 3], 1.5)).unwrap();
+    assert!(m.loo_check().is_none() && m.answers_used());
+    m.refit().unwrap();
+    assert!(!m.answers_used());
+}
+
+#[test]
+fn guard_is_refused_where_it_is_not_defined() {
+    let (x, y, pool) = data();
+    let k = || -> Box<dyn Kernel> { Box::new(SquaredExponential::isotropic(1.0, 1.0)) };
+    let mut blocky = CoModel::new(
+        CombinerKind::Blocky,
+        Uncertainty::Marginal,
+        k(),
+        NoiseVariance::new(0.05),
+        x.clone(),
+        y.clone(),
+        pool.clone(),
+    )
+    .unwrap();
+    let e = blocky.set_guard(AnswerGuard::Loo).unwrap_err().to_string();
+    assert!(e.contains("noisy combiner"), "{e}");
+    let mut sparse =
+        CoModel::new(CombinerKind::Noisy, Uncertainty::Marginal, k(), NoiseVariance::new(0.05), x, y, pool).unwrap();
+    sparse.use_sparse(10).unwrap();
+    let e = sparse.set_guard(AnswerGuard::Loo).unwrap_err().to_string();
+    assert!(e.contains("exact local model"), "{e}");
+    assert!("sometimes".parse::<AnswerGuard>().is_err());
+    assert_eq!("loo".parse::<AnswerGuard>().unwrap(), AnswerGuard::Loo);
+}
