@@ -23,6 +23,9 @@ pub enum BenchCommand {
     /// Federation speed: a 100k-row VFE node's Predict latency over gRPC+TLS, and the gRPC
     /// overhead per exchange of a two-party 25-round run.
     Node(crate::bench_node::NodeBenchArgs),
+    /// Durable state under a flood of the largest answers: save time and bytes, the node's
+    /// append-only log against rewriting the whole state.
+    State(crate::bench_state::StateBenchArgs),
     /// (internal) One VFE fit, printing its peak memory as JSON; used by `bench gp --memory`.
     #[command(hide = true)]
     GpMemory(MemoryArgs),
@@ -91,6 +94,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Gp(a) => run_gp(a),
         BenchCommand::GpMemory(a) => run_memory(a),
+        BenchCommand::State(a) => crate::bench_state::run(a),
         BenchCommand::Node(a) => {
             tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(crate::bench_node::run(a))
         }

@@ -4,6 +4,7 @@
 
 mod bench;
 mod bench_node;
+mod bench_state;
 mod demo;
 mod experiment_cmd;
 mod frontier_cmd;

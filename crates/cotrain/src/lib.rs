@@ -9,6 +9,7 @@
 //! Equations and decisions: `shared/design/science-notes.md` §1.9 and D1–D24.
 
 pub mod answer;
+pub mod answer_cache;
 pub mod baseline;
 pub mod blocky;
 pub mod ccpp;

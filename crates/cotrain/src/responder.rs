@@ -12,10 +12,12 @@
 //!   the whole pool; one charge per requester, every later answer is post-processing.
 //!
 //! Each index is released at most once per requester: its mean stays as first released. A
-//! retried request id returns the cached answer: no new noise, no new charge.
+//! retried request id returns the cached answer: no new noise, no new charge (the cache is
+//! bounded per requester: [`crate::answer_cache`]); the same id asking something else is refused.
 
 use crate::CotrainError;
 use crate::answer::{Answer, ChargeInfo, PredictRequest, Uncertainty};
+use crate::answer_cache::{self, AnswerCache};
 use crate::combiner::{CoModel, CombinerKind, SPARSE_THRESHOLD};
 use crate::data::PartyData;
 use crate::release_model::{PublicTheta, QueryPolicy, ReleaseForm, ReleaseModel, ThetaPolicy};
@@ -261,7 +263,7 @@ pub struct Party {
     /// Seed for simulation noise; `None` draws noise from the OS CSPRNG.
     pub seed: Option<u64>,
     pub(crate) requesters: HashMap<String, RequesterState>,
-    pub(crate) cache: HashMap<String, Answer>,
+    pub(crate) cache: AnswerCache,
     pub(crate) frozen: Option<Frozen>,
     /// Every querier turn this party has folded in, in order (the model's history).
     pub(crate) turns: Vec<TurnRecord>,
@@ -366,7 +368,7 @@ impl Party {
             dp,
             seed,
             requesters: HashMap::new(),
-            cache: HashMap::new(),
+            cache: AnswerCache::default(),
             frozen: None,
             turns: Vec::new(),
             calibration: None,
@@ -619,8 +621,13 @@ impl Party {
     pub fn answer(&mut self, req: &PredictRequest) -> Result<Answer, CotrainError> {
         // Retries are recognised per (requester, request id): another requester reusing an id
         // gets nothing of the first requester's answer.
-        let cache_key = format!("{}\u{1f}{}", req.requester, req.request_id);
+        let cache_key = answer_cache::key(&req.requester, &req.request_id);
         if let Some(a) = self.cache.get(&cache_key) {
+            if !answer_cache::answers_request(a, req) {
+                return Err(CotrainError::invalid(
+                    "this request id was already used for a different request (indices, uncertainty or prior); use a new id",
+                ));
+            }
             return Ok(a.clone());
         }
         if req.requester == self.name {

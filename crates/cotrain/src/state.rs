@@ -14,6 +14,7 @@
 
 use crate::CotrainError;
 use crate::answer::Answer;
+use crate::answer_cache::AnswerCache;
 use crate::responder::{BatchRelease, Party, RequesterState, TurnRecord};
 use dpcotrain_privacy::accountant::Ledger;
 use dpcotrain_privacy::noise::{NoisePath, NoisePathState};
@@ -52,10 +53,129 @@ pub struct PartyState {
     pub requesters: BTreeMap<String, RequesterRecord>,
     pub frozen: Option<FrozenRecord>,
     pub answers: BTreeMap<String, Answer>,
+    /// Keys of `answers`, oldest first per requester (the cache's eviction order).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub answer_order: Vec<String>,
     pub turns: Vec<TurnRecord>,
 }
 
+/// What changed between two saved states of one party: what a node appends to its state log
+/// instead of rewriting the whole state ([`PartyState::delta_to`], [`PartyState::apply`]).
+/// Requester records that changed are carried whole; answers and turns only where they differ.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StateDelta {
+    pub model_version: u64,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub requesters: BTreeMap<String, RequesterRecord>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requesters_removed: Vec<String>,
+    /// `Some(f)`: the release-once record became `f`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frozen: Option<Option<FrozenRecord>>,
+    /// Answers added, oldest first (appended to the order).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub answers_added: Vec<(String, Answer)>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub answers_removed: Vec<String>,
+    /// Turns from this position on are replaced by `turns`.
+    pub turns_from: usize,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub turns: Vec<TurnRecord>,
+}
+
+impl StateDelta {
+    /// Whether applying it changes nothing.
+    pub fn is_empty(&self, base: &PartyState) -> bool {
+        self.model_version == base.model_version
+            && self.requesters.is_empty()
+            && self.requesters_removed.is_empty()
+            && self.frozen.is_none()
+            && self.answers_added.is_empty()
+            && self.answers_removed.is_empty()
+            && self.turns_from == base.turns.len()
+            && self.turns.is_empty()
+    }
+}
+
 impl PartyState {
+    /// The delta that turns `self` into `new` (same party). Exact: `self.apply(&d)` equals `new`
+    /// whenever `new`'s answer order keeps `self`'s surviving answers in their order and appends
+    /// the new ones, which is how the answer cache orders them; otherwise `None` (the caller
+    /// then saves `new` whole).
+    pub fn delta_to(&self, new: &PartyState) -> Option<StateDelta> {
+        if self.format != new.format || self.party != new.party {
+            return None;
+        }
+        let requesters = new
+            .requesters
+            .iter()
+            .filter(|(k, v)| self.requesters.get(*k) != Some(*v))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let requesters_removed = self.requesters.keys().filter(|k| !new.requesters.contains_key(*k)).cloned().collect();
+        let frozen = (self.frozen != new.frozen).then(|| new.frozen.clone());
+        let answers_removed: Vec<String> =
+            self.answer_order.iter().filter(|k| !new.answers.contains_key(*k)).cloned().collect();
+        let answers_added: Vec<(String, Answer)> = new
+            .answer_order
+            .iter()
+            .filter(|k| !self.answers.contains_key(*k))
+            .filter_map(|k| new.answers.get(k).map(|a| (k.clone(), a.clone())))
+            .collect();
+        let turns_from = self
+            .turns
+            .iter()
+            .zip(&new.turns)
+            .position(|(a, b)| a != b)
+            .unwrap_or(self.turns.len().min(new.turns.len()));
+        let d = StateDelta {
+            model_version: new.model_version,
+            requesters,
+            requesters_removed,
+            frozen,
+            answers_added,
+            answers_removed,
+            turns_from,
+            turns: new.turns[turns_from..].to_vec(),
+        };
+        let mut check = self.clone();
+        check.apply(&d).ok()?;
+        (check == *new).then_some(d)
+    }
+
+    /// Apply a delta made by [`PartyState::delta_to`].
+    pub fn apply(&mut self, d: &StateDelta) -> Result<(), CotrainError> {
+        if d.turns_from > self.turns.len() {
+            return Err(CotrainError::invalid(format!(
+                "state delta replaces turns from {} but the state has {}",
+                d.turns_from,
+                self.turns.len()
+            )));
+        }
+        self.model_version = d.model_version;
+        for k in &d.requesters_removed {
+            self.requesters.remove(k);
+        }
+        for (k, v) in &d.requesters {
+            self.requesters.insert(k.clone(), v.clone());
+        }
+        if let Some(f) = &d.frozen {
+            self.frozen = f.clone();
+        }
+        for k in &d.answers_removed {
+            self.answers.remove(k);
+        }
+        self.answer_order.retain(|k| !d.answers_removed.contains(k));
+        for (k, a) in &d.answers_added {
+            if self.answers.insert(k.clone(), a.clone()).is_none() {
+                self.answer_order.push(k.clone());
+            }
+        }
+        self.turns.truncate(d.turns_from);
+        self.turns.extend(d.turns.iter().cloned());
+        Ok(())
+    }
+
     /// Total ρ charged across all requesters' ledgers.
     pub fn rho_spent(&self) -> f64 {
         self.requesters.values().filter_map(|r| r.ledger.as_ref()).map(|l| l.rho_spent()).sum()
@@ -126,6 +246,7 @@ impl Party {
                 (name.clone(), rec)
             })
             .collect();
+        let (answers, answer_order) = self.cache.export();
         PartyState {
             format: STATE_FORMAT,
             party: self.name.clone(),
@@ -136,7 +257,8 @@ impl Party {
                 sensitivity: f.sensitivity,
                 noise: f.noise.clone(),
             }),
-            answers: self.cache.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            answers,
+            answer_order,
             turns: self.turns.clone(),
         }
     }
@@ -218,7 +340,7 @@ impl Party {
             }
             self.requesters.insert(name.clone(), st);
         }
-        self.cache = s.answers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        self.cache = AnswerCache::import(&s.answers, &s.answer_order);
         Ok(())
     }
 }

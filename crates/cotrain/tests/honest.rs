@@ -232,6 +232,37 @@ fn a_request_id_does_not_replay_across_requesters() {
     assert_eq!(p.answer(&req("same-id", vec![3, 7], Uncertainty::Marginal)).unwrap(), a);
 }
 
+/// The answer cache is bounded per requester; a retry of an evicted id is answered as a new
+/// request (here post-processing of released indices: same means, nothing charged), and the
+/// saved state stays bounded and delta-encodable.
+#[test]
+fn the_answer_cache_is_bounded_and_an_evicted_retry_is_charged_as_new() {
+    use dpcotrain_cotrain::answer_cache::MAX_ANSWERS_PER_REQUESTER;
+    let mut p = party(honest(), 1);
+    let first = p.answer(&req("r0", vec![3, 7], Uncertainty::Marginal)).unwrap();
+    let mut state = p.state();
+    for k in 1..=MAX_ANSWERS_PER_REQUESTER + 5 {
+        p.answer(&req(&format!("r{k}"), vec![7, 3], Uncertainty::Marginal)).unwrap();
+        let next = p.state();
+        let d = state.delta_to(&next).expect("a delta");
+        let mut applied = state.clone();
+        applied.apply(&d).unwrap();
+        assert_eq!(applied, next);
+        state = next;
+    }
+    assert_eq!(state.answers.len(), MAX_ANSWERS_PER_REQUESTER);
+    assert!(!state.answers.keys().any(|k| k.ends_with("\u{1f}r0")), "the oldest answer was evicted");
+    assert_eq!(p.ledger("A").unwrap().releases.len(), 1);
+    // r0 again: a new request for released indices — the first-released means, no new charge.
+    let again = p.answer(&req("r0", vec![3, 7], Uncertainty::Marginal)).unwrap();
+    assert_eq!(again.mean, first.mean);
+    assert!(again.charge.is_none());
+    assert_eq!(p.ledger("A").unwrap().releases.len(), 1);
+    // The same id asking for something else is refused, not answered with the first answer.
+    let e = p.answer(&req("r0", vec![3], Uncertainty::Marginal)).unwrap_err().to_string();
+    assert!(e.contains("already used for a different request"), "{e}");
+}
+
 #[test]
 fn batches_survive_a_restart_number_for_number() {
     let mut p = party(honest(), 1);

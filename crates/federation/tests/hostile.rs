@@ -122,6 +122,21 @@ async fn malformed_messages_long_strings_and_name_floods_are_refused_cleanly() {
     assert_eq!(err.code(), Code::InvalidArgument);
     assert!(err.message().contains("above the 16 MiB message limit"), "{}", err.message());
 
+    // A retried id returns the same answer; the same id asking for something else is refused.
+    let ask = |indices: Vec<u64>| pb::PredictRequest {
+        request_id: "once".into(),
+        requester: "P2".into(),
+        indices,
+        uncertainty: "marginal".into(),
+        want_prior: false,
+        federation_id: FED.into(),
+    };
+    let first = c.predict(ask(vec![1, 2])).await.unwrap().into_inner();
+    assert_eq!(c.predict(ask(vec![1, 2])).await.unwrap().into_inner(), first);
+    let err = c.predict(ask(vec![3])).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert!(err.message().contains("already used for a different request"), "{}", err.message());
+
     // Anyone may handshake with an open node under any name, but only so many names.
     for k in 0..MAX_REQUESTERS - 1 {
         let r = c.handshake(agreement.to_pb(&format!("name{k}"))).await.unwrap().into_inner();
