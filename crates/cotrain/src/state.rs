@@ -98,10 +98,9 @@ impl StateDelta {
 }
 
 impl PartyState {
-    /// The delta that turns `self` into `new` (same party). Exact: `self.apply(&d)` equals `new`
-    /// whenever `new`'s answer order keeps `self`'s surviving answers in their order and appends
-    /// the new ones, which is how the answer cache orders them; otherwise `None` (the caller
-    /// then saves `new` whole).
+    /// The delta that turns `self` into `new` (same party): `self.apply(&d)` equals `new`. `None`
+    /// when the answers are not ordered as the answer cache orders them (survivors in their
+    /// order, new ones appended); the caller then saves `new` whole.
     pub fn delta_to(&self, new: &PartyState) -> Option<StateDelta> {
         if self.format != new.format || self.party != new.party {
             return None;
@@ -128,7 +127,31 @@ impl PartyState {
             .zip(&new.turns)
             .position(|(a, b)| a != b)
             .unwrap_or(self.turns.len().min(new.turns.len()));
-        let d = StateDelta {
+        // Requesters, the frozen record and turns are carried whole where they differ, so they
+        // come out exact. Answers are never changed in place (the cache only inserts at the end
+        // and evicts), so the delta is exact when the order says so: both states list every
+        // answer once, and the new order is the old one without the removed keys plus the added
+        // ones. Anything else (a state saved before the order was kept) is saved whole.
+        let listed = |s: &PartyState| {
+            s.answers.len() == s.answer_order.len() && s.answer_order.iter().all(|k| s.answers.contains_key(k))
+        };
+        if !listed(self) || !listed(new) {
+            return None;
+        }
+        let removed: std::collections::HashSet<&String> = answers_removed.iter().collect();
+        let expected =
+            self.answer_order.iter().filter(|k| !removed.contains(k)).chain(answers_added.iter().map(|(k, _)| k));
+        if !expected.eq(new.answer_order.iter()) {
+            return None;
+        }
+        // A cheap guard against an answer changed in place after all (its means, indices and
+        // version, not its matrices): such a state is saved whole.
+        let same =
+            |a: &Answer, b: &Answer| a.indices == b.indices && a.mean == b.mean && a.model_version == b.model_version;
+        if self.answers.iter().any(|(k, a)| new.answers.get(k).is_some_and(|b| !same(a, b))) {
+            return None;
+        }
+        Some(StateDelta {
             model_version: new.model_version,
             requesters,
             requesters_removed,
@@ -137,10 +160,7 @@ impl PartyState {
             answers_removed,
             turns_from,
             turns: new.turns[turns_from..].to_vec(),
-        };
-        let mut check = self.clone();
-        check.apply(&d).ok()?;
-        (check == *new).then_some(d)
+        })
     }
 
     /// Apply a delta made by [`PartyState::delta_to`].
@@ -165,7 +185,8 @@ impl PartyState {
         for k in &d.answers_removed {
             self.answers.remove(k);
         }
-        self.answer_order.retain(|k| !d.answers_removed.contains(k));
+        let removed: std::collections::HashSet<&String> = d.answers_removed.iter().collect();
+        self.answer_order.retain(|k| !removed.contains(k));
         for (k, a) in &d.answers_added {
             if self.answers.insert(k.clone(), a.clone()).is_none() {
                 self.answer_order.push(k.clone());

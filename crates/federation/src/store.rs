@@ -253,7 +253,8 @@ impl StateStore {
             // Make the new file's directory entry durable.
             File::open(&self.dir).and_then(|d| d.sync_all()).map_err(|e| io(&self.dir, e))?;
         }
-        d.state = state.clone();
+        d.state.apply(delta).map_err(|e| io(&path, e))?;
+        debug_assert!(d.state == *state, "a state delta did not reproduce the saved state");
         d.mac = mac;
         d.seq = seq;
         d.log_bytes += line.len() as u64;
@@ -403,10 +404,16 @@ mod tests {
         let _ = fs::remove_dir_all(&d);
     }
 
-    /// `state("A")` with `k` answers of a q × q covariance each, in order.
+    /// `state("A")` with `k` answers, in order: answer i has a q × q covariance, q = `q` for
+    /// i ≥ `big_from` and 40 before (answers are never changed once given).
     fn with_answers(k: usize, q: usize) -> PartyState {
+        sized(k, q, 0)
+    }
+
+    fn sized(k: usize, big: usize, big_from: usize) -> PartyState {
         let mut s = state("A");
         for i in 0..k {
+            let q = if i >= big_from { big } else { 40 };
             let id = format!("B\u{1f}r{i}");
             let a = dpcotrain_cotrain::answer::Answer {
                 responder: "A".into(),
@@ -452,7 +459,7 @@ mod tests {
         // Big answers: once the log outgrows the snapshot and 1 MiB it is folded into a new one.
         let mut compacted = false;
         for k in 7..40 {
-            let st = with_answers(k, 120);
+            let st = sized(k, 120, 7);
             s.save(&st).unwrap();
             compacted |= !d.join(LOG_FILE).exists();
             assert_eq!(s.load().unwrap(), Some(st));

@@ -1,6 +1,7 @@
 //! Hostile input to an open (insecure, loopback) node: bytes that are not a protobuf message
 //! are INVALID_ARGUMENT (not INTERNAL); caller-supplied strings are never echoed whole; the set
-//! of requester names a node accepts is bounded.
+//! of requester names a node accepts is bounded; a flood of the largest answers leaves the node
+//! responsive and its saved state bounded.
 
 mod common;
 
@@ -176,4 +177,84 @@ async fn calls_that_need_no_model_answer_while_the_model_is_busy() {
     assert!(t.elapsed() < std::time::Duration::from_secs(2), "{:?}", t.elapsed());
     holder.join().unwrap();
     let _ = stop.send(());
+}
+
+/// Four clients flood a node (with its durable store) with whole-pool Predicts carrying full
+/// covariance and prior rows, fresh ids each. Meanwhile Handshake and Status answer within 1 s.
+/// Then one requester goes past its cache bound: its cached answers stay at the bound and the
+/// state on disk stops growing (only the log's compaction slack remains).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_the_largest_answers_keeps_the_node_responsive_and_its_state_bounded() {
+    use dpcotrain_cotrain::answer_cache::{MAX_ANSWERS_PER_REQUESTER, MAX_BYTES_PER_REQUESTER};
+    use dpcotrain_federation::store::StateStore;
+    let p = party();
+    let agreement = Agreement::of(&p.lock().unwrap(), FED, 0.0, 1.0);
+    let dir = std::env::temp_dir().join(format!("dpcotrain-hostile-flood-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let svc = dpcotrain_federation::NodeService::new(p.clone(), FED).with_store(StateStore::open(&dir).unwrap());
+    let (addr, stop) = common::start_service(svc).await;
+    let mut c = NodeClient::connect(addr.clone()).await.unwrap();
+    let names: Vec<String> = (0..4).map(|k| format!("F{k}")).collect();
+    for n in &names {
+        assert!(c.handshake(agreement.to_pb(n)).await.unwrap().into_inner().accepted);
+    }
+    let disk = || -> u64 {
+        ["state.json", "state.log"].iter().filter_map(|f| std::fs::metadata(dir.join(f)).ok()).map(|m| m.len()).sum()
+    };
+    let flood = |names: &[String], from: usize, to: usize| {
+        names
+            .iter()
+            .map(|n| {
+                let (n, addr) = (n.clone(), addr.clone());
+                tokio::spawn(async move {
+                    let mut c = NodeClient::connect(addr).await.unwrap();
+                    for k in from..to {
+                        let req = pb::PredictRequest {
+                            request_id: format!("flood-{k}"),
+                            requester: n.clone(),
+                            indices: (0..40).collect(),
+                            uncertainty: "full".into(),
+                            want_prior: true,
+                            federation_id: FED.into(),
+                        };
+                        c.predict(req).await.unwrap();
+                    }
+                })
+            })
+            .collect::<Vec<_>>()
+    };
+    let tasks = flood(&names, 0, 40);
+    let mut worst = std::time::Duration::ZERO;
+    while !tasks.iter().all(|t| t.is_finished()) {
+        let t = std::time::Instant::now();
+        let one_second = std::time::Duration::from_secs(1);
+        tokio::time::timeout(one_second, c.handshake(agreement.to_pb("F0"))).await.expect("handshake waited").unwrap();
+        tokio::time::timeout(one_second, c.status(pb::StatusRequest {})).await.expect("status waited").unwrap();
+        worst = worst.max(t.elapsed());
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert!(worst < std::time::Duration::from_secs(1), "{worst:?}");
+    // Past the cache bound (256 per requester) the state stops growing.
+    let one = &names[..1];
+    for t in flood(one, 40, 300) {
+        t.await.unwrap();
+    }
+    let full = disk();
+    for t in flood(one, 300, 450) {
+        t.await.unwrap();
+    }
+    let later = disk();
+    let state = dpcotrain_federation::store::peek(&dir).unwrap().unwrap();
+    let kept = |n: &str| state.answers.keys().filter(|k| k.starts_with(&format!("{n}\u{1f}"))).count();
+    assert_eq!(kept("F0"), MAX_ANSWERS_PER_REQUESTER);
+    assert_eq!(kept("F1"), 40);
+    let cached: usize = state.answers.values().map(dpcotrain_cotrain::answer_cache::answer_bytes).sum();
+    assert!(cached <= names.len() * MAX_BYTES_PER_REQUESTER);
+    // JSON text of the cached numbers, and at most a snapshot's worth of log beside it.
+    assert!(later <= 2 * full + (1 << 20), "state grew from {full} to {later} bytes with full caches");
+    let _ = stop.send(());
+    let _ = std::fs::remove_dir_all(&dir);
 }
