@@ -307,6 +307,39 @@ fn three_party_example_completes_a_run() {
     let skipped = v["skipped"].as_array().unwrap();
     assert_eq!(skipped.len(), 12, "{skipped:?}");
     assert!(skipped.iter().all(|s| s.as_str().unwrap().contains("budget")));
+
+    // Replay across requesters: C, with its own certificate and its A–C token, asks A under the
+    // request id of B's answer. It must not receive B's answer (nor be charged for it).
+    let saved = dpcotrain_federation::store::peek(&dir.join("state/A")).unwrap().unwrap();
+    let (key, b_answer) = saved.answers.iter().find(|(k, _)| k.starts_with("B\u{1f}")).expect("A answered B");
+    let b_id = key.split('\u{1f}').nth(1).unwrap().to_string();
+    let secrets = dir.join("secrets");
+    let token = std::fs::read_to_string(secrets.join("tokens/A-C.token")).unwrap().trim().to_string();
+    let tls = dpcotrain_federation::tls::NodeTls::dev(&secrets, "C").client_config("A").unwrap();
+    let addr = format!("https://127.0.0.1:{base}");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let asked = rt.block_on(async {
+        let ch =
+            dpcotrain_federation::peer::channel(&addr, Some(&tls), &dpcotrain_federation::Retry::default()).unwrap();
+        let mut c = dpcotrain_federation::pb::node_client::NodeClient::new(ch);
+        let msg = dpcotrain_federation::pb::PredictRequest {
+            request_id: b_id.clone(),
+            requester: "C".into(),
+            indices: b_answer.indices.iter().map(|&i| i as u64).collect(),
+            uncertainty: "marginal".into(),
+            want_prior: true,
+            federation_id: "ccpp-three-party".into(),
+        };
+        let req = dpcotrain_federation::auth::request(msg, Some(&token), Duration::from_secs(30)).unwrap();
+        c.predict(req).await
+    });
+    match asked {
+        // C's budget at A is spent: a request for indices it was not given is refused.
+        Err(status) => assert!(status.message().contains("budget"), "{status:?}"),
+        Ok(resp) => assert_ne!(resp.into_inner().mean, b_answer.mean, "C received B's answer"),
+    }
+    let after = dpcotrain_federation::store::peek(&dir.join("state/A")).unwrap().unwrap();
+    assert_eq!(after.requesters["C"].ledger, saved.requesters["C"].ledger, "nothing charged to C");
 }
 
 /// Run examples/python/client.py against node A (status as the orchestrator, predict as B),

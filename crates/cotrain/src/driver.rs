@@ -88,6 +88,10 @@ pub async fn query_turn<P: Peer>(
             report.refused.push((pname, why));
             continue;
         }
+        // The id is a function of (querier, round, peer) on purpose: an orchestrator that
+        // crashes and re-drives the round sends the same id, and gets the answer already given
+        // (no new noise, no new charge). Guessing it gains another requester nothing: answers
+        // are kept per authenticated requester (crate::answer_cache).
         let req = PredictRequest {
             request_id: format!("{name}:round{round}:{pname}"),
             requester: name.clone(),
