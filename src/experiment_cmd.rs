@@ -1,4 +1,4 @@
-//! `dpcotrain experiment floors | simulated | ccpp`: the thesis's grids (science-notes §2).
+//! `dpcotrain experiment floors | simulated | ccpp`: the thesis's grids (Thomas 2017 §4.3, §4.5).
 
 use crate::report;
 use clap::{Args, Subcommand, ValueEnum};
@@ -352,7 +352,7 @@ fn thesis_report(dir: &std::path::Path, rows: &[RunRow]) -> anyhow::Result<Vec<S
         "# dpcotrain vs Thomas 2017
 
 Each cell: our mean ± sd (the thesis's value; our difference). Anchor \
-         cells (science-notes §3.8) are marked ✓ when |ours − thesis| ≤ max(0.02, thesis sd), ✗ otherwise.\n\n",
+         cells (docs/decisions.md, \"Reproduction anchors\") are marked ✓ when |ours − thesis| ≤ max(0.02, thesis sd), ✗ otherwise.\n\n",
     );
     let mut fails = Vec::new();
     let mut groups: BTreeMap<(String, String), Vec<RunRow>> = BTreeMap::new();

@@ -82,7 +82,7 @@ pub struct DataConfig {
     /// This party's view of the shared test entities, with the target (evaluation only).
     pub test: PathBuf,
     pub target: String,
-    /// The public standardisation of y (science-notes D18) the labels are expressed in:
+    /// The public standardisation of y (docs/decisions.md D18) the labels are expressed in:
     /// y_std = (y − y_mean) / y_scale. Every party must declare the same (checked at the
     /// handshake). Default 0 and 1 (the files are already standardised).
     #[serde(default)]

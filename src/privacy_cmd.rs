@@ -1,5 +1,5 @@
 //! `dpcotrain privacy calibrate | compose`: the Gaussian-mechanism arithmetic from the command
-//! line (privacy-and-federation-notes §1c).
+//! line (Balle & Wang 2018; Dwork & Roth 2014, Thm A.1).
 
 use clap::{Args, Subcommand, ValueEnum};
 use dpcotrain_privacy::accountant::{epsilon_cks, epsilon_exact, rho_of};

@@ -3,7 +3,7 @@
 //! thesis's qualitative orderings checked; SVG figures (RMSE per round per party; the
 //! Fig 4.3/4.4-style picture of one exchange without and with DP).
 //!
-//! Cells pool both parties' rows (science-notes D14). An anchor cell (Table C.1 unmasked rows;
+//! Cells pool both parties' rows (docs/decisions.md D14). An anchor cell (Table C.1 unmasked rows;
 //! Table 4.4 Noisy/Hybrid unmasked rows, §3.8) passes when |ours − thesis| ≤ max(0.02, thesis sd).
 
 use crate::svg::{ExchangePanel, Figure, LineChart, Marker, Series};

@@ -1,5 +1,5 @@
 //! The published numbers of Thomas 2017 ch. 4 and appendix C that the experiment reports compare
-//! against (science-notes §3.2–3.4; † cells there are reconstructed and are marked here too).
+//! against (Thomas 2017 Tables 4.3–4.14 and C.1–C.2; † marks cells reconstructed where the published table did not survive extraction: docs/decisions.md, "Reproduction anchors").
 //! Each value is (mean, sd); the CCPP tables are single runs (sd = NaN).
 
 /// (mean, sd, reconstructed)
@@ -120,12 +120,12 @@ pub const C1: [[[[Cell; 3]; 4]; 2]; 2] = [
 
 /// CCPP (single runs): n_obs values and Tables 4.13–4.15 as (view 1, view 2) per cell.
 pub const CCPP_NOBS: [usize; 4] = [25, 50, 100, 200];
-/// Table 4.13: [masking no, yes][n] → (view 1, view 2).
+/// Table 4.13: `[masking no, yes][n]` → (view 1, view 2).
 pub const T4_13: [[(f64, f64); 4]; 2] = [
     [(0.33, 0.872), (0.311, 0.838), (0.305, 0.804), (0.305, 0.806)],
     [(0.505, 1.17), (0.343, 1.18), (0.341, 1.12), (0.313, 1.14)],
 ];
-/// Tables 4.14 (no DP, full covariance) and 4.15 (thesis DP): [masking][n] → [blocky, noisy, hybrid].
+/// Tables 4.14 (no DP, full covariance) and 4.15 (thesis DP): `[masking][n]` → [blocky, noisy, hybrid].
 pub const T4_14: [[[(f64, f64); 3]; 4]; 2] = [
     [
         [(1.00, 1.57), (0.403, 0.806), (0.473, 0.803)],
@@ -159,7 +159,7 @@ pub const T4_15: [[[(f64, f64); 3]; 4]; 2] = [
 mod tests {
     use super::*;
 
-    /// science-notes §3.2: the Noisy and Hybrid columns of 4.3 are the equal-weight means of
+    /// Thomas 2017: the Noisy and Hybrid columns of Table 4.3 are the equal-weight means of
     /// the 4.4 cells (0.5745 and 0.593) — a check that the numbers were typed in right.
     #[test]
     fn transcribed_tables_are_consistent() {

@@ -1,4 +1,4 @@
-//! The messages of one exchange (science-notes D12): a request for predictions at pool
+//! The messages of one exchange (docs/decisions.md D12): a request for predictions at pool
 //! indices, and the answer a responder may release.
 
 use nalgebra::DMatrix;

@@ -1,4 +1,4 @@
-//! Evaluation-only baselines [Thomas §4.1.3, eq 4.4; science-notes §1.9.2, D24].
+//! Evaluation-only baselines [Thomas 2017 §4.1.3, eq 4.4; Yu et al. 2008; docs/decisions.md D24].
 //!
 //! The centralised oracle pools everything — every party's labelled rows and every view — in
 //! Yu et al.'s Bayesian co-training kernel over all points (labelled rows of every party and

@@ -1,4 +1,4 @@
-//! The Blocky combiner [Thomas §4.2.2.1, eqs 4.5–4.6; science-notes D13, D15]:
+//! The Blocky combiner [Thomas §4.2.2.1, eqs 4.5–4.6; docs/decisions.md D13, D15]:
 //!
 //! ```text
 //! K_aug = [ K₁(X_tr) + σ₁²I        0

@@ -1,4 +1,4 @@
-//! The Combined Cycle Power Plant benchmark of Thomas §4.5 (science-notes §2.3; decisions D3, D4,
+//! The Combined Cycle Power Plant benchmark of Thomas §4.5 (docs/decisions.md D3, D4,
 //! D18).
 //!
 //! The UCI CCPP data (9,568 hourly rows; covariates AT, V, AP, RH; response PE; CC BY 4.0, source
@@ -34,7 +34,7 @@ pub const RESPONSE: &str = "PE";
 /// Lloyd iterations allowed to the k-means of the masking (k = 2 converges in a few).
 const KMEANS_ITERS: usize = 100;
 
-/// Configuration of one CCPP co-training scenario (Thomas §4.5; science-notes §2.3 "Settings").
+/// Configuration of one CCPP co-training scenario (Thomas 2017 §4.5).
 #[derive(Debug, Clone, PartialEq)]
 pub struct CcppConfig {
     /// Covariate columns of party "P1" (default `["AT", "V"]`, D3).
@@ -455,7 +455,7 @@ mod tests {
             assert!(m.abs() < 1e-10, "mean {m}");
             assert!((sd - 1.0).abs() < 1e-10, "sd {sd}");
         }
-        // Known correlation of AT with PE is about −0.95 (science-notes §2.3).
+        // AT and PE are strongly anti-correlated on the full data (about −0.95).
         let c = x.column(0).dot(&x.column(4)) / (n - 1.0);
         assert!((c + 0.948).abs() < 0.01, "corr(AT, PE) = {c}");
     }

@@ -264,7 +264,7 @@ mod private_fit {
     }
 }
 
-/// Private sets above this size use the VFE local model by default (science-notes D21).
+/// Private sets above this size use the VFE local model by default (docs/decisions.md D21).
 pub const SPARSE_THRESHOLD: usize = 3000;
 
 /// Pseudo rows: own covariates (q × d), means, V (q × q) and K₂^q (q × q).
@@ -856,7 +856,7 @@ impl CoModel {
     /// ‖∂f/∂y_j‖ in the RKHS of this party's kernel for each private row j.
     pub fn label_influence(&mut self) -> Result<DVector<f64>, CotrainError> {
         if let Built::Sparse(m) = self.build()? {
-            // VFE form (privacy notes): f = k(·,Z)β, ‖∂f/∂y_j‖²_H = (Σk_j)ᵀK_uu(Σk_j)/λ_j².
+            // VFE form (the Titsias 2009 mean): f = k(·,Z)β, ‖∂f/∂y_j‖²_H = (Σk_j)ᵀK_uu(Σk_j)/λ_j².
             let all = m.label_influence_rkhs()?;
             return Ok(all.rows(0, self.x_tr.nrows()).clone_owned());
         }

@@ -1,4 +1,4 @@
-//! What one party holds, addressed by entity index (science-notes §1.9.1).
+//! What one party holds, addressed by entity index (Thomas 2017 §4.2.1, Fig 4.2).
 //!
 //! Every party sees the same shared pool of unlabelled entities and the same test entities **by
 //! index**, each through its own covariate view. Labels of the private rows never leave the

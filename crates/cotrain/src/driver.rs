@@ -1,4 +1,4 @@
-//! The round driver [Thomas §4.3.1.1; science-notes D7, D16]: in each round every party in turn
+//! The round driver [Thomas §4.3.1.1; docs/decisions.md D7, D16]: in each round every party in turn
 //! picks its most uncertain unasked pool index, asks every other party, folds the answers in
 //! and re-fits its hyperparameters. 25 rounds by default.
 

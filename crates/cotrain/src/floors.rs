@@ -1,5 +1,5 @@
 //! The analytic "explainable standard deviation" of Thomas Tables 4.1 and 4.2 (Thomas §4.3.1.2;
-//! science-notes §2.2 for the formulas, §3.1 for the published cells).
+//! the formulas below; the published cells in the tests at the end).
 //!
 //! For unit-variance jointly Gaussian (x, y) the unexplained variance of y is the Schur complement
 //! 1 − c_xyᵀ Σ_xx⁻¹ c_xy. For the simulator of [`crate::simulate`] (decision D1) this gives:
@@ -12,7 +12,7 @@
 //! | joint, CI = no (any masking) | √(1 − r²), x₁ = x₂ (pseudo-inverse) |
 //!
 //! The masked individual value is **not** a lower bound for a GP, which extrapolates the linear
-//! trend into the unseen half (science-notes §2.2, Thomas Table C.1).
+//! trend into the unseen half (Thomas 2017 Table C.1).
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
@@ -79,7 +79,7 @@ pub fn floors_table() -> Vec<FloorRow> {
 ///
 /// Each floor is the test RMSE of the population-optimal predictor, evaluated on the draws:
 /// - individual: party v predicts E[y | x_v] = r·x_v; when masked it does so only on its own half
-///   (x₁ > 0 for P1, x₂ < 0 for P2) and predicts the prior mean 0 elsewhere (science-notes §2.2).
+///   (x₁ > 0 for P1, x₂ < 0 for P2) and predicts the prior mean 0 elsewhere.
 ///   The two parties' mean squared errors are averaged (they are equal in distribution).
 /// - joint: the best linear predictor from both views, r(x₁ + x₂)/(1 + r²) with CI and r·x₁
 ///   without; masking does not change it.
@@ -112,7 +112,7 @@ mod tests {
         (x * 1000.0).round() / 1000.0
     }
 
-    /// The cells of science-notes §3.1 that survived extraction of Thomas Tables 4.1/4.2.
+    /// The cells of Thomas 2017 Tables 4.1/4.2 that survived extraction of the thesis's text.
     #[test]
     fn published_surviving_cells() {
         // Table 4.1 individual, masked.
@@ -131,7 +131,7 @@ mod tests {
         }
     }
 
-    /// The † cells of science-notes §3.1, rebuilt from the same formulas.
+    /// The † cells (lost in extraction), rebuilt from the same formulas.
     #[test]
     fn reconstructed_cells() {
         for (r, v) in [(0.5, 0.866), (0.9, 0.436), (0.99, 0.141)] {

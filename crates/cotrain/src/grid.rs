@@ -1,4 +1,4 @@
-//! The experiment grids of Thomas 2017 §4.3 and §4.5 (science-notes §2.1, §2.3): every data
+//! The experiment grids of Thomas 2017 §4.3 and §4.5 (docs/decisions.md D1–D4, D7, D14): every data
 //! configuration × method × seed is one independent, seeded co-training run. Runs are executed
 //! in parallel (rayon); each run's numbers depend only on its own seed, so the grid is
 //! deterministic whatever the thread count.

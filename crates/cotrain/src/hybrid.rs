@@ -1,5 +1,5 @@
-//! The Hybrid combiner [Thomas §4.2.2.3, eqs 4.9–4.10] in the closed form of science-notes
-//! §1.9.4 (D15), which predicts at arbitrary points without transductive re-inversion.
+//! The Hybrid combiner [Thomas 2017 §4.2.2.3, eqs 4.9–4.10] in closed form (docs/decisions.md
+//! D15): it predicts at arbitrary points without transductive re-inversion.
 //!
 //! Observed rows O = [X_tr; X₁^q] (the last q are the queried entities Q, observed through the
 //! peer's means μ₂), A = K₁(O,O) + σ₁²I, C₂ = K₂^q + V₂, M = A_QQ + C₂:

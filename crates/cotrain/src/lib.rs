@@ -6,7 +6,7 @@
 //! §4.2.2 with none / marginal / full uncertainty, §4.2.3). Everything is transport-free: rounds
 //! run against the [`peer::Peer`] trait, so the same code runs in-process or over gRPC.
 //!
-//! Equations and decisions: `shared/design/science-notes.md` §1.9 and D1–D24.
+//! Equations: Thomas 2017 ch. 4 (cited per module); decisions D1–D24: `docs/decisions.md`.
 
 pub mod answer;
 pub mod answer_cache;

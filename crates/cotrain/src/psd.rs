@@ -1,4 +1,4 @@
-//! Make a reported matrix usable as a covariance (science-notes D12): symmetrise, then clip
+//! Make a reported matrix usable as a covariance (docs/decisions.md D12): symmetrise, then clip
 //! negative eigenvalues to zero (the nearest PSD matrix in Frobenius norm).
 
 use nalgebra::DMatrix;

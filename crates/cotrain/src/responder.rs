@@ -1,5 +1,5 @@
 //! A party: its private view, its augmented model, and the **only release path** — how it
-//! answers a peer's request (science-notes D8–D12, D19).
+//! answers a peer's request (docs/decisions.md D8–D12, D19).
 //!
 //! Release policies:
 //! - [`ReleasePolicy::PerQuery`] (the thesis, D8 R): answer from the current augmented model.

@@ -1,4 +1,4 @@
-//! Uncertainty sampling [Thomas §4.2.1; science-notes D20]: the querier predicts at every pool
+//! Uncertainty sampling [Thomas §4.2.1; docs/decisions.md D20]: the querier predicts at every pool
 //! index it has not asked yet and picks the one with the largest latent predictive variance;
 //! ties go to the lowest index.
 

@@ -1,4 +1,4 @@
-//! Simulated two-statistician data of Thomas §4.3.1.1 (science-notes §2.1, decisions D1 and D2).
+//! Simulated two-statistician data of Thomas §4.3.1.1 (docs/decisions.md D1 and D2).
 //!
 //! The response and the two one-covariate views are jointly Gaussian with unit variances, so the
 //! true model is linear. The constructive generator of decision D1 is
@@ -15,7 +15,7 @@
 //! x₂ < 0, obtained by rejection sampling. The parties' labelled rows are independent draws
 //! (different entities). The shared unlabelled pool and the test set are drawn **unmasked** from the
 //! joint distribution and shared by index: both parties see their own covariate of the same
-//! entities (science-notes §1.9.1). Following D1, nothing is re-standardised: y already has unit
+//! entities (Thomas 2017 §4.2.1). Following D1, nothing is re-standardised: y already has unit
 //! variance.
 
 use nalgebra::{DMatrix, DVector};
@@ -31,7 +31,7 @@ use crate::data::{PartyData, Scenario};
 /// guarantees termination.
 const ATTEMPTS_PER_ROW: usize = 1_000;
 
-/// Configuration of one simulated data set (Thomas §4.3.1.1; science-notes §2.1 "Varied factors").
+/// Configuration of one simulated data set (Thomas 2017 §4.3.1.1).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SimConfig {
     /// Correlation r between each covariate and y (equal for both views); thesis grid

@@ -1,6 +1,6 @@
 //! What two nodes must agree on before any release (the handshake): protocol version,
 //! federation id, the shared pool (a hash of its index list), the public standardisation of y
-//! (science-notes D18) and the privacy policy (release policy, ε, δ, label range).
+//! (docs/decisions.md D18) and the privacy policy (release policy, ε, δ, label range).
 
 use crate::pb;
 use dpcotrain_cotrain::release_model::{QueryPolicy, ReleaseForm, ThetaPolicy};

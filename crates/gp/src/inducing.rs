@@ -1,4 +1,4 @@
-//! Inducing-input selection [Hughes-Hallett §3.1; science-notes §1.5].
+//! Inducing-input selection [Hughes-Hallett 2022 §3.1.1–3.1.3].
 //!
 //! - [`greedy_variance`]: pivoted incomplete Cholesky of K_ff (Burt et al. 2019 / RobustGP
 //!   `ConditionalVariance`): pick the training input with the largest conditional variance
@@ -21,7 +21,7 @@ use rand_chacha::ChaCha20Rng;
 pub struct GreedySelection {
     /// Indices into the rows of X, in selection order.
     pub indices: Vec<usize>,
-    /// Z = X[indices] (M×D).
+    /// Z = X\[indices\] (M×D).
     pub z: DMatrix<f64>,
     /// Residual conditional variances d_n = [K_ff − Q_ff]_nn after the last pick (length N).
     pub residuals: DVector<f64>,

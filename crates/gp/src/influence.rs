@@ -1,5 +1,5 @@
 //! How much one training label moves the posterior mean: the norms behind label-DP
-//! sensitivity (privacy-and-federation-notes §1b.3). Pure GP algebra; the privacy crate turns
+//! sensitivity (Hall, Rinaldo & Wasserman 2013). Pure GP algebra; the privacy crate turns
 //! them into Δ = d·max over the private rows.
 //!
 //! Exact GP: f_y(·) = k(·,X) C y with C = (K + Σ)⁻¹, so ∂f/∂y_j = k(·,X) C e_j and

@@ -5,8 +5,8 @@
 //! f64 throughout; Cholesky with a recorded jitter ladder; no knowledge of privacy or networks.
 //!
 //! Names follow the papers and GPflow: `Kuu`, `Kuf`, `L` = chol(Kuu), `A` = L⁻¹Kuf/σ,
-//! `B` = I + AAᵀ, `LB` = chol(B). Equation references are to `shared/design/science-notes.md`
-//! and the papers it cites (Titsias 2009; Bauer et al. 2016; Thomas 2017).
+//! `B` = I + AAᵀ, `LB` = chol(B). Equation references are to the papers (Rasmussen &
+//! Williams 2006; Titsias 2009; Bauer, van der Wilk & Rasmussen 2016; Hughes-Hallett 2022).
 
 pub mod exact;
 pub mod inducing;

@@ -26,7 +26,7 @@ pub enum LinalgError {
     NonFinite { stage: &'static str, size: usize },
 }
 
-/// Jitter ladder [science-notes §1.2]: ε₀ = `start`·mean(diag), ×`factor` per retry, at most
+/// Jitter ladder (as GPflow and GPyTorch do it): ε₀ = `start`·mean(diag), ×`factor` per retry, at most
 /// `tries` attempts with jitter, then [`LinalgError::NotPositiveDefinite`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct JitterPolicy {

@@ -2,9 +2,9 @@
 //!
 //! - [`NoiseModel::Homoscedastic`]: Σ = σ²I.
 //! - [`NoiseModel::PerPoint`]: Σ = diag(σ² + v_n) with known extra variances v_n ≥ 0
-//!   (the co-training "marginal" pseudo-observations, science-notes D12/D13).
+//!   (the co-training "marginal" pseudo-observations, docs/decisions.md D12/D13).
 //! - [`NoiseModel::Block`]: Σ = σ²I + V on a subset of rows, V a dense PSD block (the "full"
-//!   uncertainty mode, science-notes D21 and §1.4.3 "generalised noise"). Exact GP only.
+//!   uncertainty mode, docs/decisions.md D21). Exact GP only.
 //!
 //! σ² is the only learnable noise parameter; it is optimised as log σ² when `learn` is set.
 

@@ -1,4 +1,4 @@
-//! Seeded Gaussian sampling from GP priors and posteriors [science-notes §1.1 "Prior samples"].
+//! Seeded Gaussian sampling from GP priors and posteriors [Rasmussen & Williams 2006 §A.2].
 //!
 //! ```text
 //! g = chol(K(X*, X*) + εI) ξ,   ξ ~ N(0, I)

@@ -1,6 +1,6 @@
 //! Hyperparameter learning: bounded L-BFGS on the log-parameters (maximising the objective),
 //! with warm start and seeded random restarts; and the SGPR strategies of Hughes-Hallett §3.1.2
-//! (science-notes §1.5): fixed Z, joint, reinitialise, reinitialise-retrain.
+//! (Hughes-Hallett 2022 §3.1.2; docs/decisions.md D22): fixed Z, joint, reinitialise, reinitialise-retrain.
 //!
 //! A failed evaluation (e.g. a Cholesky failure after the whole jitter ladder) is treated by the
 //! optimiser as "step too long"; if the starting point itself fails, sparse models re-select Z

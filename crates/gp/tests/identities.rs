@@ -1,5 +1,5 @@
-//! Properties P1–P6 of science-notes §1.4.5 (Bauer et al. 2016; Titsias 2009), the exact-GP
-//! hand-computed case, prediction identities at Z = X, and jitter behaviour.
+//! Properties P1–P6 of sparse GP approximations (Bauer, van der Wilk & Rasmussen 2016 §3;
+//! Titsias 2009), the exact-GP hand-computed case, prediction identities at Z = X, and jitter behaviour.
 
 mod common;
 use common::*;

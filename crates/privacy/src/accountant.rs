@@ -7,7 +7,7 @@
 //! The ledger refuses a release **before** it would push the total past the budget. Budgets are
 //! compared in ρ with an explicit relative tolerance of 1e-9, so that, e.g., ten releases of a
 //! tenth of the budget each are all accepted despite floating-point summation
-//! (privacy-and-federation-notes §0 item 5). A retried request (same id) is not charged twice.
+//! (docs/honest-dp.md, "Batches compose"). A retried request (same id) is not charged twice.
 
 use crate::PrivacyError;
 use crate::gaussian::{gdp_epsilon, gdp_mu_for};
@@ -191,7 +191,7 @@ mod tests {
 
     #[test]
     fn conversions_match_the_notes_table() {
-        // privacy-and-federation-notes §1c.6 (δ = 1e-5): ρ → (CKS ε, exact ε).
+        // Reference values (δ = 1e-5): ρ → (CKS ε, exact ε) (Canonne, Kamath & Steinke 2020; Dong, Roth & Su 2019).
         for (rho, cks, exact) in [
             (0.5, 4.7284, 4.3772),
             (0.03125, 1.0123, 0.9263),

@@ -7,7 +7,7 @@
 //!   proven only for ε ≤ 1, so larger ε is refused.
 //! - [`Mechanism::Thesis`]: the reproduction mode of Thomas 2017 §4.4 — a fixed noise
 //!   multiplier (default 0.42, in units of Δ). It gives **no formal guarantee**: the thesis's
-//!   stated (1, 0.00625) would need c(δ) = 3.26, not 0.42 (science-notes §1.9.6).
+//!   stated (1, 0.00625) would need c(δ) = 3.26, not 0.42 (Dwork & Roth 2014, Thm A.1).
 
 use crate::PrivacyError;
 use crate::gaussian::gdp_mu_for;
@@ -105,7 +105,7 @@ mod tests {
 
     #[test]
     fn analytic_and_classic_test_vectors() {
-        // privacy-and-federation-notes: ε = 1, δ = 1e-5, Δ = 1 ⇒ analytic σ ≈ 3.73, classic ≈ 4.84.
+        // ε = 1, δ = 1e-5, Δ = 1 ⇒ analytic σ ≈ 3.73 (Balle & Wang 2018), classic ≈ 4.84 (√(2 ln(1.25/δ))).
         let a = calibrate(Mechanism::Analytic, 1.0, 1e-5, 1.0).unwrap();
         assert!((a.sigma - 3.73).abs() < 0.005, "{}", a.sigma);
         let c = calibrate(Mechanism::Classic, 1.0, 1e-5, 1.0).unwrap();

@@ -84,7 +84,7 @@ mod tests {
 
     #[test]
     fn exact_gdp_epsilon_matches_the_notes_table() {
-        // privacy-and-federation-notes §1c.6, δ = 1e-5: (k, z) → exact GDP ε.
+        // Reference values, δ = 1e-5: (k, z) → exact GDP ε (Dong, Roth & Su 2019).
         for (k, z, eps) in [
             (1.0, 1.0, 4.3772),
             (1.0, 4.0, 0.9263),

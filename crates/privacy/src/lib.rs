@@ -9,7 +9,9 @@
 //! ([`calibrate`]), draws the noise ([`noise`]), and keeps the books ([`accountant`]):
 //! every release is a Gaussian mechanism with ρ = Δ²/(2σ²) (zCDP), compositions add ρ, and the
 //! headline (ε, δ) comes from the exact Gaussian-DP conversion, with the CKS conversion as a
-//! cross-check. Formulas: `shared/design/privacy-and-federation-notes.md` §1.
+//! cross-check (Bun & Steinke 2016; Dong, Roth & Su 2019; Canonne, Kamath & Steinke 2020; the
+//! analytic Gaussian mechanism of Balle & Wang 2018; the RKHS release of Hall, Rinaldo &
+//! Wasserman 2013; the finite release of docs/honest-dp.md).
 //!
 //! Neighbouring relation: one private label changes by at most d (labels clipped to a declared
 //! range of width d). Covariates are protected by not being shared, not by DP.

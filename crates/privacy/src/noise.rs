@@ -5,7 +5,7 @@
 //! already drawn are returned unchanged, and new points are drawn from the conditional
 //! g(X_new) | g(X_old). Reusing one path across *different* mean functions is unsafe (their
 //! differences cancel the noise), so a path belongs to one released mean function
-//! (science-notes D9–D10); the caller enforces that.
+//! (docs/decisions.md D9–D10); the caller enforces that.
 //!
 //! Randomness: [`NoisePath::from_os_entropy`] seeds a ChaCha20 CSPRNG from the operating system
 //! (production); [`NoisePath::seeded`] is for simulations and tests.

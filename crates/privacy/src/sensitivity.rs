@@ -1,5 +1,5 @@
 //! Sensitivity of a released GP posterior mean to one changed private label, with labels
-//! clipped to a declared range of width d (privacy-and-federation-notes §1b.3):
+//! clipped to a declared range of width d (Hall, Rinaldo & Wasserman 2013):
 //!
 //! - [`rkhs_exact`]: Δ_H = d·max_{j private} √[C K C]_jj — valid for releasing the mean function
 //!   anywhere (Hall et al. 2013, RKHS mechanism with GP-prior noise of the same kernel);
@@ -108,7 +108,7 @@ mod tests {
 
     #[test]
     fn notes_test_vector() {
-        // privacy-and-federation-notes §1b.4: X = [0, .5, 1, 3], s² = 0.1, d = 1, X* = [.25, 2, 5].
+        // A hand-worked case: X = [0, .5, 1, 3], s² = 0.1, d = 1, X* = [.25, 2, 5].
         let x = DMatrix::from_column_slice(4, 1, &[0.0, 0.5, 1.0, 3.0]);
         let y = DVector::from_vec(vec![0.3, -0.2, 0.8, 0.1]);
         let gp = ExactGp::new(se(), NoiseModel::homoscedastic(0.1), x, y).unwrap();
@@ -190,7 +190,7 @@ mod tests {
         let r = LabelRange::new(-3.0, 3.0).unwrap();
         let s = rkhs_vfe(&gp, &(0..40).collect::<Vec<_>>(), r).unwrap();
         assert!((s.value - 6.0 * inf.max()).abs() < 1e-5 * s.value);
-        // Bounded by d/σ (science-notes §1.9.6).
+        // Bounded by d/σ: a label's influence on the posterior mean has RKHS norm ≤ 1/σ.
         assert!(s.value <= 6.0 / 0.1f64.sqrt());
     }
 }

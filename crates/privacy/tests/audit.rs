@@ -1,4 +1,4 @@
-//! Statistical DP audit (privacy-and-federation-notes §1d.4): on neighbouring label sets D, D'
+//! Statistical DP audit (the privacy-loss distribution estimated by sampling): on neighbouring label sets D, D'
 //! (one label moved by the full clipping width d), run the release mechanism many times and
 //! check the empirical privacy loss on the most powerful test events stays within the claimed
 //! (ε, δ). The same audit must *detect* the thesis reproduction mode, which claims (1, 0.00625)

@@ -1,5 +1,5 @@
 //! The shared O(NM²) computation of VFE, DTC and FITC and their analytic gradients
-//! (science-notes §1.4.2–1.4.4; derivation in ARCHITECTURE.md "Sparse gradients").
+//! (Titsias 2009; Bauer, van der Wilk & Rasmussen 2016 eqs 5–7; GPflow's SGPR/GPRFITC for the stable O(NM²) form; derivation in ARCHITECTURE.md "Sparse gradients").
 //!
 //! With R = K_uu⁻¹K_uf, v = (Q_ff + Λ)⁻¹y, w_u = L_B⁻ᵀc and r = L⁻ᵀw_u (= Rv):
 //!

@@ -1,7 +1,7 @@
 //! Sparse GP regression with inducing inputs Z: the collapsed Titsias bound (SGPR/VFE) and the
-//! DTC and FITC approximate marginal likelihoods [Bauer §2.3 eqs 5–7; science-notes §1.4].
+//! DTC and FITC approximate marginal likelihoods [Bauer, van der Wilk & Rasmussen 2016 §2.3 eqs 5–7; Titsias 2009; Snelson & Ghahramani 2006].
 //!
-//! All three share one O(NM²) computation ([`collapsed`]): with L = chol(K_uu + εI) and
+//! All three share one O(NM²) computation (`collapsed.rs`): with L = chol(K_uu + εI) and
 //! Λ the (effective) per-point noise,
 //!
 //! ```text

@@ -1,5 +1,5 @@
 //! Predictive distribution and optimal q(u) of a fitted sparse model
-//! [science-notes §1.4.1–1.4.2; Hughes-Hallett eqs 2.11a–c].
+//! [Titsias 2009 eqs 6–7; Hughes-Hallett 2022 eqs 2.11a–c].
 //!
 //! ```text
 //! T1 = L⁻¹ K_u*,  T2 = L_B⁻¹ T1
