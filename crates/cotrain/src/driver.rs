@@ -224,21 +224,10 @@ pub async fn run_in_process(parties: &[Arc<Mutex<Party>>], rounds: usize) -> Res
 /// Drive a future to completion on the current thread (in-process runs need no runtime: the
 /// in-process peer never suspends).
 pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    use std::task::{Context, Poll, RawWaker, RawWakerVTable, Waker};
-    fn noop_raw() -> RawWaker {
-        fn clone(_: *const ()) -> RawWaker {
-            noop_raw()
-        }
-        fn noop(_: *const ()) {}
-        static VTABLE: RawWakerVTable = RawWakerVTable::new(clone, noop, noop, noop);
-        RawWaker::new(std::ptr::null(), &VTABLE)
-    }
-    // SAFETY: the vtable's functions do nothing and never dereference the data pointer.
-    let waker = unsafe { Waker::from_raw(noop_raw()) };
-    let mut cx = Context::from_waker(&waker);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     let mut f = std::pin::pin!(f);
     loop {
-        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+        if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
             return v;
         }
         std::thread::yield_now();

@@ -13,6 +13,7 @@
 
 use crate::agreement::Agreement;
 use crate::auth::{Auth, Principal};
+use crate::error::NodeError;
 use crate::pb::node_server::{Node, NodeServer};
 use crate::store::StateStore;
 use crate::{GrpcPeer, convert, pb};
@@ -97,23 +98,9 @@ impl NodeService {
     }
 }
 
-fn to_status(e: CotrainError) -> Status {
-    let msg = e.to_string();
-    match e {
-        CotrainError::Privacy(_) if msg.contains("budget") => Status::resource_exhausted(msg),
-        CotrainError::Invalid(_) => Status::invalid_argument(msg),
-        CotrainError::Peer { .. } | CotrainError::Unreached { .. } => Status::unavailable(msg),
-        // Not retried by the orchestrator: the querier already retried its peers.
-        CotrainError::TurnNotTaken { .. } => Status::failed_precondition(msg),
-        _ => Status::internal(msg),
-    }
-}
-
-fn save(store: &Option<Arc<StateStore>>, p: &Party) -> Result<(), CotrainError> {
+fn save(store: &Option<Arc<StateStore>>, p: &Party) -> Result<(), NodeError> {
     match store {
-        Some(s) => s
-            .save(&p.state())
-            .map_err(|e| CotrainError::Peer { peer: p.name.clone(), message: format!("answer withheld: {e}") }),
+        Some(s) => Ok(s.save(&p.state())?),
         None => Ok(()),
     }
 }
@@ -146,13 +133,8 @@ fn turn_to_pb(querier: &str, t: &TurnRecord, rmse: f64) -> pb::RunRoundResponse 
     }
 }
 
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, CotrainError> + Send + 'static,
-) -> Result<T, Status> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| Status::internal(format!("worker failed: {e}")))?
-        .map_err(to_status)
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, NodeError> + Send + 'static) -> Result<T, Status> {
+    Ok(tokio::task::spawn_blocking(f).await.map_err(|e| NodeError::Worker(e.to_string()))??)
 }
 
 #[tonic::async_trait]
@@ -217,7 +199,7 @@ impl Node for NodeService {
         let party = self.party.clone();
         let store = self.store.clone();
         let answer = blocking(move || {
-            let mut p = party.lock().map_err(|_| CotrainError::invalid("party lock poisoned"))?;
+            let mut p = party.lock().map_err(|_| NodeError::Poisoned)?;
             let a = p.answer(&creq)?;
             // Durable before it leaves (also for a cached retry: it may not have been saved).
             save(&store, &p)?;
@@ -238,7 +220,7 @@ impl Node for NodeService {
         let alone_sq = self.alone_sq_errors.clone();
         let federation = self.agreement.federation_id.clone();
         let resp = blocking(move || {
-            let mut p = party.lock().map_err(|_| CotrainError::invalid("party lock poisoned"))?;
+            let mut p = party.lock().map_err(|_| NodeError::Poisoned)?;
             let (now, now_sq) = evaluate_with_errors(&mut p)?;
             let rmse = now.rmse;
             let alone = if alone_sq.is_empty() {
@@ -316,7 +298,7 @@ impl Node for NodeService {
         let _one_turn_at_a_time = self.turn.lock().await;
         let party = self.party.clone();
         let done = blocking(move || {
-            let p = party.lock().map_err(|_| CotrainError::invalid("party lock poisoned"))?;
+            let p = party.lock().map_err(|_| NodeError::Poisoned)?;
             Ok(p.turn(round).cloned())
         })
         .await?;
@@ -326,13 +308,13 @@ impl Node for NodeService {
             let (party, peers, rt) = (self.party.clone(), self.peers.clone(), tokio::runtime::Handle::current());
             tokio::task::spawn_blocking(move || rt.block_on(query_turn(&party, &peers, round)))
                 .await
-                .map_err(|e| Status::internal(format!("worker failed: {e}")))?
-                .map_err(to_status)?;
+                .map_err(|e| NodeError::Worker(e.to_string()))?
+                .map_err(NodeError::from)?;
         }
         let party = self.party.clone();
         let store = self.store.clone();
         let resp = blocking(move || {
-            let mut p = party.lock().map_err(|_| CotrainError::invalid("party lock poisoned"))?;
+            let mut p = party.lock().map_err(|_| NodeError::Poisoned)?;
             let rmse = evaluate(&mut p)?.rmse;
             p.record_test_rmse(round, rmse);
             save(&store, &p)?;

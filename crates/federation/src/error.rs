@@ -1,0 +1,75 @@
+//! The node's typed errors and the gRPC status each maps to. The code comes from the type,
+//! never from message text: a client's retry policy depends on it (UNAVAILABLE is retried,
+//! the others are not).
+
+use crate::store::StoreError;
+use dpcotrain_cotrain::CotrainError;
+use dpcotrain_privacy::PrivacyError;
+use tonic::Status;
+
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error(transparent)]
+    Cotrain(#[from] CotrainError),
+    /// The state could not be saved, so the answer was withheld (nothing left the node).
+    #[error("answer withheld: the state could not be saved: {0}")]
+    Save(#[from] StoreError),
+    /// A blocking worker panicked or was cancelled.
+    #[error("worker failed: {0}")]
+    Worker(String),
+    /// The party's lock was poisoned by a panic while it was held.
+    #[error("party state unavailable (a worker panicked while holding it)")]
+    Poisoned,
+}
+
+impl From<&NodeError> for tonic::Code {
+    fn from(e: &NodeError) -> Self {
+        use tonic::Code;
+        match e {
+            NodeError::Cotrain(c) => match c {
+                // Refused before anything was released: asking again will not help.
+                CotrainError::Privacy(PrivacyError::BudgetExceeded { .. }) => Code::ResourceExhausted,
+                CotrainError::Invalid(_) | CotrainError::Privacy(PrivacyError::Invalid(_)) => Code::InvalidArgument,
+                // A peer of this node could not be reached: transient.
+                CotrainError::Peer { .. } | CotrainError::Unreached { .. } => Code::Unavailable,
+                // Not retried by the orchestrator: the querier already retried its peers.
+                CotrainError::TurnNotTaken { .. } => Code::FailedPrecondition,
+                CotrainError::Gp(_) | CotrainError::Privacy(PrivacyError::Gp(_)) => Code::Internal,
+            },
+            // Never a retryable code: a disk that refused a save will not take it on a retry.
+            NodeError::Save(_) | NodeError::Worker(_) | NodeError::Poisoned => Code::Internal,
+        }
+    }
+}
+
+impl From<NodeError> for Status {
+    fn from(e: NodeError) -> Self {
+        Status::new(tonic::Code::from(&e), e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tonic::Code;
+
+    #[test]
+    fn codes_come_from_the_type() {
+        let budget = PrivacyError::BudgetExceeded { cost: 1.0, remaining: 0.0, budget: 1.0, epsilon: 1.0, delta: 1e-5 };
+        let cases = [
+            (NodeError::Cotrain(CotrainError::Privacy(budget)), Code::ResourceExhausted),
+            (NodeError::Cotrain(CotrainError::invalid("the word budget in a message")), Code::InvalidArgument),
+            (NodeError::Cotrain(CotrainError::Unreached { peer: "B".into(), message: "x".into() }), Code::Unavailable),
+            (
+                NodeError::Cotrain(CotrainError::TurnNotTaken { round: 1, querier: "A".into(), reasons: vec![] }),
+                Code::FailedPrecondition,
+            ),
+            (NodeError::Save(StoreError::Io { path: "/x".into(), message: "disk full".into() }), Code::Internal),
+            (NodeError::Poisoned, Code::Internal),
+        ];
+        for (e, want) in cases {
+            let s = Status::from(e);
+            assert_eq!(s.code(), want, "{}", s.message());
+        }
+    }
+}
