@@ -1,7 +1,8 @@
 //! `dpcotrain demo`: the main job on a fresh machine. Two real nodes on loopback gRPC with
 //! mutual TLS (throw-away certificates), the shipped CCPP data split into the views {AT, V} and
-//! {AP, RH} with masking, calibrated label DP with the release-once policy, Noisy + marginal,
-//! 25 rounds — then a table and a report folder.
+//! {AP, RH} with masking, 400 labelled rows per party, calibrated label DP at ε = 1 under the
+//! honest policy (`batches`: public θ, label-free queries, one capped finite release per peer),
+//! Noisy + marginal with the likelihood reading — then a table and a report folder.
 //!
 //! The demo goes through exactly the code a deployment does: it writes each party's CSV views
 //! and TOML configs into `<out>/federation/`, launches each node from its config (the same
@@ -9,6 +10,7 @@
 //! the centralised oracle (a reference line that pools everything, never a protocol path) is
 //! computed in-process.
 
+use crate::experiment_cmd::write_atomic;
 use crate::node_cmd::{drive, launch, orchestrator, write_views};
 use crate::node_config::{FederationConfig, PartyConfig, load};
 use crate::svg::{Figure, LineChart, Marker, Series};
@@ -162,7 +164,7 @@ fn write_federation(a: &DemoArgs, sc: &Scenario, target: &str, dir: &Path) -> an
             policy = a.policy(),
             queries = a.queries,
         );
-        std::fs::write(dir.join(format!("{name}.toml")), toml)?;
+        write_atomic(&dir.join(format!("{name}.toml")), &toml)?;
     }
     let mut fed = format!(
         "# Written by `dpcotrain demo`.\nfederation_id = \"demo\"\nrounds = {}\n\n[security]\ndir = \"secrets\"\n",
@@ -171,7 +173,7 @@ fn write_federation(a: &DemoArgs, sc: &Scenario, target: &str, dir: &Path) -> an
     for (i, name) in names.iter().enumerate() {
         fed += &format!("\n[[nodes]]\nname = \"{name}\"\naddress = \"https://127.0.0.1:{}\"\n", ports[i]);
     }
-    std::fs::write(dir.join("federation.toml"), fed)?;
+    write_atomic(&dir.join("federation.toml"), &fed)?;
     Ok(names)
 }
 
@@ -521,7 +523,7 @@ fn write_report(a: &DemoArgs, sc: &Scenario, r: &Value) -> anyhow::Result<()> {
             .with_ref_line(oracle, format!("central oracle {oracle:.3}"));
         fig = fig.with_panel(chart);
     }
-    std::fs::write(a.out.join("rmse.svg"), fig.to_svg())?;
+    write_atomic(&a.out.join("rmse.svg"), &fig.to_svg())?;
 
     // The queried pool entities, in each party's own view (its first two covariates).
     let mut fig = Figure::new("Pool entities each party asked about, in its own view");
@@ -548,8 +550,8 @@ fn write_report(a: &DemoArgs, sc: &Scenario, r: &Value) -> anyhow::Result<()> {
         .with_series(Series::new("asked the peer", asked, 3).scatter(Marker::Square));
         fig = fig.with_panel(panel);
     }
-    std::fs::write(a.out.join("queried.svg"), fig.to_svg())?;
-    std::fs::write(a.out.join("run.json"), serde_json::to_string_pretty(r)?)?;
+    write_atomic(&a.out.join("queried.svg"), &fig.to_svg())?;
+    write_atomic(&a.out.join("run.json"), &serde_json::to_string_pretty(r)?)?;
 
     let mut md = String::new();
     md += "# dpcotrain demo report\n\n";
@@ -600,6 +602,6 @@ fn write_report(a: &DemoArgs, sc: &Scenario, r: &Value) -> anyhow::Result<()> {
          them with `dpcotrain run --config …/federation.toml`.\n",
         r["federation"].as_str().unwrap_or("")
     );
-    std::fs::write(a.out.join("report.md"), md)?;
+    write_atomic(&a.out.join("report.md"), &md)?;
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! `dpcotrain experiment floors | simulated | ccpp`: the thesis's grids (Thomas 2017 §4.3, §4.5).
 
 use crate::report;
+use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use dpcotrain_cotrain::answer::Uncertainty;
 use dpcotrain_cotrain::combiner::CombinerKind;
@@ -461,10 +462,9 @@ fn write_report(dir: &PathBuf, grid: &Grid, rows: &[RunRow], secs: f64) -> anyho
     Ok(())
 }
 
-/// Write via a temporary file and rename, so a crash never leaves a half-written report.
+/// Write a report file durably ([`dpcotrain_federation::durable::write_atomic`]), so a crash
+/// never leaves a half-written report.
 pub(crate) fn write_atomic(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, path).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
-    Ok(())
+    use dpcotrain_federation::durable::{Access, write_atomic};
+    write_atomic(path, text.as_bytes(), Access::Public).with_context(|| format!("cannot write {}", path.display()))
 }

@@ -1,9 +1,9 @@
 //! Crash-safe storage of a node's [`PartyState`] (ledger, released answers, noise paths, model
 //! history) as a snapshot and an append-only log:
 //!
-//! - `state.json`, the snapshot, replaced atomically — write `state.json.tmp`, fsync it, rename
-//!   it over `state.json`, fsync the directory — so a reader sees the old snapshot or the new
-//!   one, never a torn file;
+//! - `state.json`, the snapshot, replaced atomically ([`crate::durable::write_atomic`]: a
+//!   temporary file, fsync, rename over `state.json`, fsync the directory), so a reader sees
+//!   the old snapshot or the new one, never a torn file;
 //! - `state.log`, one line per save after the snapshot: the [`StateDelta`] from the previous
 //!   state, appended and fsynced. A save costs the size of what changed, not of the whole state
 //!   (an answer with a 500 × 500 covariance used to rewrite every earlier answer too).
@@ -30,6 +30,7 @@
 //! rolls the node back to an earlier state, as restoring an old backup of the files would: a
 //! MAC cannot tell an old state from a current one.)
 
+use crate::durable::{Access, sync_dir, write_atomic};
 use dpcotrain_cotrain::state::{PartyState, StateDelta};
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
@@ -112,15 +113,7 @@ fn mac_key(dir: &Path, create: bool) -> Result<Option<ring::hmac::Key>, StoreErr
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && create => {
             let bytes: [u8; 32] = rand::random();
-            let tmp = dir.join("ledger.key.tmp");
-            let mut opts = OpenOptions::new();
-            opts.write(true).create(true).truncate(true);
-            #[cfg(unix)]
-            std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
-            let mut f = opts.open(&tmp).map_err(|e| io(&tmp, e))?;
-            f.write_all(hex(&bytes).as_bytes()).map_err(|e| io(&tmp, e))?;
-            f.sync_all().map_err(|e| io(&tmp, e))?;
-            fs::rename(&tmp, &path).map_err(|e| io(&path, e))?;
+            write_atomic(&path, hex(&bytes).as_bytes(), Access::Secret).map_err(|e| io(&path, e))?;
             return Ok(Some(ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &bytes)));
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -251,7 +244,7 @@ impl StateStore {
         f.sync_all().map_err(|e| io(&path, e))?;
         if new_file {
             // Make the new file's directory entry durable.
-            File::open(&self.dir).and_then(|d| d.sync_all()).map_err(|e| io(&self.dir, e))?;
+            sync_dir(&self.dir).map_err(|e| io(&self.dir, e))?;
         }
         d.state.apply(delta).map_err(|e| io(&path, e))?;
         debug_assert!(d.state == *state, "a state delta did not reproduce the saved state");
@@ -264,27 +257,20 @@ impl StateStore {
     /// Write `state` as the new snapshot (atomically, durably), then remove the log it folds in.
     fn snapshot(&self, state: &PartyState, last_seq: u64) -> Result<OnDisk, StoreError> {
         let path = self.path();
-        let tmp = self.dir.join("state.json.tmp");
         let key = self.key()?;
         // The snapshot's seq continues the chain's numbering, so a log line left by a crash
         // between the rename and the log's removal is recognised as already folded in.
         let seq = last_seq;
-        let raw = serde_json::value::to_raw_value(state).map_err(|e| io(&tmp, e))?;
+        let raw = serde_json::value::to_raw_value(state).map_err(|e| io(&path, e))?;
         let mac = snapshot_mac(key, raw.get().as_bytes(), seq);
-        let bytes = serde_json::to_vec(&Envelope { state: &raw, seq, mac: mac.clone() }).map_err(|e| io(&tmp, e))?;
-        let mut f = File::create(&tmp).map_err(|e| io(&tmp, e))?;
-        f.write_all(&bytes).map_err(|e| io(&tmp, e))?;
-        f.sync_all().map_err(|e| io(&tmp, e))?;
-        drop(f);
-        fs::rename(&tmp, &path).map_err(|e| io(&path, e))?;
+        let bytes = serde_json::to_vec(&Envelope { state: &raw, seq, mac: mac.clone() }).map_err(|e| io(&path, e))?;
+        write_atomic(&path, &bytes, Access::Public).map_err(|e| io(&path, e))?;
         let log = self.dir.join(LOG_FILE);
         match fs::remove_file(&log) {
-            Ok(()) => {}
+            Ok(()) => sync_dir(&self.dir).map_err(|e| io(&self.dir, e))?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(io(&log, e)),
         }
-        // Make the rename (and the removal) durable.
-        File::open(&self.dir).and_then(|d| d.sync_all()).map_err(|e| io(&self.dir, e))?;
         Ok(OnDisk { state: state.clone(), mac, seq, snapshot_bytes: bytes.len() as u64, log_bytes: 0 })
     }
 }
@@ -388,7 +374,9 @@ mod tests {
         assert!(s.load().unwrap().is_none());
         s.save(&state("A")).unwrap();
         assert_eq!(s.load().unwrap(), Some(state("A")));
-        assert!(!d.join("state.json.tmp").exists());
+        let temps =
+            fs::read_dir(&d).unwrap().filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".tmp"));
+        assert_eq!(temps.count(), 0, "no temporary file left");
         // A second node on the same directory is refused while the first lives.
         assert!(matches!(StateStore::open(&d), Err(StoreError::Locked { .. })));
         drop(s);

@@ -15,9 +15,8 @@
 //! than an X.509 crate: that is all this module needs and it adds no dependencies.
 
 use std::fs;
-use std::io::{ErrorKind, Write};
+use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use rcgen::{
@@ -222,30 +221,10 @@ impl Drop for DirLock {
     }
 }
 
-/// Writes `data` to a temporary file beside `path`, fsyncs it, renames it over `path`
-/// and fsyncs the directory (unix). `secret` files get mode 0600 on unix.
+/// [`crate::durable::write_atomic`] with this module's error; `secret` files get mode 0600.
 fn write_atomic(path: &Path, data: &[u8], secret: bool) -> Result<(), TlsError> {
-    static SEQ: AtomicU64 = AtomicU64::new(0);
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let base = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dir.join(format!(".{base}.{}.{}.tmp", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
-    let result = (|| {
-        let mut opts = fs::OpenOptions::new();
-        opts.write(true).create_new(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut opts, if secret { 0o600 } else { 0o644 });
-        let mut file = opts.open(&tmp)?;
-        file.write_all(data)?;
-        file.sync_all()?;
-        fs::rename(&tmp, path)?;
-        #[cfg(unix)]
-        fs::File::open(dir)?.sync_all()?;
-        Ok(())
-    })();
-    result.map_err(|e| {
-        let _ = fs::remove_file(&tmp);
-        io_err("write", path)(e)
-    })
+    let access = if secret { crate::durable::Access::Secret } else { crate::durable::Access::Public };
+    crate::durable::write_atomic(path, data, access).map_err(io_err("write", path))
 }
 
 fn read(path: &Path) -> Result<String, TlsError> {

@@ -1,0 +1,80 @@
+//! Durable file replacement, the one way the project writes a file that must never be seen
+//! half-written: the node's state snapshot and ledger key, certificates and keys, tokens, and
+//! the experiment reports.
+
+use std::fs;
+use std::io::Write;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Who may read the file (unix permissions; ignored elsewhere).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// 0644.
+    Public,
+    /// 0600: keys, tokens, the ledger's MAC key.
+    Secret,
+}
+
+/// Write `data` to a new temporary file beside `path` (a name no other writer uses), fsync it,
+/// rename it over `path` and fsync the directory: a reader sees the old content or the new,
+/// never a torn file, and the new content survives a crash once this returns. On failure the
+/// temporary file is removed.
+pub fn write_atomic(path: &Path, data: &[u8], access: Access) -> std::io::Result<()> {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let base = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{base}.{}.{}.tmp", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
+    let result = (|| {
+        let mut opts = fs::OpenOptions::new();
+        opts.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut opts, if access == Access::Secret { 0o600 } else { 0o644 });
+        let mut file = opts.open(&tmp)?;
+        file.write_all(data)?;
+        file.sync_all()?;
+        fs::rename(&tmp, path)?;
+        sync_dir(dir)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Make the directory's entries (a rename, a new or removed file) durable (unix; a no-op
+/// elsewhere, where directories cannot be opened for syncing).
+pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    fs::File::open(dir)?.sync_all()?;
+    #[cfg(not(unix))]
+    let _ = dir;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replaces_whole_files_and_leaves_no_temporaries() {
+        let d = std::env::temp_dir().join(format!("dpcotrain-durable-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(&d).unwrap();
+        let p = d.join("f.json");
+        write_atomic(&p, b"one", Access::Public).unwrap();
+        write_atomic(&p, b"two", Access::Secret).unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"two");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            assert_eq!(fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600);
+        }
+        let names: Vec<String> =
+            fs::read_dir(&d).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        assert_eq!(names, vec!["f.json".to_string()]);
+        // A failed write (no such directory) reports the error and leaves nothing behind.
+        assert!(write_atomic(&d.join("missing/f.json"), b"x", Access::Public).is_err());
+        let _ = fs::remove_dir_all(&d);
+    }
+}
