@@ -22,6 +22,10 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "dpcotrain", version, about = "Differentially private co-training of Gaussian processes")]
 struct Cli {
+    /// Log lines on stderr as text or JSON (one object per line). Levels come from RUST_LOG
+    /// (default: info for `node serve`, which logs one line per RPC; warn otherwise).
+    #[arg(long, global = true, value_parser = ["text", "json"], default_value = "text")]
+    log_format: String,
     #[command(subcommand)]
     command: Command,
 }
@@ -80,22 +84,29 @@ enum GpCommand {
 
 /// Every (sub)command accepts negative numbers as option values, so `--epsilon -1` reaches our
 /// validation ("must be positive") instead of clap's "unexpected argument '-1'".
+/// Logs go to stderr; RUST_LOG sets the levels (a node serves at info by default, so each RPC
+/// leaves one line).
+fn init_logging(cli: &Cli) {
+    use std::io::IsTerminal as _;
+    let default = if matches!(cli.command, Command::Node(NodeCommand::Serve(_))) { "info" } else { "warn" };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let builder = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter).with_target(false);
+    if cli.log_format == "json" {
+        builder.json().init();
+    } else {
+        builder.with_ansi(std::io::stderr().is_terminal()).init();
+    }
+}
+
 fn with_negative_numbers(cmd: clap::Command) -> clap::Command {
     cmd.allow_negative_numbers(true).mut_subcommands(with_negative_numbers)
 }
 
 fn main() {
-    use std::io::IsTerminal as _;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(filter)
-        .with_target(false)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
     let matches = with_negative_numbers(Cli::command()).get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    init_logging(&cli);
     let rt = || tokio::runtime::Builder::new_multi_thread().enable_all().build();
     let result = match cli.command {
         Command::Node(NodeCommand::Serve(a)) => {

@@ -581,3 +581,66 @@ fn a_node_refuses_a_ledger_edited_on_disk() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("does not match its MAC"));
 }
+
+/// A serving node logs one structured line per RPC (JSON with `--log-format json`): method,
+/// caller, request id, code and latency, refusals as warnings — and never a label value.
+#[test]
+fn a_node_logs_one_line_per_rpc() {
+    let (pa, pb) = ports(7);
+    let dir = setup("logs", pa, pb, |t| t);
+    let log = std::fs::File::create(dir.join("a.log")).unwrap();
+    let _a = Kill(
+        bin()
+            .args(["node", "serve", "--log-format", "json", "--config"])
+            .arg(dir.join("party-a.toml"))
+            .env_remove("RUST_LOG")
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+    let _b = node(&dir, "party-b.toml");
+    wait_up(&dir, &["A", "B"]);
+    json(&run(&dir, 1));
+    // A forged token over a valid certificate: refused, and logged as a refusal.
+    let secrets = dir.join("secrets");
+    let tls = dpcotrain_federation::tls::NodeTls::dev(&secrets, "B").client_config("A").unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let forged = rt.block_on(async {
+        let addr = format!("https://127.0.0.1:{pa}");
+        let ch =
+            dpcotrain_federation::peer::channel(&addr, Some(&tls), &dpcotrain_federation::Retry::default()).unwrap();
+        let mut c = dpcotrain_federation::pb::node_client::NodeClient::new(ch);
+        let token = "f".repeat(64);
+        let req = dpcotrain_federation::auth::request(
+            dpcotrain_federation::pb::StatusRequest {},
+            Some(&token),
+            Duration::from_secs(10),
+        );
+        c.status(req.unwrap()).await
+    });
+    assert_eq!(forged.unwrap_err().code(), tonic::Code::Unauthenticated);
+    std::thread::sleep(Duration::from_millis(300));
+    let text = std::fs::read_to_string(dir.join("a.log")).unwrap();
+    let lines: Vec<Value> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let rpc = |method: &str| -> Vec<&Value> { lines.iter().filter(|l| l["fields"]["rpc"] == method).collect() };
+    let predict = rpc("Predict");
+    assert!(!predict.is_empty(), "{text}");
+    for l in &predict {
+        assert_eq!(l["level"], "INFO");
+        assert_eq!(l["fields"]["code"], "OK");
+        assert!(l["fields"]["caller"].as_str().unwrap().contains('B'));
+        assert!(l["fields"]["request"].as_str().unwrap().contains("round"));
+        assert!(l["fields"]["ms"].as_f64().unwrap() >= 0.0);
+    }
+    assert!(!rpc("RunRound").is_empty() && !rpc("Handshake").is_empty(), "{text}");
+    assert!(rpc("Status").iter().any(|l| l["level"] == "WARN" && l["fields"]["code"] == "Unauthenticated"), "{text}");
+    // No label value of A's training file appears in its log.
+    let train = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/two-party/data/party-a/train.csv"),
+    )
+    .unwrap();
+    let labels: Vec<&str> =
+        train.lines().skip(1).filter_map(|l| l.rsplit(',').next()).filter(|v| v.len() > 6).collect();
+    assert!(!labels.is_empty());
+    assert!(labels.iter().all(|v| !text.contains(v)), "a label value in the log");
+}

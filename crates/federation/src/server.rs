@@ -24,7 +24,7 @@ use dpcotrain_cotrain::responder::{Party, TurnRecord};
 use std::collections::HashSet;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tonic::transport::ServerTlsConfig;
 use tonic::{Request, Response, Status};
@@ -140,6 +140,76 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, NodeError> + 
 #[tonic::async_trait]
 impl Node for NodeService {
     async fn handshake(&self, req: Request<pb::HandshakeRequest>) -> Result<Response<pb::HandshakeResponse>, Status> {
+        let (t, who) = (Instant::now(), crate::clip(&req.get_ref().party));
+        let out = self.handshake_inner(req).await;
+        let refused = out.as_ref().ok().filter(|r| !r.get_ref().accepted).map(|r| r.get_ref().reason.clone());
+        log_rpc("Handshake", &who, "-", t, &out, refused.as_deref());
+        out
+    }
+
+    async fn predict(&self, req: Request<pb::PredictRequest>) -> Result<Response<pb::PredictResponse>, Status> {
+        let (t, r) = (Instant::now(), req.get_ref());
+        let (who, id) = (crate::clip(&r.requester), crate::clip(&r.request_id));
+        let out = self.predict_inner(req).await;
+        log_rpc("Predict", &who, &id, t, &out, None);
+        out
+    }
+
+    async fn status(&self, req: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
+        let t = Instant::now();
+        let out = self.status_inner(req).await;
+        log_rpc("Status", "-", "-", t, &out, None);
+        out
+    }
+
+    async fn run_round(&self, req: Request<pb::RunRoundRequest>) -> Result<Response<pb::RunRoundResponse>, Status> {
+        let (t, round) = (Instant::now(), format!("round {}", req.get_ref().round));
+        let out = self.run_round_inner(req).await;
+        log_rpc("RunRound", "orchestrator", &round, t, &out, None);
+        out
+    }
+}
+
+/// One structured line per RPC: the method, the caller's claimed name and the request id (both
+/// clipped), the outcome's code and the latency — never labels, covariates or released values.
+/// Refusals (authentication, permission, budget, a refused handshake) are warnings, internal
+/// failures (a failed save) errors, the rest info.
+fn log_rpc<T>(
+    method: &str,
+    caller: &str,
+    request: &str,
+    started: Instant,
+    out: &Result<T, Status>,
+    refused: Option<&str>,
+) {
+    use tonic::Code;
+    let ms = started.elapsed().as_secs_f64() * 1e3;
+    match (out, refused) {
+        (Ok(_), None) => tracing::info!(rpc = method, caller, request, code = "OK", ms, "rpc"),
+        (Ok(_), Some(reason)) => {
+            tracing::warn!(rpc = method, caller, request, code = "OK", ms, reason = %crate::clip(reason), "rpc refused")
+        }
+        (Err(s), _) => {
+            let code = format!("{:?}", s.code());
+            let reason = crate::clip(s.message());
+            match s.code() {
+                Code::Internal | Code::Unknown | Code::DataLoss => {
+                    tracing::error!(rpc = method, caller, request, code, ms, %reason, "rpc failed")
+                }
+                Code::Unauthenticated | Code::PermissionDenied | Code::ResourceExhausted => {
+                    tracing::warn!(rpc = method, caller, request, code, ms, %reason, "rpc refused")
+                }
+                _ => tracing::info!(rpc = method, caller, request, code, ms, %reason, "rpc"),
+            }
+        }
+    }
+}
+
+impl NodeService {
+    async fn handshake_inner(
+        &self,
+        req: Request<pb::HandshakeRequest>,
+    ) -> Result<Response<pb::HandshakeResponse>, Status> {
         let who = self.auth.check(&req)?;
         let r = req.into_inner();
         // No party lock here: a Handshake answers even while a turn re-fits the model.
@@ -171,7 +241,7 @@ impl Node for NodeService {
         }))
     }
 
-    async fn predict(&self, req: Request<pb::PredictRequest>) -> Result<Response<pb::PredictResponse>, Status> {
+    async fn predict_inner(&self, req: Request<pb::PredictRequest>) -> Result<Response<pb::PredictResponse>, Status> {
         let who = self.auth.check(&req)?;
         let r = req.into_inner();
         if r.federation_id != self.agreement.federation_id {
@@ -209,7 +279,7 @@ impl Node for NodeService {
         Ok(Response::new(convert::answer_to_pb(&answer)))
     }
 
-    async fn status(&self, req: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
+    async fn status_inner(&self, req: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
         // A peer sees only its own spend and no test RMSE (it is computed on this node's private
         // test labels with its label-fitted model); the orchestrator sees everything.
         let caller = match self.auth.check(&req)? {
@@ -287,7 +357,10 @@ impl Node for NodeService {
         Ok(Response::new(resp))
     }
 
-    async fn run_round(&self, req: Request<pb::RunRoundRequest>) -> Result<Response<pb::RunRoundResponse>, Status> {
+    async fn run_round_inner(
+        &self,
+        req: Request<pb::RunRoundRequest>,
+    ) -> Result<Response<pb::RunRoundResponse>, Status> {
         match self.auth.check(&req)? {
             Principal::Anyone | Principal::Orchestrator => {}
             Principal::Peer(p) => {
