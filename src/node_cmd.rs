@@ -308,6 +308,7 @@ pub fn party_json(st: &pb::StatusResponse) -> serde_json::Value {
                        "rmse_change_se": st.rmse_change_se,
                        "rounds": st.rounds_done, "model_version": st.model_version,
                        "rmse_per_round": st.rmse_per_round, "privacy_spent": spent,
+                       "answers_set_aside": st.answers_set_aside,
                        "restricted": st.restricted, "federation_id": st.federation_id,
                        "privacy_spent_total": {"rho": st.rho_total, "epsilon": st.epsilon_total}})
 }
@@ -495,6 +496,12 @@ fn status_table(st: &pb::StatusResponse) -> String {
         if !st.rmse_per_round.is_empty() {
             let v: Vec<String> = st.rmse_per_round.iter().map(|r| format!("{r:.4}")).collect();
             let _ = writeln!(o, "  RMSE per round  {}", v.join(" "));
+        }
+        if st.answers_set_aside {
+            let _ = writeln!(
+                o,
+                "  answers         set aside by the guard (they made its own rows' leave-one-out error worse): the model is the private-only one"
+            );
         }
     }
     if st.spend.is_empty() {

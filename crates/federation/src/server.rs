@@ -351,6 +351,7 @@ impl NodeService {
                 federation_id,
                 rmse_change_se: change_se,
                 rmse_per_round: if restricted { Vec::new() } else { p.rmse_per_round() },
+                answers_set_aside: !restricted && !p.model.answers_used(),
             })
         })
         .await?;

@@ -1,0 +1,55 @@
+//! `Status` tells the operator when the answer guard has set the received answers aside.
+
+mod common;
+
+use dpcotrain_cotrain::answer::{Answer, Uncertainty};
+use dpcotrain_cotrain::combiner::{AnswerGuard, CombinerKind};
+use dpcotrain_cotrain::driver::build_parties;
+use dpcotrain_cotrain::responder::{DpConfig, Party};
+use dpcotrain_cotrain::simulate::{SimConfig, simulate};
+use dpcotrain_federation::pb;
+use dpcotrain_federation::pb::node_client::NodeClient;
+use std::sync::{Arc, Mutex};
+
+/// A party (simulated, unmasked) that folded in answers far from its own labels (5 prior sd,
+/// stated as nearly exact), with the guard `guard`.
+fn party(guard: AnswerGuard) -> Arc<Mutex<Party>> {
+    let sc =
+        simulate(&SimConfig { n_obs: 30, n_pool: 40, n_test: 20, masking: false, seed: 4, ..SimConfig::default() })
+            .unwrap();
+    let p = build_parties(&sc, CombinerKind::Noisy, Uncertainty::Marginal, &DpConfig::off(), 4).unwrap().remove(0);
+    {
+        let mut g = p.lock().unwrap();
+        g.model.set_guard(guard).unwrap();
+        let indices: Vec<usize> = (0..40).step_by(2).collect();
+        let answer = Answer {
+            responder: "P2".into(),
+            mean: vec![5.0; indices.len()],
+            var: Some(vec![1e-3; indices.len()]),
+            answered: indices.clone(),
+            indices,
+            cov: None,
+            prior_cov: None,
+            model_version: 1,
+            charge: None,
+            budget_rho_left: None,
+            noise_var: None,
+        };
+        g.fold_in(0, Some(0), vec![answer], vec![]).unwrap();
+    }
+    p
+}
+
+async fn set_aside(guard: AnswerGuard) -> bool {
+    let (addr, stop) = common::start(party(guard), "guard").await;
+    let mut c = NodeClient::connect(addr).await.unwrap();
+    let st = c.status(pb::StatusRequest {}).await.unwrap().into_inner();
+    let _ = stop.send(());
+    st.answers_set_aside
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_reports_answers_set_aside_by_the_guard() {
+    assert!(set_aside(AnswerGuard::Loo).await, "the guard should set contradicting answers aside");
+    assert!(!set_aside(AnswerGuard::Off).await, "without the guard the answers are used");
+}
