@@ -81,3 +81,23 @@ pub struct Answer {
     #[serde(default)]
     pub noise_var: Option<Vec<f64>>,
 }
+
+impl Answer {
+    /// A marginal-mode answer without DP (no charge, no noise variance, no prior): `mean` and
+    /// latent `var` at `indices`, model version 1. For tests and for feeding a model directly.
+    pub fn marginal(responder: &str, indices: Vec<usize>, mean: Vec<f64>, var: Vec<f64>) -> Answer {
+        Answer {
+            responder: responder.into(),
+            answered: indices.clone(),
+            indices,
+            mean,
+            var: Some(var),
+            cov: None,
+            prior_cov: None,
+            model_version: 1,
+            charge: None,
+            budget_rho_left: None,
+            noise_var: None,
+        }
+    }
+}

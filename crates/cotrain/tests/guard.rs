@@ -37,19 +37,9 @@ fn model(guard: AnswerGuard) -> CoModel {
 /// small variance.
 fn answer(indices: Vec<usize>, offset: f64) -> Answer {
     let (_, _, pool) = data();
-    Answer {
-        responder: "B".into(),
-        mean: indices.iter().map(|&i| truth(pool[(i, 0)]) + offset).collect(),
-        var: Some(vec![0.01; indices.len()]),
-        answered: indices.clone(),
-        indices,
-        cov: None,
-        prior_cov: None,
-        model_version: 1,
-        charge: None,
-        budget_rho_left: None,
-        noise_var: None,
-    }
+    let mean = indices.iter().map(|&i| truth(pool[(i, 0)]) + offset).collect();
+    let n = indices.len();
+    Answer::marginal("B", indices, mean, vec![0.01; n])
 }
 
 fn private_only_prediction(m: &CoModel, xs: &DMatrix<f64>) -> DVector<f64> {

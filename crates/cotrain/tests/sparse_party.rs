@@ -23,19 +23,7 @@ fn model(kind: CombinerKind, unc: Uncertainty, y: DVector<f64>) -> CoModel {
 }
 
 fn answer() -> Answer {
-    Answer {
-        responder: "P2".into(),
-        indices: vec![4],
-        mean: vec![0.3],
-        var: Some(vec![0.05]),
-        answered: vec![4],
-        cov: None,
-        prior_cov: None,
-        model_version: 1,
-        charge: None,
-        budget_rho_left: None,
-        noise_var: None,
-    }
+    Answer::marginal("P2", vec![4], vec![0.3], vec![0.05])
 }
 
 #[test]

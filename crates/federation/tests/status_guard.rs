@@ -22,19 +22,8 @@ fn party(guard: AnswerGuard) -> Arc<Mutex<Party>> {
         let mut g = p.lock().unwrap();
         g.model.set_guard(guard).unwrap();
         let indices: Vec<usize> = (0..40).step_by(2).collect();
-        let answer = Answer {
-            responder: "P2".into(),
-            mean: vec![5.0; indices.len()],
-            var: Some(vec![1e-3; indices.len()]),
-            answered: indices.clone(),
-            indices,
-            cov: None,
-            prior_cov: None,
-            model_version: 1,
-            charge: None,
-            budget_rho_left: None,
-            noise_var: None,
-        };
+        let n = indices.len();
+        let answer = Answer::marginal("P2", indices, vec![5.0; n], vec![1e-3; n]);
         g.fold_in(0, Some(0), vec![answer], vec![]).unwrap();
     }
     p
