@@ -46,12 +46,16 @@ pub fn ensure_dev_secrets(dir: &Path, names: &[String], hosts: &[String]) -> any
         }
         let tok: String = (0..32).map(|_| format!("{:02x}", rand::random::<u8>())).collect();
         let tmp = f.with_extension(format!("tmp{}", std::process::id()));
-        std::fs::write(&tmp, format!("{tok}\n")).with_context(|| format!("cannot write {}", tmp.display()))?;
+        // Created 0600 (never readable by others, not even for a moment), then linked into place.
+        let _ = std::fs::remove_file(&tmp); // a stale one from a crash: its mode is unknown
+        let mut opts = std::fs::OpenOptions::new();
+        opts.write(true).create_new(true);
         #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))?;
-        }
+        std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+        let mut file = opts.open(&tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
+        std::io::Write::write_all(&mut file, format!("{tok}\n").as_bytes())
+            .and_then(|()| file.sync_all())
+            .with_context(|| format!("cannot write {}", tmp.display()))?;
         // hard_link never replaces: if another node won the race, keep its token.
         let _ = std::fs::hard_link(&tmp, &f);
         let _ = std::fs::remove_file(&tmp);

@@ -93,6 +93,10 @@ fn two_party_example_runs_over_mutual_tls() {
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(dir.join("secrets/A.key")).unwrap().permissions().mode();
         assert_eq!(mode & 0o077, 0, "private key readable by others: {mode:o}");
+        for token in ["tokens/A-B.token", "tokens/orchestrator-A.token"] {
+            let mode = std::fs::metadata(dir.join("secrets").join(token)).unwrap().permissions().mode();
+            assert_eq!(mode & 0o077, 0, "{token} readable by others: {mode:o}");
+        }
     }
     let v = json(&run(&dir, 3));
     let parties = v["parties"].as_array().unwrap();
