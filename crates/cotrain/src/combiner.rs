@@ -645,13 +645,18 @@ impl CoModel {
         Ok(mse)
     }
 
+    /// The exact GP on the private rows alone with `kernel` and `noise`.
+    fn private_gp(&self, kernel: Box<dyn Kernel>, noise: NoiseVariance) -> Result<ExactGp, CotrainError> {
+        Ok(ExactGp::new(kernel, NoiseModel::Homoscedastic(noise), self.x_tr.clone(), self.y_tr.clone())?)
+    }
+
     /// The private-only model at the private fit's θ₁.
     fn private_only(&self) -> Result<ExactGp, CotrainError> {
         let (mut k, mut s) = (self.kernel.clone(), self.noise.clone());
         if let Some(pre) = &self.pre_params {
             crate::set_kernel_noise_params(&mut k, &mut s, pre);
         }
-        Ok(ExactGp::new(k, NoiseModel::Homoscedastic(s), self.x_tr.clone(), self.y_tr.clone())?)
+        self.private_gp(k, s)
     }
 
     /// Run the guard's comparison on the current (re-fitted) model and apply its verdict.
@@ -691,12 +696,7 @@ impl CoModel {
 
     fn build(&mut self) -> Result<Built, CotrainError> {
         if !self.answers_used() {
-            return Ok(Built::Noisy(ExactGp::new(
-                self.kernel.clone(),
-                NoiseModel::Homoscedastic(self.noise.clone()),
-                self.x_tr.clone(),
-                self.y_tr.clone(),
-            )?));
+            return Ok(Built::Noisy(self.private_gp(self.kernel.clone(), self.noise.clone())?));
         }
         let (xq, mu, v, k2) = self.pseudo()?;
         let n = self.x_tr.nrows();

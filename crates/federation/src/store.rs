@@ -422,6 +422,17 @@ mod tests {
         s
     }
 
+    /// A store in a fresh directory holding a snapshot of `with_answers(0, q)` and a log of
+    /// `k` appended saves (`with_answers(1..=k, q)`).
+    fn store_with_log(tag: &str, k: usize, q: usize) -> (PathBuf, StateStore) {
+        let d = tmpdir(tag);
+        let s = StateStore::open(&d).unwrap();
+        for i in 0..=k {
+            s.save(&with_answers(i, q)).unwrap();
+        }
+        (d, s)
+    }
+
     /// Saves after the first append one line each (the snapshot is not rewritten); every state
     /// loads back exactly; a big log is compacted into a new snapshot.
     #[test]
@@ -468,12 +479,7 @@ mod tests {
     /// A torn last append is ignored; an edited, dropped or reordered line is refused by line.
     #[test]
     fn log_tampering_is_refused_and_a_torn_tail_ignored() {
-        let d = tmpdir("logmac");
-        let s = StateStore::open(&d).unwrap();
-        s.save(&with_answers(0, 5)).unwrap();
-        for k in 1..=4 {
-            s.save(&with_answers(k, 5)).unwrap();
-        }
+        let (d, s) = store_with_log("logmac", 4, 5);
         let log_path = d.join(LOG_FILE);
         let log = fs::read_to_string(&log_path).unwrap();
         let lines: Vec<&str> = log.lines().collect();
@@ -504,12 +510,7 @@ mod tests {
     /// are recognised as folded in.
     #[test]
     fn a_log_left_behind_by_compaction_is_skipped() {
-        let d = tmpdir("logstale");
-        let s = StateStore::open(&d).unwrap();
-        s.save(&with_answers(0, 5)).unwrap();
-        for k in 1..=3 {
-            s.save(&with_answers(k, 5)).unwrap();
-        }
+        let (d, s) = store_with_log("logstale", 3, 5);
         let old_log = fs::read(d.join(LOG_FILE)).unwrap();
         drop(s);
         let s = StateStore::open(&d).unwrap();
