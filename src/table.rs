@@ -595,19 +595,18 @@ pub fn write_csv(path: &Path, header: &[String], data: &DMatrix<f64>) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
 
-    /// A file under the system temp dir with a unique name ending in `name`; removed on drop.
+    /// A file `name` in its own temporary directory; both removed on drop.
     struct TempFile {
+        _dir: tempfile::TempDir,
         path: PathBuf,
     }
 
     impl TempFile {
         fn new(name: &str) -> Self {
-            static COUNTER: AtomicUsize = AtomicUsize::new(0);
-            let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-            let path = std::env::temp_dir().join(format!("dpcotrain-table-test-{}-{n}-{name}", std::process::id()));
-            TempFile { path }
+            let dir = tempfile::tempdir().expect("temporary directory");
+            let path = dir.path().join(name);
+            TempFile { _dir: dir, path }
         }
 
         fn with(name: &str, contents: &[u8]) -> Self {
@@ -618,12 +617,6 @@ mod tests {
 
         fn name(&self) -> String {
             self.path.display().to_string()
-        }
-    }
-
-    impl Drop for TempFile {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_file(&self.path);
         }
     }
 

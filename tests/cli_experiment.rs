@@ -91,8 +91,8 @@ fn bad_grid_arguments_are_one_clear_line() {
 /// interrupted run resumes (a second invocation reruns nothing), and bad arguments are one line.
 #[test]
 fn quick_frontier_runs_resumes_and_reports() {
-    let out = std::env::temp_dir().join(format!("dpcotrain-frontier-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("frontier");
     let args =
         ["experiment", "frontier", "--quick", "--data", "sim-masked", "--mechanisms", "finite+cap,rkhs", "--json"];
     let run = bin().args(args).arg("--out").arg(&out).output().unwrap();

@@ -12,15 +12,20 @@ fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_dpcotrain"))
 }
 
+thread_local! {
+    /// This test's own temporary directory (each test runs on its own thread), removed when
+    /// the test's thread ends.
+    static TEST_DIR: tempfile::TempDir = tempfile::tempdir().expect("temporary directory");
+}
+
+/// A fresh path `name` inside this test's own temporary directory.
+fn test_dir(name: &str) -> std::path::PathBuf {
+    TEST_DIR.with(|d| d.path().join(name))
+}
+
 fn tmp(name: &str, contents: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("dpcotrain-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(name);
-    // Tests run in parallel and several write the same file (same contents): write a private
-    // temp file and rename it over, so a reader never sees a half-written file.
-    let tmp = dir.join(format!("{name}.{:?}.tmp", std::thread::current().id()));
-    std::fs::write(&tmp, contents).unwrap();
-    std::fs::rename(&tmp, &p).unwrap();
+    let p = test_dir(name);
+    std::fs::write(&p, contents).unwrap();
     p
 }
 

@@ -15,6 +15,17 @@ impl Drop for Kill {
     }
 }
 
+thread_local! {
+    /// This test's own temporary directory (each test runs on its own thread), removed when
+    /// the test's thread ends.
+    static TEST_DIR: tempfile::TempDir = tempfile::tempdir().expect("temporary directory");
+}
+
+/// A fresh path `name` inside this test's own temporary directory.
+fn test_dir(name: &str) -> std::path::PathBuf {
+    TEST_DIR.with(|d| d.path().join(name))
+}
+
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_dpcotrain"))
 }
@@ -24,8 +35,7 @@ fn bin() -> Command {
 fn setup(tag: &str, pa: u16, pb: u16, edit: impl Fn(String) -> String) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let ex = root.join("examples/two-party");
-    let dir = std::env::temp_dir().join(format!("dpcotrain-node-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = test_dir(&format!("node-{tag}"));
     std::fs::create_dir_all(&dir).unwrap();
     let ports = |t: String| t.replace("50051", &pa.to_string()).replace("50052", &pb.to_string());
     for file in ["party-a.toml", "party-b.toml"] {
@@ -278,8 +288,7 @@ fn a_node_killed_mid_run_resumes_and_the_ledger_shows_each_release_once() {
 fn three_party_example_completes_a_run() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let ex = root.join("examples/three-party");
-    let dir = std::env::temp_dir().join(format!("dpcotrain-node-three-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = test_dir("node-three");
     std::fs::create_dir_all(&dir).unwrap();
     let base = 52000 + (std::process::id() % 1000) as u16 * 3;
     let ports = |t: String| {

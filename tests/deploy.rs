@@ -29,11 +29,10 @@ fn node_check(config: &Path) -> Value {
 }
 
 fn node_check_text(text: &str, tag: &str) -> Value {
-    let p = std::env::temp_dir().join(format!("dpcotrain-deploy-{tag}-{}.toml", std::process::id()));
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join(format!("{tag}.toml"));
     std::fs::write(&p, text).unwrap();
-    let v = node_check(&p);
-    let _ = std::fs::remove_file(&p);
-    v
+    node_check(&p)
 }
 
 fn s(y: &Yaml) -> String {

@@ -58,9 +58,8 @@ mod tests {
 
     #[test]
     fn replaces_whole_files_and_leaves_no_temporaries() {
-        let d = std::env::temp_dir().join(format!("dpcotrain-durable-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        fs::create_dir_all(&d).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
         let p = d.join("f.json");
         write_atomic(&p, b"one", Access::Public).unwrap();
         write_atomic(&p, b"two", Access::Secret).unwrap();
@@ -75,6 +74,5 @@ mod tests {
         assert_eq!(names, vec!["f.json".to_string()]);
         // A failed write (no such directory) reports the error and leaves nothing behind.
         assert!(write_atomic(&d.join("missing/f.json"), b"x", Access::Public).is_err());
-        let _ = fs::remove_dir_all(&d);
     }
 }

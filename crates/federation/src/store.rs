@@ -361,10 +361,13 @@ mod tests {
         }
     }
 
+    thread_local! {
+        /// This test's own temporary directory, removed when the test's thread ends.
+        static TEST_DIR: tempfile::TempDir = tempfile::tempdir().expect("temporary directory");
+    }
+
     fn tmpdir(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("dpcotrain-store-{tag}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        d
+        TEST_DIR.with(|d| d.path().join(tag))
     }
 
     #[test]

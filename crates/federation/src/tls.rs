@@ -386,10 +386,13 @@ fn common_name(name: &[u8]) -> Option<String> {
 mod tests {
     use super::*;
 
+    thread_local! {
+        /// This test's own temporary directory, removed when the test's thread ends.
+        static TEST_DIR: tempfile::TempDir = tempfile::tempdir().expect("temporary directory");
+    }
+
     fn tmp(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("tls-unit-{}-{name}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        d
+        TEST_DIR.with(|d| d.path().join(name))
     }
 
     #[test]

@@ -189,8 +189,8 @@ async fn a_flood_of_the_largest_answers_keeps_the_node_responsive_and_its_state_
     use dpcotrain_federation::store::StateStore;
     let p = party();
     let agreement = Agreement::of(&p.lock().unwrap(), FED, 0.0, 1.0);
-    let dir = std::env::temp_dir().join(format!("dpcotrain-hostile-flood-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("flood");
     let svc = dpcotrain_federation::NodeService::new(p.clone(), FED).with_store(StateStore::open(&dir).unwrap());
     let (addr, stop) = common::start_service(svc).await;
     let mut c = NodeClient::connect(addr.clone()).await.unwrap();

@@ -20,10 +20,19 @@ use tonic::transport::Channel;
 
 const FED: &str = "sec";
 
+thread_local! {
+    /// This test's own temporary directory (each test runs on its own thread), removed when
+    /// the test's thread ends.
+    static TEST_DIR: tempfile::TempDir = tempfile::tempdir().expect("temporary directory");
+}
+
+/// A fresh path `name` inside this test's own temporary directory.
+fn test_dir(name: &str) -> std::path::PathBuf {
+    TEST_DIR.with(|d| d.path().join(name))
+}
+
 fn tmp(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("dpcotrain-sec-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
+    test_dir(&format!("sec-{tag}"))
 }
 
 fn party() -> Arc<Mutex<Party>> {
