@@ -77,6 +77,8 @@ pub struct Launched {
     pub service: NodeService,
     pub listener: tokio::net::TcpListener,
     pub tls: Option<ServerTlsConfig>,
+    /// The operations endpoint's listener (`ops_listen`), if configured.
+    pub ops: Option<tokio::net::TcpListener>,
 }
 
 /// Everything `node serve` does before serving: validate the config, make or load secrets,
@@ -145,7 +147,15 @@ pub async fn launch(cfg: &PartyConfig, path: &Path) -> anyhow::Result<Launched> 
         .with_alone_errors(alone);
     let listener =
         tokio::net::TcpListener::bind(&cfg.listen).await.with_context(|| format!("cannot listen on {}", cfg.listen))?;
-    Ok(Launched { service, listener, tls: server_tls })
+    let ops = match &cfg.ops_listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr} (ops_listen)"))?,
+        ),
+        None => None,
+    };
+    Ok(Launched { service, listener, tls: server_tls, ops })
 }
 
 pub async fn serve_node(a: ServeArgs) -> anyhow::Result<()> {
@@ -159,6 +169,9 @@ pub async fn serve_node(a: ServeArgs) -> anyhow::Result<()> {
         node.listener.local_addr()?,
         if node.tls.is_some() { "mutual TLS + tokens" } else { "INSECURE: plaintext, no authentication" }
     );
+    if let Some(ops) = &node.ops {
+        eprintln!("{}: metrics and gRPC health on {} (plaintext, no private data)", cfg.name, ops.local_addr()?);
+    }
     let shutdown = async {
         let ctrl_c = tokio::signal::ctrl_c();
         #[cfg(unix)]
@@ -176,7 +189,23 @@ pub async fn serve_node(a: ServeArgs) -> anyhow::Result<()> {
         }
         eprintln!("shutting down (in-flight calls finish; state is already on disk)");
     };
-    serve(node.service, node.listener, node.tls, shutdown).await?;
+    // One signal stops both servers.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let ops = node.ops.map(|l| {
+        let svc = node.service.clone();
+        tokio::spawn(dpcotrain_federation::ops::serve_ops(svc, l, stopped(stop_rx.clone())))
+    });
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    serve(node.service, node.listener, node.tls, stopped(stop_rx)).await?;
+    if let Some(h) = ops {
+        h.await.context("operations endpoint task")?.context("operations endpoint")?;
+    }
     Ok(())
 }
 
@@ -204,6 +233,7 @@ pub fn check(a: CheckArgs) -> anyhow::Result<()> {
         Ok((h.to_string(), port))
     };
     let (listen_host, listen_port) = port_of(&cfg.listen, "listen")?;
+    let ops_port = cfg.ops_listen.as_deref().map(|o| port_of(o, "ops_listen")).transpose()?.map(|(_, p)| p);
     let data: Vec<PathBuf> =
         [&cfg.data.train, &cfg.data.pool, &cfg.data.test].iter().map(|p| rel(&a.config, p)).collect();
     let mut secrets = Vec::new();
@@ -247,7 +277,7 @@ pub fn check(a: CheckArgs) -> anyhow::Result<()> {
     println!(
         "{}",
         serde_json::json!({"name": cfg.name, "federation_id": cfg.federation_id, "listen_host": listen_host,
-            "listen_port": listen_port, "state_dir": s(&cfg.state_dir(&a.config)),
+            "listen_port": listen_port, "ops_port": ops_port, "state_dir": s(&cfg.state_dir(&a.config)),
             "security_dir": cfg.security.as_ref().map(|x| s(&rel(&a.config, &x.dir))),
             "secret_files": secrets.iter().map(s).collect::<Vec<_>>(),
             "data_files": data.iter().map(s).collect::<Vec<_>>(), "peers": peers})

@@ -30,6 +30,11 @@ pub struct PartyConfig {
     pub federation_id: String,
     /// host:port to listen on.
     pub listen: String,
+    /// host:port of the plaintext operations endpoint (`GET /metrics` in Prometheus text format
+    /// and the gRPC health service), for probes and scrapers that cannot present the node's
+    /// client certificate. Serves no private data. Omit it for no such endpoint.
+    #[serde(default)]
+    pub ops_listen: Option<String>,
     pub data: DataConfig,
     #[serde(default)]
     pub model: ModelConfig,
@@ -443,6 +448,15 @@ impl PartyConfig {
         let port = self.listen.rsplit_once(':').map(|(_, p)| p.parse::<u16>());
         if !matches!(port, Some(Ok(_))) {
             anyhow::bail!("{f}: listen = {:?} is not host:port (e.g. \"127.0.0.1:50051\")", self.listen);
+        }
+        if let Some(ops) = &self.ops_listen {
+            let port = ops.rsplit_once(':').map(|(_, p)| p.parse::<u16>());
+            if !matches!(port, Some(Ok(_))) {
+                anyhow::bail!("{f}: ops_listen = {ops:?} is not host:port (e.g. \"0.0.0.0:9090\")");
+            }
+            if *ops == self.listen {
+                anyhow::bail!("{f}: ops_listen must differ from listen ({ops:?}): the node's port speaks mutual TLS");
+            }
         }
         for p in &self.peers {
             check_name(&p.name, &format!("{f}: peers.name"))?;

@@ -600,7 +600,15 @@ fn a_node_refuses_a_ledger_edited_on_disk() {
 #[test]
 fn a_node_logs_one_line_per_rpc() {
     let (pa, pb) = ports(7);
-    let dir = setup("logs", pa, pb, |t| t);
+    let (ops, _) = ports(8);
+    // A also serves its operations endpoint (metrics and gRPC health, plaintext).
+    let dir = setup("logs", pa, pb, |t| {
+        if t.contains(&format!("\nlisten = \"127.0.0.1:{pa}\"")) {
+            t.replacen("\nlisten = ", &format!("\nops_listen = \"127.0.0.1:{ops}\"\nlisten = "), 1)
+        } else {
+            t
+        }
+    });
     let log = std::fs::File::create(dir.join("a.log")).unwrap();
     let _a = Kill(
         bin()
@@ -656,4 +664,24 @@ fn a_node_logs_one_line_per_rpc() {
         train.lines().skip(1).filter_map(|l| l.rsplit(',').next()).filter(|v| v.len() > 6).collect();
     assert!(!labels.is_empty());
     assert!(labels.iter().all(|v| !text.contains(v)), "a label value in the log");
+    // The metrics endpoint counted the same RPCs and shows B's spend on A's labels.
+    let metrics = {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", ops)).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").unwrap();
+        let mut raw = String::new();
+        s.read_to_string(&mut raw).unwrap();
+        raw
+    };
+    assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+    let value = |series: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
+            .unwrap_or_else(|| panic!("no {series} in\n{metrics}"))
+    };
+    assert_eq!(value(r#"dpcotrain_rpc_total{method="Predict",code="Ok"}"#), predict.len() as f64);
+    assert_eq!(value(r#"dpcotrain_rpc_total{method="Status",code="Unauthenticated"}"#), 1.0);
+    assert!(value(r#"dpcotrain_epsilon_spent{requester="B"}"#) > 0.0);
+    assert!(labels.iter().all(|v| !metrics.contains(v)), "a label value in the metrics");
 }

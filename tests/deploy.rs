@@ -224,6 +224,14 @@ fn kubernetes_manifests_agree_with_the_node_configs() {
         let name = c["name"].as_str().unwrap().to_string();
         let port = c["listen_port"].as_i64().unwrap();
         assert_eq!(list(&c0["ports"])[0]["containerPort"].as_i64(), Some(port), "{name}: container port");
+        // The plaintext ops port: declared, probed with the gRPC health service, scraped.
+        let ops = c["ops_port"].as_i64().unwrap_or_else(|| panic!("{name}: no ops_listen"));
+        assert!(list(&c0["ports"]).iter().any(|p| p["containerPort"].as_i64() == Some(ops)), "{name}: ops port");
+        for probe in ["readinessProbe", "livenessProbe"] {
+            assert_eq!(c0[probe]["grpc"]["port"].as_i64(), Some(ops), "{name}: {probe} on the ops port");
+        }
+        let ann = &st["spec"]["template"]["metadata"]["annotations"];
+        assert_eq!(s(&ann["prometheus.io/port"]), ops.to_string(), "{name}: scrape port");
         // The ledger on a persistent volume claim template.
         let state = c["state_dir"].as_str().unwrap();
         let claims: Vec<String> =
@@ -276,7 +284,12 @@ fn kubernetes_manifests_agree_with_the_node_configs() {
             .unwrap_or_else(|| panic!("{name}: no NetworkPolicy"))
             .1;
         let rules = list(&np["spec"]["ingress"]);
-        assert_eq!(rules.len(), 1);
+        assert_eq!(rules.len(), 2, "{name}: the node's port, and the ops port for monitoring");
+        assert_eq!(list(&rules[1]["ports"])[0]["port"].as_i64(), c["ops_port"].as_i64());
+        assert!(
+            list(&rules[1]["from"]).iter().all(|f| f["podSelector"].is_badvalue()),
+            "{name}: ops rule admits no pods of the federation"
+        );
         let from: Vec<BTreeMap<String, String>> =
             list(&rules[0]["from"]).iter().map(|f| labels(&f["podSelector"]["matchLabels"])).collect();
         for other in parties.values().map(|(p, _, _)| p) {

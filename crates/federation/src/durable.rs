@@ -70,7 +70,7 @@ mod tests {
             assert_eq!(fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600);
         }
         let names: Vec<String> =
-            fs::read_dir(&d).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+            fs::read_dir(d).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
         assert_eq!(names, vec!["f.json".to_string()]);
         // A failed write (no such directory) reports the error and leaves nothing behind.
         assert!(write_atomic(&d.join("missing/f.json"), b"x", Access::Public).is_err());

@@ -23,6 +23,7 @@ pub mod codec;
 pub mod convert;
 pub mod durable;
 pub mod error;
+pub mod ops;
 pub mod orchestrator;
 pub mod peer;
 pub mod server;

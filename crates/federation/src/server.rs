@@ -14,6 +14,7 @@
 use crate::agreement::Agreement;
 use crate::auth::{Auth, Principal};
 use crate::error::NodeError;
+use crate::ops::Metrics;
 use crate::pb::node_server::{Node, NodeServer};
 use crate::store::StateStore;
 use crate::{GrpcPeer, convert, pb};
@@ -45,6 +46,8 @@ pub struct NodeService {
     name: Arc<str>,
     /// Squared test errors of the private-only model, point by point (for the paired SE).
     alone_sq_errors: Arc<Vec<f64>>,
+    /// RPC counts and latencies, spend gauges ([`crate::ops`]).
+    metrics: Arc<Metrics>,
 }
 
 impl NodeService {
@@ -65,7 +68,13 @@ impl NodeService {
             handshaken: Arc::new(Mutex::new(HashSet::new())),
             turn: Arc::new(tokio::sync::Mutex::new(())),
             alone_sq_errors: Arc::new(Vec::new()),
+            metrics: Arc::new(Metrics::default()),
         }
+    }
+
+    /// This node's metrics (served by [`crate::ops::serve_ops`]).
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 
     /// The private-only model's squared test errors (its RMSE and the paired SE of the change
@@ -143,7 +152,7 @@ impl Node for NodeService {
         let (t, who) = (Instant::now(), crate::clip(&req.get_ref().party));
         let out = self.handshake_inner(req).await;
         let refused = out.as_ref().ok().filter(|r| !r.get_ref().accepted).map(|r| r.get_ref().reason.clone());
-        log_rpc("Handshake", &who, "-", t, &out, refused.as_deref());
+        log_rpc(&self.metrics, "Handshake", &who, "-", t, &out, refused.as_deref());
         out
     }
 
@@ -151,21 +160,21 @@ impl Node for NodeService {
         let (t, r) = (Instant::now(), req.get_ref());
         let (who, id) = (crate::clip(&r.requester), crate::clip(&r.request_id));
         let out = self.predict_inner(req).await;
-        log_rpc("Predict", &who, &id, t, &out, None);
+        log_rpc(&self.metrics, "Predict", &who, &id, t, &out, None);
         out
     }
 
     async fn status(&self, req: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
         let t = Instant::now();
         let out = self.status_inner(req).await;
-        log_rpc("Status", "-", "-", t, &out, None);
+        log_rpc(&self.metrics, "Status", "-", "-", t, &out, None);
         out
     }
 
     async fn run_round(&self, req: Request<pb::RunRoundRequest>) -> Result<Response<pb::RunRoundResponse>, Status> {
         let (t, round) = (Instant::now(), format!("round {}", req.get_ref().round));
         let out = self.run_round_inner(req).await;
-        log_rpc("RunRound", "orchestrator", &round, t, &out, None);
+        log_rpc(&self.metrics, "RunRound", "orchestrator", &round, t, &out, None);
         out
     }
 }
@@ -173,8 +182,9 @@ impl Node for NodeService {
 /// One structured line per RPC: the method, the caller's claimed name and the request id (both
 /// clipped), the outcome's code and the latency — never labels, covariates or released values.
 /// Refusals (authentication, permission, budget, a refused handshake) are warnings, internal
-/// failures (a failed save) errors, the rest info.
+/// failures (a failed save) errors, the rest info. Also counted in `metrics`.
 fn log_rpc<T>(
+    metrics: &Metrics,
     method: &str,
     caller: &str,
     request: &str,
@@ -183,7 +193,9 @@ fn log_rpc<T>(
     refused: Option<&str>,
 ) {
     use tonic::Code;
-    let ms = started.elapsed().as_secs_f64() * 1e3;
+    let seconds = started.elapsed().as_secs_f64();
+    metrics.record_rpc(method, out.as_ref().map_or_else(|s| s.code(), |_| Code::Ok), seconds);
+    let ms = seconds * 1e3;
     match (out, refused) {
         (Ok(_), None) => tracing::info!(rpc = method, caller, request, code = "OK", ms, "rpc"),
         (Ok(_), Some(reason)) => {

@@ -7,6 +7,7 @@ use tokio::net::TcpListener;
 
 /// Serve `party` as an open node of federation `fed` on a free loopback port; returns its
 /// address and the sender that stops it.
+#[allow(dead_code)] // not every test crate that shares this module uses it
 pub async fn start(party: Arc<Mutex<Party>>, fed: &str) -> (String, tokio::sync::oneshot::Sender<()>) {
     start_service(NodeService::new(party, fed)).await
 }
