@@ -223,7 +223,7 @@ pub async fn run_in_process(parties: &[Arc<Mutex<Party>>], rounds: usize) -> Res
 
 /// Drive a future to completion on the current thread (in-process runs need no runtime: the
 /// in-process peer never suspends).
-pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
+pub fn block_on<F: Future>(f: F) -> F::Output {
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     let mut f = std::pin::pin!(f);
     loop {

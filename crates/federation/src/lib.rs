@@ -30,6 +30,8 @@ pub mod server;
 pub mod store;
 pub mod tls;
 
+/// The generated protobuf and gRPC code (not held to the workspace's lints).
+#[allow(unused_qualifications)]
 pub mod pb {
     tonic::include_proto!("dpcotrain.v1");
 }

@@ -27,7 +27,7 @@ thread_local! {
 }
 
 /// A fresh path `name` inside this test's own temporary directory.
-fn test_dir(name: &str) -> std::path::PathBuf {
+fn test_dir(name: &str) -> PathBuf {
     TEST_DIR.with(|d| d.path().join(name))
 }
 
