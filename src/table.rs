@@ -1029,4 +1029,52 @@ mod tests {
         assert!(empty.split_target(Some("0")).is_err());
         assert!(empty.require_rows(1, "").is_err());
     }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// Any finite f64 (every exponent, both signs, subnormals).
+        fn finite() -> impl Strategy<Value = f64> {
+            any::<f64>().prop_filter("finite", |v| v.is_finite())
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(128))]
+
+            /// `write_csv` then `Table::read` gives back the names and every value bit for bit.
+            #[test]
+            fn any_finite_table_round_trips(
+                (names, values, rows) in (1usize..6, 1usize..8).prop_flat_map(|(c, r)| (
+                    prop::collection::btree_set("[a-zA-Z_][a-zA-Z0-9_ ,\"]{0,8}", c..=c),
+                    prop::collection::vec(finite(), c * r..=c * r),
+                    Just(r),
+                ))
+            ) {
+                let names: Vec<String> = names.into_iter().map(|n| n.trim().to_string()).collect();
+                prop_assume!(names.iter().all(|n| !n.is_empty()));
+                prop_assume!(names.iter().collect::<std::collections::BTreeSet<_>>().len() == names.len());
+                let data = DMatrix::from_row_slice(rows, names.len(), &values);
+                let file = TempFile::new("t.csv");
+                write_csv(&file.path, &names, &data).unwrap();
+                let t = Table::read(&file.path).unwrap();
+                prop_assert_eq!(&t.columns, &names);
+                prop_assert_eq!(t.data.shape(), data.shape());
+                for (a, b) in t.data.iter().zip(data.iter()) {
+                    prop_assert_eq!(a.to_bits(), b.to_bits());
+                }
+            }
+
+            /// Any bytes: a table or an error that names the file, never a panic or a NaN.
+            #[test]
+            fn any_bytes_give_a_table_or_an_error(bytes in prop::collection::vec(
+                prop_oneof![any::<u8>(), Just(b','), Just(b'\n'), Just(b'"'), Just(b'1'), Just(b'.'), Just(b'e')], 0..200))
+            {
+                match Table::parse(Path::new("fuzz.csv"), &bytes) {
+                    Ok(t) => prop_assert!(t.data.iter().all(|v| v.is_finite())),
+                    Err(e) => prop_assert!(e.to_string().contains("fuzz.csv"), "{}", e),
+                }
+            }
+        }
+    }
 }

@@ -178,4 +178,75 @@ mod tests {
         bad.noise_var.pop();
         assert!(answer_from_pb(bad).unwrap_err().contains("noise variances"));
     }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn matrix() -> impl Strategy<Value = Option<pb::Matrix>> {
+            prop::option::of(
+                (0u32..5, 0u32..5, prop::collection::vec(any::<f64>(), 0..30))
+                    .prop_map(|(rows, cols, data)| pb::Matrix { rows, cols, data }),
+            )
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(512))]
+
+            /// Any request from the wire: refused with a reason, or accepted and sent back
+            /// unchanged.
+            #[test]
+            fn any_request_is_refused_or_round_trips(
+                request_id in ".{0,12}",
+                requester in ".{0,12}",
+                indices in prop::collection::vec(prop_oneof![0u64..1000, any::<u64>()], 0..40),
+                uncertainty in prop_oneof![Just("none".to_string()), Just("marginal".into()), Just("full".into()), ".{0,8}"],
+                want_prior in any::<bool>(),
+            ) {
+                let wire = pb::PredictRequest { request_id, requester, indices, uncertainty, want_prior, federation_id: "f".into() };
+                if let Ok(r) = request_from_pb(&wire) {
+                    prop_assert_eq!(request_to_pb(&r, "f"), wire);
+                }
+            }
+
+            /// Any response from the wire: an error, or an answer whose vectors match its
+            /// indices and whose matrices match their stated shapes — never a panic.
+            #[test]
+            fn any_response_is_refused_or_consistent(
+                n in 0usize..6,
+                extra in 0usize..3,
+                mean in prop::collection::vec(any::<f64>(), 0..8),
+                has_var in any::<bool>(),
+                var in prop::collection::vec(any::<f64>(), 0..8),
+                cov in matrix(),
+                prior_cov in matrix(),
+                has_noise_var in any::<bool>(),
+                noise_var in prop::collection::vec(any::<f64>(), 0..8),
+                big in any::<u64>(),
+                aligned in any::<bool>(),
+            ) {
+                let (mut mean, mut var, mut noise_var) = (mean, var, noise_var);
+                if aligned {
+                    // Mostly well-formed answers, so the accepted branch is exercised too.
+                    for v in [&mut mean, &mut var, &mut noise_var] {
+                        v.resize(n, 0.25);
+                    }
+                }
+                let mut indices: Vec<u64> = (0..n as u64).collect();
+                if extra == 2 { indices.push(big); }
+                let r = pb::PredictResponse {
+                    responder: "B".into(), indices, mean, has_var, var, answered: vec![], cov, prior_cov,
+                    model_version: 1, charge: None, has_budget: false, budget_rho_left: 0.0, has_noise_var, noise_var,
+                };
+                if let Ok(a) = answer_from_pb(r) {
+                    prop_assert_eq!(a.mean.len(), a.indices.len());
+                    if let Some(v) = &a.var { prop_assert_eq!(v.len(), a.indices.len()); }
+                    if let Some(v) = &a.noise_var { prop_assert_eq!(v.len(), a.indices.len()); }
+                    // Compared through Debug so that a NaN sent is a NaN received.
+                    let back = answer_from_pb(answer_to_pb(&a)).unwrap();
+                    prop_assert_eq!(format!("{back:?}"), format!("{a:?}"));
+                }
+            }
+        }
+    }
 }

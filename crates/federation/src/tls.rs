@@ -446,4 +446,50 @@ mod tests {
             assert_eq!(mode, 0o600, "{f}");
         }
     }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(512))]
+
+            /// The DER walk never panics on any bytes: it reads a certificate or gives up.
+            #[test]
+            fn der_walk_never_panics_on_any_bytes(bytes in prop::collection::vec(any::<u8>(), 0..300)) {
+                if let Some(parts) = cert_parts(&bytes) {
+                    let _ = common_name(parts.subject);
+                    let _ = common_name(parts.issuer);
+                }
+                let _ = common_name(&bytes);
+            }
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(24))]
+
+            /// A certificate for any (DNS-safe) name: the walk reads that name back; a certificate
+            /// with any byte changed or cut short reads without a panic.
+            #[test]
+            fn der_walk_reads_any_name_and_survives_corruption(
+                name in "[a-z][a-z0-9-]{0,20}",
+                flip in any::<prop::sample::Index>(),
+                byte in any::<u8>(),
+                cut in any::<prop::sample::Index>(),
+            ) {
+                let dir = tempfile::tempdir().unwrap();
+                generate_dev_pki(dir.path(), std::slice::from_ref(&name), &["127.0.0.1".into()]).unwrap();
+                let pem = dir.path().join(format!("{name}.pem"));
+                let der = first_cert(&pem, &read(&pem).unwrap()).unwrap();
+                prop_assert_eq!(common_name(cert_parts(&der).unwrap().subject), Some(name.clone()));
+                let mut bad = der.to_vec();
+                let i = flip.index(bad.len());
+                bad[i] = byte;
+                if let Some(parts) = cert_parts(&bad) {
+                    let _ = common_name(parts.subject);
+                }
+                let _ = cert_parts(&der[..cut.index(der.len())]);
+            }
+        }
+    }
 }
