@@ -80,8 +80,12 @@ fn json(out: &Output) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// Two ports for test `k` (0 ≤ k < 12) of this test process: 24 per process in 20000–31999,
+/// below Linux's ephemeral range (32768–60999), so that no outgoing connection of a parallel
+/// test can be holding one when a node binds it.
 fn ports(k: u16) -> (u16, u16) {
-    let base = 41000 + (std::process::id() % 1000) as u16 * 12 + 2 * k;
+    assert!(k < 12, "at most 12 port pairs per test process");
+    let base = 20000 + (std::process::id() % 500) as u16 * 24 + 2 * k;
     (base, base + 1)
 }
 
@@ -290,7 +294,7 @@ fn three_party_example_completes_a_run() {
     let ex = root.join("examples/three-party");
     let dir = test_dir("node-three");
     std::fs::create_dir_all(&dir).unwrap();
-    let base = 52000 + (std::process::id() % 1000) as u16 * 3;
+    let base = ports(9).0; // and the next two ports (ports(9).1, ports(10).0)
     let ports = |t: String| {
         t.replace("50061", &base.to_string())
             .replace("50062", &(base + 1).to_string())
@@ -442,6 +446,7 @@ fn node_check_refuses_what_serve_refuses() {
         (cfg.replace(&train_ok, &nan.display().to_string()), "line 3, column \"AT\" (1)"),
         (cfg.replace(&test_ok, &renamed.display().to_string()), "missing \"V\"; unexpected \"RH\""),
         (cfg.replace("listen = \"127.0.0.1:", "listen = \"127.0.0.1 "), "listen"),
+        (cfg.replacen("\nlisten = ", "\nops_listen = \"0.0.0.0\"\nlisten = ", 1), "ops_listen = \"0.0.0.0\" is not host:port"),
     ];
     for (text, needle) in cases {
         let p = bad(text);
