@@ -12,7 +12,10 @@
 
 use crate::experiment_cmd::write_atomic;
 use crate::node_cmd::{drive, launch, orchestrator, write_views};
-use crate::node_config::{FederationConfig, PartyConfig, load};
+use crate::node_config::{
+    DataConfig, FederationConfig, ModelConfig, PartyConfig, PeerConfig, PrivacyConfig, SecurityConfig, dev_hosts, load,
+    to_toml,
+};
 use crate::svg::{Figure, LineChart, Marker, Series};
 use anyhow::Context;
 use clap::Args;
@@ -137,42 +140,56 @@ fn write_federation(a: &DemoArgs, sc: &Scenario, target: &str, dir: &Path) -> an
     let dirs: Vec<String> = names.iter().map(|n| format!("party-{n}")).collect();
     write_views(sc, dir, &dirs.iter().map(String::as_str).collect::<Vec<_>>(), target)?;
     let ports = names.iter().map(|_| free_port()).collect::<anyhow::Result<Vec<u16>>>()?;
-    let budget = a.budget_epsilon.map(|b| format!("budget_epsilon = {b:?}\n")).unwrap_or_default();
+    let node = |j: usize| PeerConfig { name: names[j].clone(), address: format!("https://127.0.0.1:{}", ports[j]) };
     for (i, name) in names.iter().enumerate() {
-        let mut peers = String::new();
-        for (j, other) in names.iter().enumerate().filter(|(j, _)| *j != i) {
-            peers += &format!("\n[[peers]]\nname = \"{other}\"\naddress = \"https://127.0.0.1:{}\"\n", ports[j]);
-        }
-        let toml = format!(
-            "# Written by `dpcotrain demo`: party {name}. Serve it yourself with\n\
-             #   dpcotrain node serve --config {cfg}\n\
-             name = \"{name}\"\nfederation_id = \"demo\"\nlisten = \"127.0.0.1:{port}\"\nseed = {seed}\n\
-             state_dir = \"state/{name}\"\n\n\
-             [security]\ndir = \"secrets\"\ngenerate_dev = true\n\n\
-             [data]\ntrain = \"{d}/train.csv\"\npool = \"{d}/pool.csv\"\ntest = \"{d}/test.csv\"\ntarget = \"{target}\"\n\n\
-             [model]\ncombiner = \"{comb}\"\nuncertainty = \"{unc}\"\n\n\
-             [privacy]\nmode = \"{dp}\"\nepsilon = {eps:?}\ndelta = {delta:?}\n{budget}label_range = [-3.0, 3.0]\npolicy = \"{policy}\"\nqueries_per_turn = {queries}\n{peers}",
-            cfg = dir.join(format!("{name}.toml")).display(),
-            port = ports[i],
-            seed = a.seed.wrapping_add(i as u64),
-            d = dirs[i],
-            comb = a.combiner,
-            unc = a.uncertainty,
-            dp = a.dp,
-            eps = a.epsilon,
-            delta = a.delta,
-            policy = a.policy(),
-            queries = a.queries,
+        let cfg = PartyConfig {
+            name: name.clone(),
+            federation_id: "demo".into(),
+            listen: format!("127.0.0.1:{}", ports[i]),
+            ops_listen: None,
+            data: DataConfig {
+                train: format!("{}/train.csv", dirs[i]).into(),
+                pool: format!("{}/pool.csv", dirs[i]).into(),
+                test: format!("{}/test.csv", dirs[i]).into(),
+                target: target.into(),
+                y_mean: 0.0,
+                y_scale: 1.0,
+            },
+            model: ModelConfig {
+                combiner: a.combiner.clone(),
+                uncertainty: a.uncertainty.clone(),
+                ..ModelConfig::default()
+            },
+            privacy: PrivacyConfig {
+                mode: a.dp.clone(),
+                epsilon: a.epsilon,
+                delta: a.delta,
+                budget_epsilon: a.budget_epsilon,
+                policy: Some(a.policy().into()),
+                queries_per_turn: a.queries,
+                ..PrivacyConfig::default()
+            },
+            peers: (0..names.len()).filter(|&j| j != i).map(node).collect(),
+            seed: Some(a.seed.wrapping_add(i as u64)),
+            state_dir: Some(format!("state/{name}").into()),
+            security: Some(SecurityConfig { dir: "secrets".into(), generate_dev: true, hosts: dev_hosts() }),
+            insecure: false,
+        };
+        let path = dir.join(format!("{name}.toml"));
+        let header = format!(
+            "Written by `dpcotrain demo`: party {name}. Serve it yourself with\n  dpcotrain node serve --config {}",
+            path.display()
         );
-        write_atomic(&dir.join(format!("{name}.toml")), &toml)?;
+        write_atomic(&path, &to_toml(&header, &cfg)?)?;
     }
-    let mut fed = format!(
-        "# Written by `dpcotrain demo`.\nfederation_id = \"demo\"\nrounds = {}\n\n[security]\ndir = \"secrets\"\n",
-        a.rounds
-    );
-    for (i, name) in names.iter().enumerate() {
-        fed += &format!("\n[[nodes]]\nname = \"{name}\"\naddress = \"https://127.0.0.1:{}\"\n", ports[i]);
-    }
+    let fed = FederationConfig {
+        federation_id: "demo".into(),
+        rounds: a.rounds,
+        wait_seconds: FederationConfig::DEFAULT_WAIT_SECONDS,
+        nodes: (0..names.len()).map(node).collect(),
+        security: Some(SecurityConfig { dir: "secrets".into(), generate_dev: false, hosts: dev_hosts() }),
+    };
+    let fed = to_toml("Written by `dpcotrain demo`.", &fed)?;
     write_atomic(&dir.join("federation.toml"), &fed)?;
     Ok(names)
 }

@@ -19,11 +19,11 @@ use dpcotrain_federation::auth::ORCHESTRATOR;
 use dpcotrain_privacy::calibrate::{Mechanism, THESIS_MULTIPLIER};
 use dpcotrain_privacy::finite::CapRule;
 use dpcotrain_privacy::sensitivity::LabelRange;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// A party's node configuration (`party.toml`). Relative paths are relative to the file.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct PartyConfig {
     pub name: String,
@@ -33,7 +33,7 @@ pub struct PartyConfig {
     /// host:port of the plaintext operations endpoint (`GET /metrics` in Prometheus text format
     /// and the gRPC health service), for probes and scrapers that cannot present the node's
     /// client certificate. Serves no private data. Omit it for no such endpoint.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ops_listen: Option<String>,
     pub data: DataConfig,
     #[serde(default)]
@@ -43,15 +43,15 @@ pub struct PartyConfig {
     #[serde(default)]
     pub peers: Vec<PeerConfig>,
     /// Seed of simulation noise. Omit it in production: release noise then comes from the OS.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
     /// Where the ledger, released answers and model history live (default `state/NAME` next
     /// to the config file). Keep it on persistent storage: it is what stops a restarted node
     /// from spending privacy again.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state_dir: Option<PathBuf>,
     /// TLS + tokens. Omitting it requires `insecure = true`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub security: Option<SecurityConfig>,
     /// Plaintext, unauthenticated (development on loopback only; refused on other addresses).
     #[serde(default)]
@@ -59,7 +59,7 @@ pub struct PartyConfig {
 }
 
 /// `[security]`: mutual TLS and bearer tokens.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SecurityConfig {
     /// Folder with ca.pem, NAME.pem, NAME.key and tokens/ (see the module docs).
@@ -73,11 +73,12 @@ pub struct SecurityConfig {
     pub hosts: Vec<String>,
 }
 
-fn dev_hosts() -> Vec<String> {
+/// Host names the development certificates are valid for by default.
+pub fn dev_hosts() -> Vec<String> {
     vec!["localhost".into(), "127.0.0.1".into()]
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct DataConfig {
     /// Private labelled rows: this party's covariate columns plus the target column.
@@ -100,7 +101,7 @@ fn unit() -> f64 {
     1.0
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelConfig {
     #[serde(default = "noisy")]
@@ -109,7 +110,7 @@ pub struct ModelConfig {
     pub uncertainty: String,
     /// posterior | likelihood: how answers are read (default: likelihood under policy batches,
     /// posterior otherwise).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answers: Option<String>,
     /// off | loo: set answers aside when they make the private rows' leave-one-out error
     /// worse (noisy combiner, exact local model; not with policy per-query).
@@ -134,7 +135,7 @@ impl Default for ModelConfig {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct PrivacyConfig {
     /// off | thesis | calibrated
@@ -145,28 +146,29 @@ pub struct PrivacyConfig {
     #[serde(default = "delta")]
     pub delta: f64,
     /// ε budget per requester (default: epsilon).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub budget_epsilon: Option<f64>,
     #[serde(default = "range")]
     pub label_range: [f64; 2],
     /// batches | release-once | per-query (default: per-query in thesis mode, batches otherwise)
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<String>,
     /// finite | rkhs (default: finite under policy batches, rkhs otherwise).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub release: Option<String>,
     /// Influence cap of the finite release: auto | none | eta=X.
     #[serde(default = "auto")]
     pub cap: String,
     /// public | fitted: where the release's hyperparameters come from (default: public under
     /// policy batches, fitted otherwise — fitted θ leaks through the variances, uncounted).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub theta: Option<String>,
     /// Public θ: [signal variance, length-scale, noise variance] on the standardised scale.
     #[serde(default = "public_theta")]
     pub public_theta: [f64; 3],
     /// public | adaptive: how this node chooses what to ask (default: public under policy
     /// batches — label-free — adaptive otherwise).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queries: Option<String>,
     /// Pool indices asked per turn under public queries (one request, one release per peer).
     #[serde(default = "per_turn")]
@@ -214,7 +216,7 @@ impl Default for PrivacyConfig {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct PeerConfig {
     pub name: String,
@@ -223,7 +225,7 @@ pub struct PeerConfig {
 }
 
 /// The orchestrator's view (`federation.toml`).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FederationConfig {
     pub federation_id: String,
@@ -235,7 +237,7 @@ pub struct FederationConfig {
     pub wait_seconds: u64,
     pub nodes: Vec<PeerConfig>,
     /// The orchestrator's certificate (CN "orchestrator") and tokens; omit for insecure nodes.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub security: Option<SecurityConfig>,
 }
 
@@ -244,7 +246,20 @@ fn rounds() -> u32 {
 }
 
 fn wait_seconds() -> u64 {
-    120
+    FederationConfig::DEFAULT_WAIT_SECONDS
+}
+
+impl FederationConfig {
+    /// How long `run` waits for an unreachable node by default.
+    pub const DEFAULT_WAIT_SECONDS: u64 = 120;
+}
+
+/// A config file's text: `header` as `#` comment lines, then `value` serialised as TOML (every
+/// setting written out, defaults included, so the file shows what the node will do).
+pub fn to_toml<T: Serialize>(header: &str, value: &T) -> anyhow::Result<String> {
+    let mut text: String = header.lines().map(|l| format!("# {l}\n")).collect();
+    text += &toml::to_string(value).context("cannot write the configuration as TOML")?;
+    Ok(text)
 }
 
 pub fn load<T: for<'de> Deserialize<'de>>(path: &Path) -> anyhow::Result<T> {

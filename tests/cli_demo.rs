@@ -51,6 +51,17 @@ fn demo_runs_a_private_federation_and_writes_a_report() {
     ] {
         assert!(out.join(f).exists(), "{f} missing");
     }
+    // The configs it wrote (serialised from the config structs) pass `node check` and state
+    // every setting, defaults included.
+    for name in ["P1", "P2"] {
+        let cfg = out.join(format!("federation/{name}.toml"));
+        let check = bin().args(["node", "check", "--offline", "--config"]).arg(&cfg).output().unwrap();
+        assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+        let text = std::fs::read_to_string(&cfg).unwrap();
+        for setting in ["policy = \"batches\"", "cap = \"auto\"", "public_theta = [", "guard = \"off\"", "[[peers]]"] {
+            assert!(text.contains(setting), "{name}.toml lacks {setting}:\n{text}");
+        }
+    }
     let r: Value = serde_json::from_str(&std::fs::read_to_string(out.join("run.json")).unwrap()).unwrap();
     assert_eq!(r["dp"], "calibrated");
     assert_eq!(r["policy"], "batches");

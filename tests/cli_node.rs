@@ -446,7 +446,10 @@ fn node_check_refuses_what_serve_refuses() {
         (cfg.replace(&train_ok, &nan.display().to_string()), "line 3, column \"AT\" (1)"),
         (cfg.replace(&test_ok, &renamed.display().to_string()), "missing \"V\"; unexpected \"RH\""),
         (cfg.replace("listen = \"127.0.0.1:", "listen = \"127.0.0.1 "), "listen"),
-        (cfg.replacen("\nlisten = ", "\nops_listen = \"0.0.0.0\"\nlisten = ", 1), "ops_listen = \"0.0.0.0\" is not host:port"),
+        (
+            cfg.replacen("\nlisten = ", "\nops_listen = \"0.0.0.0\"\nlisten = ", 1),
+            "ops_listen = \"0.0.0.0\" is not host:port",
+        ),
     ];
     for (text, needle) in cases {
         let p = bad(text);
