@@ -197,16 +197,8 @@ fn write_federation(a: &DemoArgs, sc: &Scenario, target: &str, dir: &Path) -> an
 pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
     check(&a)?;
     let t0 = Instant::now();
-    let kind = match a.combiner.as_str() {
-        "blocky" => CombinerKind::Blocky,
-        "hybrid" => CombinerKind::Hybrid,
-        _ => CombinerKind::Noisy,
-    };
-    let unc = match a.uncertainty.as_str() {
-        "none" => Uncertainty::None,
-        "full" => Uncertainty::Full,
-        _ => Uncertainty::Marginal,
-    };
+    let kind: CombinerKind = a.combiner.parse().map_err(|e| anyhow::anyhow!("--combiner: {e}"))?;
+    let unc: Uncertainty = a.uncertainty.parse().map_err(|e| anyhow::anyhow!("--uncertainty: {e}"))?;
     if a.dp == "calibrated" {
         dpcotrain_cotrain::responder::discounts_answer_noise(kind, unc)
             .map_err(|e| anyhow::anyhow!("--combiner {} --uncertainty {}: {e}", a.combiner, a.uncertainty))?;

@@ -322,26 +322,13 @@ pub fn party_from_config(cfg: &PartyConfig, path: &Path) -> anyhow::Result<Party
 
 /// Parse and cross-check the config's `[model]` and `[privacy]` strings (no file is read).
 pub fn settings_from_config(cfg: &PartyConfig, path: &Path) -> anyhow::Result<NodeSettings> {
-    let kind = match cfg.model.combiner.as_str() {
-        "noisy" => CombinerKind::Noisy,
-        "blocky" => CombinerKind::Blocky,
-        "hybrid" => CombinerKind::Hybrid,
-        o => anyhow::bail!("{}: model.combiner {o:?} is not noisy, blocky or hybrid", path.display()),
-    };
-    let unc = match cfg.model.uncertainty.as_str() {
-        "none" => Uncertainty::None,
-        "marginal" => Uncertainty::Marginal,
-        "full" => Uncertainty::Full,
-        o => anyhow::bail!("{}: model.uncertainty {o:?} is not none, marginal or full", path.display()),
-    };
+    let field = |name: &str, e: dpcotrain_cotrain::CotrainError| anyhow::anyhow!("{}: {name}: {e}", path.display());
+    let kind: CombinerKind = cfg.model.combiner.parse().map_err(|e| field("model.combiner", e))?;
+    let unc: Uncertainty = cfg.model.uncertainty.parse().map_err(|e| field("model.uncertainty", e))?;
     let pv = &cfg.privacy;
     let default_policy = if pv.mode == "thesis" { "per-query" } else { "batches" };
-    let policy = match pv.policy.as_deref().unwrap_or(default_policy) {
-        "batches" => ReleasePolicy::Batches,
-        "release-once" => ReleasePolicy::ReleaseOnce,
-        "per-query" => ReleasePolicy::PerQuery,
-        o => anyhow::bail!("{}: privacy.policy {o:?} is not batches, release-once or per-query", path.display()),
-    };
+    let policy: ReleasePolicy =
+        pv.policy.as_deref().unwrap_or(default_policy).parse().map_err(|e| field("privacy.policy", e))?;
     let honest = policy == ReleasePolicy::Batches;
     let cap: CapRule = pv.cap.parse().map_err(|e| anyhow::anyhow!("{}: privacy.cap: {e}", path.display()))?;
     let release = match pv.release.as_deref().unwrap_or(if honest { "finite" } else { "rkhs" }) {

@@ -16,6 +16,8 @@ pub enum Uncertainty {
     Full,
 }
 
+crate::named_enum!(Uncertainty, "uncertainty mode", [None, Marginal, Full]);
+
 impl Uncertainty {
     pub fn name(self) -> &'static str {
         match self {

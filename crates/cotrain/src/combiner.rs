@@ -29,6 +29,8 @@ pub enum CombinerKind {
     Hybrid,
 }
 
+crate::named_enum!(CombinerKind, "combiner", [Blocky, Noisy, Hybrid]);
+
 impl CombinerKind {
     pub fn name(self) -> &'static str {
         match self {
@@ -60,18 +62,16 @@ pub enum AnswerForm {
     Likelihood,
 }
 
-impl std::str::FromStr for AnswerForm {
-    type Err = CotrainError;
-    fn from_str(s: &str) -> Result<Self, CotrainError> {
-        match s.trim() {
-            "likelihood" => Ok(AnswerForm::Likelihood),
-            "posterior" => Ok(AnswerForm::Posterior),
-            other => Err(CotrainError::invalid(format!("answer reading {other:?} is not likelihood or posterior"))),
-        }
-    }
-}
+crate::named_enum!(AnswerForm, "answer reading", [Likelihood, Posterior]);
 
 impl AnswerForm {
+    pub fn name(self) -> &'static str {
+        match self {
+            AnswerForm::Likelihood => "likelihood",
+            AnswerForm::Posterior => "posterior",
+        }
+    }
+
     /// Whether this reading is defined for `kind` with `uncertainty` (the likelihood reading is
     /// for the noisy combiner with marginal uncertainty only).
     pub fn check(self, kind: CombinerKind, uncertainty: Uncertainty) -> Result<(), CotrainError> {
@@ -107,16 +107,7 @@ impl AnswerGuard {
     }
 }
 
-impl std::str::FromStr for AnswerGuard {
-    type Err = CotrainError;
-    fn from_str(s: &str) -> Result<Self, CotrainError> {
-        match s.trim() {
-            "off" => Ok(AnswerGuard::Off),
-            "loo" => Ok(AnswerGuard::Loo),
-            other => Err(CotrainError::invalid(format!("answer guard {other:?} is not off or loo"))),
-        }
-    }
-}
+crate::named_enum!(AnswerGuard, "answer guard", [Off, Loo]);
 
 /// The leave-one-out comparison behind [`AnswerGuard::Loo`], over the private rows.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

@@ -21,6 +21,7 @@ pub mod frontier;
 pub mod grid;
 pub mod hybrid;
 pub mod metrics;
+pub mod named;
 pub mod peer;
 pub mod psd;
 pub mod release_model;

@@ -68,6 +68,8 @@ pub enum ReleasePolicy {
     Batches,
 }
 
+crate::named_enum!(ReleasePolicy, "release policy", [Batches, ReleaseOnce, PerQuery]);
+
 impl ReleasePolicy {
     pub fn name(self) -> &'static str {
         match self {

@@ -27,12 +27,11 @@ pub fn uncertainty_name(u: Uncertainty) -> &'static str {
 }
 
 pub fn uncertainty_from(s: &str) -> Result<Uncertainty, String> {
-    match s {
-        "none" => Ok(Uncertainty::None),
-        "marginal" => Ok(Uncertainty::Marginal),
-        "full" => Ok(Uncertainty::Full),
-        other => Err(format!("unknown uncertainty mode {} (none, marginal, full)", crate::clip(other))),
+    // Exact spelling only on the wire (no trimming), and the echo of a peer's string clipped.
+    if s.trim() != s || s.len() > 64 {
+        return Err(format!("unknown uncertainty mode {} (none, marginal or full)", crate::clip(s)));
     }
+    s.parse().map_err(|e: dpcotrain_cotrain::CotrainError| e.to_string())
 }
 
 pub fn request_to_pb(r: &PredictRequest, federation_id: &str) -> pb::PredictRequest {

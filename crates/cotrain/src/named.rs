@@ -1,0 +1,92 @@
+//! One way to spell a fieldless enum in configs, on the command line and on the wire. Each
+//! enum keeps its exhaustive `name()` and lists its variants once with [`named_enum!`]; parsing
+//! (`FromStr`), printing (`Display`) and the error that lists the accepted names all come from
+//! that list.
+
+use crate::CotrainError;
+
+/// A fieldless enum with one spelling per variant.
+pub trait Named: Sized + Copy + 'static {
+    /// What a value is, for error messages ("combiner").
+    const WHAT: &'static str;
+    /// Every variant, in the order an error message lists them.
+    const ALL: &'static [Self];
+    /// The variant's spelling.
+    fn spelling(self) -> &'static str;
+
+    /// The variant spelled `s` (surrounding whitespace ignored); otherwise an error that names
+    /// what was given and every accepted spelling.
+    fn from_name(s: &str) -> Result<Self, CotrainError> {
+        let t = s.trim();
+        Self::ALL.iter().copied().find(|v| v.spelling() == t).ok_or_else(|| {
+            let names: Vec<&str> = Self::ALL.iter().map(|v| v.spelling()).collect();
+            let list = match names.split_last() {
+                Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+                _ => names.join(""),
+            };
+            CotrainError::invalid(format!("{} {t:?} is not {list}", Self::WHAT))
+        })
+    }
+}
+
+/// `named_enum!(Type, "what", [A, B, C])`: [`Named`] from `Type::name`, plus `FromStr` and
+/// `Display` through it.
+#[macro_export]
+macro_rules! named_enum {
+    ($ty:ident, $what:literal, [$($variant:ident),+ $(,)?]) => {
+        impl $crate::named::Named for $ty {
+            const WHAT: &'static str = $what;
+            const ALL: &'static [Self] = &[$($ty::$variant),+];
+            fn spelling(self) -> &'static str {
+                self.name()
+            }
+        }
+        impl std::str::FromStr for $ty {
+            type Err = $crate::CotrainError;
+            fn from_str(s: &str) -> Result<Self, $crate::CotrainError> {
+                <$ty as $crate::named::Named>::from_name(s)
+            }
+        }
+        impl std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Named;
+    use crate::answer::Uncertainty;
+    use crate::combiner::{AnswerForm, AnswerGuard, CombinerKind};
+    use crate::responder::ReleasePolicy;
+
+    fn round_trips<T: Named + PartialEq + std::fmt::Debug + std::fmt::Display + std::str::FromStr>() {
+        for &v in T::ALL {
+            assert_eq!(T::from_name(v.spelling()).unwrap(), v);
+            assert_eq!(T::from_name(&format!("  {} ", v.spelling())).unwrap(), v);
+            assert_eq!(v.to_string(), v.spelling());
+        }
+        let names: std::collections::BTreeSet<&str> = T::ALL.iter().map(|v| v.spelling()).collect();
+        assert_eq!(names.len(), T::ALL.len(), "{}: two variants share a spelling", T::WHAT);
+        let err = T::from_name("nonsense").unwrap_err().to_string();
+        assert!(err.contains("\"nonsense\"") && err.contains(T::WHAT), "{err}");
+        for &v in T::ALL {
+            assert!(err.contains(v.spelling()), "{err} lacks {}", v.spelling());
+        }
+    }
+
+    #[test]
+    fn every_named_enum_round_trips_and_lists_its_names() {
+        round_trips::<CombinerKind>();
+        round_trips::<Uncertainty>();
+        round_trips::<AnswerForm>();
+        round_trips::<AnswerGuard>();
+        round_trips::<ReleasePolicy>();
+        assert_eq!(
+            "hybird".parse::<CombinerKind>().unwrap_err().to_string(),
+            "invalid input: combiner \"hybird\" is not blocky, noisy or hybrid"
+        );
+    }
+}
