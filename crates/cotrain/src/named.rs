@@ -1,5 +1,5 @@
 //! One way to spell a fieldless enum in configs, on the command line and on the wire. Each
-//! enum keeps its exhaustive `name()` and lists its variants once with [`named_enum!`]; parsing
+//! enum keeps its exhaustive `name()` and lists its variants once with [`named_enum!`](crate::named_enum); parsing
 //! (`FromStr`), printing (`Display`) and the error that lists the accepted names all come from
 //! that list.
 
