@@ -15,7 +15,8 @@ pub trait Named: Sized + Copy + 'static {
     fn spelling(self) -> &'static str;
 
     /// The variant spelled `s` (surrounding whitespace ignored); otherwise an error that names
-    /// what was given and every accepted spelling.
+    /// what was given (cut at 64 characters: the text may come from a peer) and every accepted
+    /// spelling.
     fn from_name(s: &str) -> Result<Self, CotrainError> {
         let t = s.trim();
         Self::ALL.iter().copied().find(|v| v.spelling() == t).ok_or_else(|| {
@@ -24,7 +25,9 @@ pub trait Named: Sized + Copy + 'static {
                 Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
                 _ => names.join(""),
             };
-            CotrainError::invalid(format!("{} {t:?} is not {list}", Self::WHAT))
+            let shown: String = t.chars().take(64).collect();
+            let cut = if shown.len() < t.len() { "…" } else { "" };
+            CotrainError::invalid(format!("{} {shown:?}{cut} is not {list}", Self::WHAT))
         })
     }
 }

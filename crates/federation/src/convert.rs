@@ -22,24 +22,12 @@ pub fn matrix_from_pb(m: &pb::Matrix) -> Result<DMatrix<f64>, String> {
     Ok(DMatrix::from_column_slice(r, c, &m.data))
 }
 
-pub fn uncertainty_name(u: Uncertainty) -> &'static str {
-    u.name()
-}
-
-pub fn uncertainty_from(s: &str) -> Result<Uncertainty, String> {
-    // Exact spelling only on the wire (no trimming), and the echo of a peer's string clipped.
-    if s.trim() != s || s.len() > 64 {
-        return Err(format!("unknown uncertainty mode {} (none, marginal or full)", crate::clip(s)));
-    }
-    s.parse().map_err(|e: dpcotrain_cotrain::CotrainError| e.to_string())
-}
-
 pub fn request_to_pb(r: &PredictRequest, federation_id: &str) -> pb::PredictRequest {
     pb::PredictRequest {
         request_id: r.request_id.clone(),
         requester: r.requester.clone(),
         indices: r.indices.iter().map(|&i| i as u64).collect(),
-        uncertainty: uncertainty_name(r.uncertainty).into(),
+        uncertainty: r.uncertainty.name().into(),
         want_prior: r.want_prior,
         federation_id: federation_id.into(),
     }
@@ -60,7 +48,7 @@ pub fn request_from_pb(r: &pb::PredictRequest) -> Result<PredictRequest, String>
         .iter()
         .map(|&i| usize::try_from(i).map_err(|_| format!("index {i} too large")))
         .collect::<Result<Vec<_>, _>>()?;
-    let uncertainty = uncertainty_from(&r.uncertainty)?;
+    let uncertainty: Uncertainty = r.uncertainty.parse().map_err(|e: dpcotrain_cotrain::CotrainError| e.to_string())?;
     // The answer's size is known from the request alone: refuse one that could not be sent
     // before anything is computed, charged or saved.
     let k = indices.len() as f64;
