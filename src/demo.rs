@@ -25,7 +25,7 @@ use dpcotrain_cotrain::ccpp::{CcppConfig, RESPONSE, ccpp, ccpp_pooled};
 use dpcotrain_cotrain::combiner::{AnswerForm, CombinerKind};
 use dpcotrain_cotrain::data::Scenario;
 use dpcotrain_cotrain::driver::{block_on, build_parties, default_kernel, evaluate, run_in_process};
-use dpcotrain_cotrain::responder::{DpConfig, Party};
+use dpcotrain_cotrain::responder::{DpConfig, Party, THETA_SELECTION_ID};
 use dpcotrain_cotrain::simulate::{SimConfig, simulate};
 use dpcotrain_federation::serve;
 use serde_json::{Value, json};
@@ -394,12 +394,14 @@ pub fn verdict(alone: f64, after: f64, se: Option<f64>, n_test: usize) -> String
     }
 }
 
-/// The largest noise sd of this party's releases (label units), if it released anything.
+/// The largest noise sd of this party's releases of label values (label units), if it released
+/// anything (a θ vote's σ is in votes, not labels, and is left out).
 fn largest_noise_sd(p: &Value) -> Option<f64> {
     p["privacy_spent"]
         .as_array()?
         .iter()
         .flat_map(|s| s["release_log"].as_array().cloned().unwrap_or_default())
+        .filter(|r| r["id"].as_str() != Some(THETA_SELECTION_ID))
         .filter_map(|r| r["sigma"].as_f64())
         .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))))
 }

@@ -38,7 +38,7 @@ pub struct FrontierArgs {
     /// Release mechanisms: rkhs, finite, finite+cap.
     #[arg(long, value_delimiter = ',', default_value = "rkhs,finite,finite+cap")]
     pub mechanisms: Vec<String>,
-    /// θ policies of the release: public, fitted.
+    /// θ policies of the release: public, fitted (label-fitted, leaks uncounted), select (DP vote over a public grid, 20% of each cell's ρ)
     #[arg(long, value_delimiter = ',', default_value = "public,fitted")]
     pub thetas: Vec<String>,
     /// Pool indices each party asks about (one request).
@@ -102,7 +102,8 @@ fn config(a: &FrontierArgs) -> anyhow::Result<FrontierConfig> {
         thetas.push(match t.trim() {
             "public" => ThetaChoice::Public,
             "fitted" => ThetaChoice::Fitted,
-            other => anyhow::bail!("--thetas: unknown θ policy {other:?} (public, fitted)"),
+            "select" => ThetaChoice::Select,
+            other => anyhow::bail!("--thetas: unknown θ policy {other:?} (public, fitted, select)"),
         });
     }
     if a.label_range.len() != 2 {

@@ -18,6 +18,7 @@ use dpcotrain_cotrain::responder::{DpConfig, DpMode, Party, ReleasePolicy};
 use dpcotrain_federation::auth::ORCHESTRATOR;
 use dpcotrain_privacy::calibrate::{Mechanism, THESIS_MULTIPLIER};
 use dpcotrain_privacy::finite::CapRule;
+use dpcotrain_privacy::gaussian::gdp_mu_for;
 use dpcotrain_privacy::sensitivity::LabelRange;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -159,10 +160,15 @@ pub struct PrivacyConfig {
     /// Influence cap of the finite release: auto | none | eta=X.
     #[serde(default = "auto")]
     pub cap: String,
-    /// public | fitted: where the release's hyperparameters come from (default: public under
-    /// policy batches, fitted otherwise — fitted θ leaks through the variances, uncounted).
+    /// public | select | fitted: where the release's hyperparameters come from (default: public
+    /// under policy batches, fitted otherwise — fitted θ leaks through the variances, uncounted;
+    /// select is a DP vote over a public grid around `public_theta`, charged `theta_epsilon`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub theta: Option<String>,
+    /// ε (at `delta`) of the θ vote under theta = "select", charged once to every requester's
+    /// ledger; `budget_epsilon` must cover it and the releases.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub theta_epsilon: Option<f64>,
     /// Public θ: [signal variance, length-scale, noise variance] on the standardised scale.
     #[serde(default = "public_theta")]
     pub public_theta: [f64; 3],
@@ -209,6 +215,7 @@ impl Default for PrivacyConfig {
             release: None,
             cap: auto(),
             theta: None,
+            theta_epsilon: None,
             public_theta: public_theta(),
             queries: None,
             queries_per_turn: per_turn(),
@@ -342,8 +349,26 @@ pub fn settings_from_config(cfg: &PartyConfig, path: &Path) -> anyhow::Result<No
     let theta = match pv.theta.as_deref().unwrap_or(if honest { "public" } else { "fitted" }) {
         "public" => ThetaPolicy::Public(public),
         "fitted" => ThetaPolicy::Fitted,
-        o => anyhow::bail!("{}: privacy.theta {o:?} is not public or fitted", path.display()),
+        "select" => {
+            let mu = match (pv.mode.as_str(), pv.theta_epsilon) {
+                (_, Some(e)) if e.is_finite() && e > 0.0 && pv.delta > 0.0 && pv.delta < 1.0 => gdp_mu_for(e, pv.delta),
+                (_, Some(e)) => {
+                    anyhow::bail!("{}: privacy.theta_epsilon must be a positive number, got {e}", path.display())
+                }
+                ("calibrated", None) => anyhow::bail!(
+                    "{}: privacy.theta = \"select\" needs privacy.theta_epsilon (the ε of the θ vote, charged to every requester)",
+                    path.display()
+                ),
+                // DP off: the vote is exact and μ unused.
+                _ => 1.0,
+            };
+            ThetaPolicy::Selected { default: public, mu }
+        }
+        o => anyhow::bail!("{}: privacy.theta {o:?} is not public, select or fitted", path.display()),
     };
+    if pv.theta_epsilon.is_some() && !matches!(theta, ThetaPolicy::Selected { .. }) {
+        anyhow::bail!("{}: privacy.theta_epsilon is set but privacy.theta is not \"select\"", path.display());
+    }
     let queries = match pv.queries.as_deref().unwrap_or(if honest { "public" } else { "adaptive" }) {
         "public" => {
             if pv.queries_per_turn == 0 {

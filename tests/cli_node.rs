@@ -169,6 +169,10 @@ fn two_party_example_runs_over_mutual_tls() {
     for (from, to, needle) in [
         ("policy = \"batches\"", "policy = \"batches\"\ncap = \"eta=-1\"", "privacy.cap"),
         ("policy = \"batches\"", "policy = \"batches\"\ntheta = \"secret\"", "privacy.theta"),
+        ("policy = \"batches\"", "policy = \"batches\"\ntheta = \"select\"", "privacy.theta_epsilon"),
+        ("policy = \"batches\"", "policy = \"batches\"\ntheta_epsilon = 0.5", "privacy.theta_epsilon"),
+        // The vote and one release at ε = 1 do not fit a budget of ε = 1.
+        ("policy = \"batches\"", "policy = \"batches\"\ntheta = \"select\"\ntheta_epsilon = 0.5", "budget_epsilon"),
         ("queries_per_turn = 25", "queries_per_turn = 0", "privacy.queries_per_turn"),
         ("policy = \"batches\"", "policy = \"batches\"\npublic_theta = [1.0, -1.0, 0.1]", "privacy.public_theta"),
         ("policy = \"batches\"", "policy = \"per-query\"\nrelease = \"finite\"", "per-query"),

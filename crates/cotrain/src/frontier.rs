@@ -22,6 +22,7 @@ use crate::responder::{DpConfig, DpMode, ReleasePolicy};
 use crate::simulate::{SimConfig, simulate};
 use dpcotrain_privacy::calibrate::Mechanism;
 use dpcotrain_privacy::finite::CapRule;
+use dpcotrain_privacy::gaussian::{gdp_epsilon, gdp_mu_for};
 use dpcotrain_privacy::sensitivity::LabelRange;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -89,20 +90,30 @@ pub enum ThetaChoice {
     Public,
     /// The responder's label-fitted θ̂ (leaks through variances, uncounted; for comparison).
     Fitted,
+    /// θ chosen from the public grid by a DP vote, charged [`THETA_SHARE`] of each cell's ρ.
+    Select,
 }
+
+/// Share of a cell's ρ (its ε per requester, in zCDP terms) spent on the θ vote under
+/// [`ThetaChoice::Select`]; the release gets the rest, so the cell still spends exactly ε.
+pub const THETA_SHARE: f64 = 0.2;
 
 impl ThetaChoice {
     pub fn name(self) -> &'static str {
         match self {
             ThetaChoice::Public => "public",
             ThetaChoice::Fitted => "fitted",
+            ThetaChoice::Select => "select",
         }
     }
 
-    fn policy(self) -> ThetaPolicy {
+    /// The θ policy of a cell whose θ vote gets GDP parameter `mu_theta` (unused by the others
+    /// and under DP off, where the vote is exact).
+    fn policy(self, mu_theta: f64) -> ThetaPolicy {
         match self {
             ThetaChoice::Public => ThetaPolicy::Public(PublicTheta::default()),
             ThetaChoice::Fitted => ThetaPolicy::Fitted,
+            ThetaChoice::Select => ThetaPolicy::Selected { default: PublicTheta::default(), mu: mu_theta },
         }
     }
 }
@@ -197,12 +208,22 @@ impl FrontierConfig {
                 policy: ReleasePolicy::Batches,
                 inflate_variance: false,
                 release: ReleaseForm::Finite { cap: CapRule::None },
-                theta: theta.policy(),
+                theta: theta.policy(1.0),
                 queries,
             };
         };
+        // Under θ selection the release gets (1 − THETA_SHARE) of the cell's ρ and the vote the
+        // rest (less a relative 1e-6, so that the two charges fit the budget after round-off).
+        let (release_epsilon, mu_theta) = if theta == ThetaChoice::Select {
+            let mu = gdp_mu_for(epsilon, self.delta);
+            let release_epsilon = gdp_epsilon(mu * (1.0 - THETA_SHARE).sqrt(), self.delta);
+            let mu_release = gdp_mu_for(release_epsilon, self.delta);
+            (release_epsilon, ((mu * mu - mu_release * mu_release) * (1.0 - 1e-6)).max(0.0).sqrt())
+        } else {
+            (epsilon, 1.0)
+        };
         let mode = DpMode::Calibrated {
-            epsilon,
+            epsilon: release_epsilon,
             delta: self.delta,
             mechanism: Mechanism::Analytic,
             range: self.range,
@@ -213,7 +234,7 @@ impl FrontierConfig {
             FrontierMechanism::Finite => (ReleasePolicy::Batches, ReleaseForm::Finite { cap: CapRule::None }),
             FrontierMechanism::FiniteCap => (ReleasePolicy::Batches, ReleaseForm::Finite { cap: self.cap.clone() }),
         };
-        DpConfig { mode, policy, inflate_variance: true, release, theta: theta.policy(), queries }
+        DpConfig { mode, policy, inflate_variance: true, release, theta: theta.policy(mu_theta), queries }
     }
 }
 

@@ -19,6 +19,7 @@ use dpcotrain_gp::inducing::greedy_variance;
 use dpcotrain_gp::kernels::SquaredExponential;
 use dpcotrain_gp::{ExactGp, Kernel, NoiseModel, Prediction, SparseGp, SparseKind};
 use dpcotrain_privacy::finite::{CapRule, FiniteRelease, HatModel, hat, plan};
+use dpcotrain_privacy::select::{Candidate, group_votes, noisy_vote};
 use dpcotrain_privacy::sensitivity::{LabelRange, Sensitivity};
 use nalgebra::{DMatrix, DVector};
 use serde::{Deserialize, Serialize};
@@ -69,6 +70,90 @@ pub enum ThetaPolicy {
     Fitted,
     /// Public constants: nothing about the labels enters θ.
     Public(PublicTheta),
+    /// Chosen from the public grid [`theta_grid`] around `default` by a μ-GDP vote of disjoint
+    /// groups of private rows ([`dpcotrain_privacy::select`]), charged to every requester's
+    /// ledger (Δ = √2, σ = √2/μ). With DP off the vote is made without noise.
+    Selected { default: PublicTheta, mu: f64 },
+}
+
+/// Length-scale multipliers of the θ-selection grid (relative to the default's).
+pub const GRID_LENGTHSCALES: [f64; 5] = [0.25, 0.5, 1.0, 2.0, 4.0];
+/// Noise-variance multipliers of the θ-selection grid.
+pub const GRID_NOISES: [f64; 3] = [0.1, 1.0, 5.0];
+/// Private rows per voting group (at most [`MAX_GROUPS`] groups, at least one).
+pub const ROWS_PER_GROUP: usize = 40;
+pub const MAX_GROUPS: usize = 64;
+/// Head start of the default candidate, in noise sds of the vote histogram: another candidate
+/// must out-vote it by this much, so that drowned votes keep the default (a chance of about
+/// Φ(−4/√2) ≈ 0.2% per candidate that noise alone overturns it).
+pub const HEAD_START_SD: f64 = 4.0;
+
+/// The public candidate grid of θ selection: every length-scale multiplier × noise multiplier
+/// applied to `default` (signal variance kept), and the index of `default` itself.
+pub fn theta_grid(default: PublicTheta) -> (Vec<PublicTheta>, usize) {
+    let mut grid = Vec::with_capacity(GRID_LENGTHSCALES.len() * GRID_NOISES.len());
+    let mut at = 0;
+    for &l in &GRID_LENGTHSCALES {
+        for &s in &GRID_NOISES {
+            if l == 1.0 && s == 1.0 {
+                at = grid.len();
+            }
+            grid.push(PublicTheta {
+                signal_variance: default.signal_variance,
+                lengthscale: default.lengthscale * l,
+                noise_variance: default.noise_variance * s,
+            });
+        }
+    }
+    (grid, at)
+}
+
+/// What a θ selection released and chose. Everything here is released or public: the noisy
+/// vote counts (the DP output), the choice made from them, and the mechanism's constants —
+/// never the votes themselves.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ThetaSelection {
+    pub chosen: PublicTheta,
+    /// Index of `chosen` in [`theta_grid`] of the default.
+    pub winner: usize,
+    pub noisy_counts: Vec<f64>,
+    pub groups: usize,
+    /// Noise sd of the histogram (0: DP off, an exact majority).
+    pub sigma: f64,
+    /// L2 sensitivity of the histogram (√2).
+    pub sensitivity: f64,
+}
+
+/// Choose θ from [`theta_grid`]`(default)` by the vote of [`voting_groups`] disjoint groups of
+/// the private rows (labels already clipped), released with μ-GDP noise (μ = ∞: DP off); `z`
+/// holds one standard-normal draw per candidate.
+pub fn select_theta(
+    x: &DMatrix<f64>,
+    y: &DVector<f64>,
+    default: PublicTheta,
+    mu: f64,
+    z: &DVector<f64>,
+) -> Result<ThetaSelection, CotrainError> {
+    default.validate()?;
+    let (grid, at) = theta_grid(default);
+    let candidates: Vec<Candidate> =
+        grid.iter().map(|t| Candidate { kernel: t.kernel(x.ncols()), noise: t.noise_variance }).collect();
+    let groups = voting_groups(x.nrows());
+    let votes = group_votes(&candidates, x, y, groups, at)?;
+    let r = noisy_vote(&votes, grid.len(), at, HEAD_START_SD, mu, z)?;
+    Ok(ThetaSelection {
+        chosen: grid[r.winner],
+        winner: r.winner,
+        noisy_counts: r.noisy_counts,
+        groups,
+        sigma: r.sigma,
+        sensitivity: r.sensitivity,
+    })
+}
+
+/// Number of voting groups for `n` private rows.
+pub fn voting_groups(n: usize) -> usize {
+    (n / ROWS_PER_GROUP).clamp(1, MAX_GROUPS).min(n.max(1))
 }
 
 impl ThetaPolicy {
@@ -76,12 +161,22 @@ impl ThetaPolicy {
         match self {
             ThetaPolicy::Fitted => "fitted",
             ThetaPolicy::Public(_) => "public",
+            ThetaPolicy::Selected { .. } => "select",
         }
     }
 
-    /// Whether θ is label-free (counted: it costs nothing).
-    pub fn is_label_free(&self) -> bool {
-        matches!(self, ThetaPolicy::Public(_))
+    /// Whether everything θ reveals about the labels is counted: nothing (public) or a charged
+    /// DP selection. Only the label-fitted θ̂ leaks uncounted.
+    pub fn is_counted(&self) -> bool {
+        !matches!(self, ThetaPolicy::Fitted)
+    }
+
+    /// The public default θ (None for the fitted θ̂).
+    pub fn public_default(&self) -> Option<PublicTheta> {
+        match self {
+            ThetaPolicy::Public(t) | ThetaPolicy::Selected { default: t, .. } => Some(*t),
+            ThetaPolicy::Fitted => None,
+        }
     }
 }
 

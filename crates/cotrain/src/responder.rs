@@ -20,12 +20,18 @@ use crate::answer::{Answer, ChargeInfo, PredictRequest, Uncertainty};
 use crate::answer_cache::{self, AnswerCache};
 use crate::combiner::{CoModel, CombinerKind, SPARSE_THRESHOLD};
 use crate::data::PartyData;
-use crate::release_model::{PublicTheta, QueryPolicy, ReleaseForm, ReleaseModel, ThetaPolicy};
+use crate::release_model::{
+    PublicTheta, QueryPolicy, ReleaseForm, ReleaseModel, ThetaPolicy, ThetaSelection, select_theta,
+};
+
+/// Ledger id of the θ-selection charge (one per requester's ledger).
+pub const THETA_SELECTION_ID: &str = "theta-selection";
 use dpcotrain_gp::NoiseVariance;
 use dpcotrain_gp::kernels::Kernel;
 use dpcotrain_privacy::accountant::{Charge, Ledger, rho_of};
 use dpcotrain_privacy::calibrate::{Mechanism, calibrate};
 use dpcotrain_privacy::finite::{CapRule, FiniteRelease};
+use dpcotrain_privacy::gaussian::{gdp_epsilon, gdp_mu_for};
 use dpcotrain_privacy::noise::{NoisePath, iid_standard_normal};
 use dpcotrain_privacy::sensitivity::{LabelRange, from_influence};
 use nalgebra::{DMatrix, DVector};
@@ -178,8 +184,34 @@ impl DpConfig {
 
     /// Refuse combinations that have no meaning or no proof.
     pub fn validate(&self) -> Result<(), CotrainError> {
-        if let ThetaPolicy::Public(t) = &self.theta {
-            t.validate()?;
+        match &self.theta {
+            ThetaPolicy::Public(t) => t.validate()?,
+            ThetaPolicy::Selected { default, mu } => {
+                default.validate()?;
+                if !(mu.is_finite() && *mu > 0.0) {
+                    return Err(CotrainError::invalid(format!(
+                        "θ selection: its GDP μ must be positive and finite, got {mu}"
+                    )));
+                }
+                if matches!(self.mode, DpMode::Thesis { .. }) {
+                    return Err(CotrainError::invalid(
+                        "θ selection is a calibrated mechanism; the thesis reproduction mode uses the fitted θ",
+                    ));
+                }
+                if let DpMode::Calibrated { epsilon, delta, mechanism, budget_epsilon, .. } = &self.mode {
+                    // The vote and at least one release must fit each requester's budget.
+                    let mu_release = 1.0 / calibrate(*mechanism, *epsilon, *delta, 1.0)?.sigma;
+                    let need = (mu * mu + mu_release * mu_release).sqrt();
+                    let have = gdp_mu_for(*budget_epsilon, *delta);
+                    if need > have * (1.0 + 1e-9) {
+                        return Err(CotrainError::invalid(format!(
+                            "θ selection (GDP μ = {mu:.4}) and one release at ε = {epsilon} need a budget of ε = {:.4} per requester (δ = {delta:e}), but budget_epsilon is {budget_epsilon}: raise budget_epsilon or lower the θ vote's ε",
+                            gdp_epsilon(need, *delta)
+                        )));
+                    }
+                }
+            }
+            ThetaPolicy::Fitted => {}
         }
         if let QueryPolicy::Public { per_turn, theta } = &self.queries {
             theta.validate()?;
@@ -194,9 +226,9 @@ impl DpConfig {
                     "the finite release is of the label-free private-only posterior: use policy release-once or batches, not per-query",
                 ));
             }
-            (ReleasePolicy::PerQuery, false) if self.theta.is_label_free() => {
+            (ReleasePolicy::PerQuery, false) if self.theta.is_counted() => {
                 return Err(CotrainError::invalid(
-                    "per-query answers come from the co-trained model with its fitted θ: public θ needs policy release-once or batches",
+                    "per-query answers come from the co-trained model with its fitted θ: public or selected θ needs policy release-once or batches",
                 ));
             }
             (ReleasePolicy::Batches, false) => {
@@ -274,6 +306,8 @@ pub struct Party {
     calibration: Option<(u64, f64, f64)>,
     /// The label-free release model (release-once and batches).
     pub(crate) release_model: Option<ReleaseModel>,
+    /// The DP choice of θ (ThetaPolicy::Selected), made once at construction.
+    pub(crate) theta_selection: Option<ThetaSelection>,
     /// ρ each peer said was left of its budget for this party, after its latest answer.
     pub(crate) peer_budget: HashMap<String, f64>,
 }
@@ -375,23 +409,41 @@ impl Party {
             turns: Vec::new(),
             calibration: None,
             release_model: None,
+            theta_selection: None,
             peer_budget: HashMap::new(),
         };
-        let needs_release_model = party.dp.policy == ReleasePolicy::Batches
-            || (party.dp.policy == ReleasePolicy::ReleaseOnce
-                && (party.dp.theta.is_label_free() || matches!(party.dp.release, ReleaseForm::Finite { .. })));
-        if needs_release_model {
-            party.release_model = Some(party.build_release_model()?);
+        if let ThetaPolicy::Selected { default, mu } = party.dp.theta {
+            let mu = if matches!(party.dp.mode, DpMode::Calibrated { .. }) { mu } else { f64::INFINITY };
+            let (grid, _) = crate::release_model::theta_grid(default);
+            let z = iid_standard_normal(grid.len(), party.seed.map(|s| mix(s, "theta-selection", 0)));
+            party.theta_selection = Some(select_theta(&party.data.x_train, &party.data.y_train, default, mu, &z)?);
         }
-        match party.dp.policy {
-            ReleasePolicy::ReleaseOnce => party.freeze()?,
-            ReleasePolicy::PerQuery => {
-                party.calibrate()?;
-            }
-            ReleasePolicy::Batches => {}
+        party.rebuild_release()?;
+        if party.dp.policy == ReleasePolicy::PerQuery {
+            party.calibrate()?;
         }
         party.model.warm()?;
         Ok(party)
+    }
+
+    /// Build the release model and, under release-once, freeze the release (at construction,
+    /// and again when a restored state brings back the θ selection made before a restart).
+    pub(crate) fn rebuild_release(&mut self) -> Result<(), CotrainError> {
+        let needs_release_model = self.dp.policy == ReleasePolicy::Batches
+            || (self.dp.policy == ReleasePolicy::ReleaseOnce
+                && (self.dp.theta.is_counted() || matches!(self.dp.release, ReleaseForm::Finite { .. })));
+        if needs_release_model {
+            self.release_model = Some(self.build_release_model()?);
+        }
+        if self.dp.policy == ReleasePolicy::ReleaseOnce {
+            self.freeze()?;
+        }
+        Ok(())
+    }
+
+    /// The DP θ selection this party made (θ policy `select`).
+    pub fn theta_selection(&self) -> Option<&ThetaSelection> {
+        self.theta_selection.as_ref()
     }
 
     pub(crate) fn path(&self, requester: &str, version: u64) -> NoisePath {
@@ -508,12 +560,17 @@ impl Party {
         self.requesters.get(requester).and_then(|r| r.ledger.as_ref())
     }
 
-    /// The label-free release model: private covariates and clipped labels, with public θ or
-    /// (ThetaPolicy::Fitted, which leaks uncounted) the private fit's θ̂.
-    fn build_release_model(&self) -> Result<ReleaseModel, CotrainError> {
-        let (kernel, noise) = match &self.dp.theta {
-            ThetaPolicy::Public(t) => (t.kernel(self.data.dim()), t.noise_variance),
-            ThetaPolicy::Fitted => (self.model.kernel.clone(), self.model.noise.variance),
+    /// The label-free release model: private covariates and clipped labels, with public θ, the
+    /// DP-selected θ, or (ThetaPolicy::Fitted, which leaks uncounted) the private fit's θ̂.
+    pub(crate) fn build_release_model(&self) -> Result<ReleaseModel, CotrainError> {
+        let (kernel, noise) = match (&self.dp.theta, &self.theta_selection) {
+            (ThetaPolicy::Public(t), _) | (ThetaPolicy::Selected { .. }, Some(ThetaSelection { chosen: t, .. })) => {
+                (t.kernel(self.data.dim()), t.noise_variance)
+            }
+            (ThetaPolicy::Selected { .. }, None) => {
+                return Err(CotrainError::invalid("θ selection was not made before the release model was built"));
+            }
+            (ThetaPolicy::Fitted, _) => (self.model.kernel.clone(), self.model.noise.variance),
         };
         let n = self.data.x_train.nrows();
         let inducing = (n > SPARSE_THRESHOLD).then_some(DEFAULT_INDUCING.min(n));
@@ -588,7 +645,7 @@ impl Party {
         // The function-space release: of the private fit (θ̂), or of the release model (public θ).
         let calibrated = matches!(self.dp.mode, DpMode::Calibrated { .. });
         let (p, prior, influence, kernel) = match (&self.dp.theta, &self.release_model) {
-            (ThetaPolicy::Public(_), Some(rm)) => {
+            (ThetaPolicy::Public(_) | ThetaPolicy::Selected { .. }, Some(rm)) => {
                 let (p, inf) = rm.function_posterior(&pool, calibrated)?;
                 (p, rm.kernel.k(pool.as_view(), pool.as_view()), inf, rm.kernel.clone())
             }
@@ -657,12 +714,25 @@ impl Party {
         Ok(ans)
     }
 
+    /// The requester's ledger, created on first use. A DP θ selection is charged to it first:
+    /// every requester sees θ̂ through the released variances.
     fn ledger_for(&mut self, requester: &str) -> Result<(), CotrainError> {
+        let guaranteed = self.guaranteed();
         let st = self.requesters.entry(requester.to_string()).or_default();
         if st.ledger.is_none()
             && let DpMode::Calibrated { delta, budget_epsilon, .. } = &self.dp.mode
         {
-            st.ledger = Some(Ledger::new(*budget_epsilon, *delta)?);
+            let mut ledger = Ledger::new(*budget_epsilon, *delta)?;
+            if let Some(sel) = &self.theta_selection {
+                ledger.charge(
+                    THETA_SELECTION_ID,
+                    sel.sensitivity,
+                    sel.sigma,
+                    "gaussian vote θ-selection",
+                    guaranteed,
+                )?;
+            }
+            st.ledger = Some(ledger);
         }
         Ok(())
     }
@@ -762,7 +832,7 @@ impl Party {
     /// means given θ̂ only — θ̂ and the released variances depend on the labels, uncounted — so
     /// those releases are recorded as not guaranteed.
     pub fn guaranteed(&self) -> bool {
-        matches!(self.dp.mode, DpMode::Calibrated { .. }) && self.dp.theta.is_label_free()
+        matches!(self.dp.mode, DpMode::Calibrated { .. }) && self.dp.theta.is_counted()
     }
 
     fn mechanism_name(&self) -> String {

@@ -7,6 +7,7 @@
 //! - per requester: the privacy ledger, the indices answered, the released means and the
 //!   current noise path (its points, values and exact generator position);
 //! - the release-once noise vector (drawn once, possibly from OS entropy);
+//! - the DP θ selection (its noisy counts and choice: drawn once, possibly from OS entropy);
 //! - every answer by request id (so a retried id returns the same bytes);
 //! - every turn folded into the model (replayed in order to rebuild the augmented model).
 //!
@@ -15,7 +16,8 @@
 use crate::CotrainError;
 use crate::answer::Answer;
 use crate::answer_cache::AnswerCache;
-use crate::responder::{BatchRelease, Party, RequesterState, TurnRecord};
+use crate::release_model::ThetaSelection;
+use crate::responder::{BatchRelease, Party, RequesterState, THETA_SELECTION_ID, TurnRecord};
 use dpcotrain_privacy::accountant::Ledger;
 use dpcotrain_privacy::noise::{NoisePath, NoisePathState};
 use nalgebra::DVector;
@@ -52,6 +54,9 @@ pub struct PartyState {
     pub model_version: u64,
     pub requesters: BTreeMap<String, RequesterRecord>,
     pub frozen: Option<FrozenRecord>,
+    /// The DP θ selection made at construction (θ policy `select`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub theta_selection: Option<ThetaSelection>,
     pub answers: BTreeMap<String, Answer>,
     /// Keys of `answers`, oldest first per requester (the cache's eviction order).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -72,6 +77,9 @@ pub struct StateDelta {
     /// `Some(f)`: the release-once record became `f`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub frozen: Option<Option<FrozenRecord>>,
+    /// `Some(t)`: the θ selection record became `t`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub theta_selection: Option<Option<ThetaSelection>>,
     /// Answers added, oldest first (appended to the order).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub answers_added: Vec<(String, Answer)>,
@@ -90,6 +98,7 @@ impl StateDelta {
             && self.requesters.is_empty()
             && self.requesters_removed.is_empty()
             && self.frozen.is_none()
+            && self.theta_selection.is_none()
             && self.answers_added.is_empty()
             && self.answers_removed.is_empty()
             && self.turns_from == base.turns.len()
@@ -113,6 +122,7 @@ impl PartyState {
             .collect();
         let requesters_removed = self.requesters.keys().filter(|k| !new.requesters.contains_key(*k)).cloned().collect();
         let frozen = (self.frozen != new.frozen).then(|| new.frozen.clone());
+        let theta_selection = (self.theta_selection != new.theta_selection).then(|| new.theta_selection.clone());
         let answers_removed: Vec<String> =
             self.answer_order.iter().filter(|k| !new.answers.contains_key(*k)).cloned().collect();
         let answers_added: Vec<(String, Answer)> = new
@@ -156,6 +166,7 @@ impl PartyState {
             requesters,
             requesters_removed,
             frozen,
+            theta_selection,
             answers_added,
             answers_removed,
             turns_from,
@@ -182,6 +193,9 @@ impl PartyState {
         if let Some(f) = &d.frozen {
             self.frozen = f.clone();
         }
+        if let Some(t) = &d.theta_selection {
+            self.theta_selection = t.clone();
+        }
         for k in &d.answers_removed {
             self.answers.remove(k);
         }
@@ -206,11 +220,24 @@ impl PartyState {
 /// The ledger agrees with what was released: every release's ρ is Δ²/(2σ²) of its own Δ and σ,
 /// and every finite batch released to the requester has its charge (same id, Δ and σ). A
 /// ledger edited outside the node (a release dropped, a ρ zeroed) fails here, naming the entry.
-fn check_ledger(name: &str, r: &RequesterRecord) -> Result<(), CotrainError> {
+fn check_ledger(name: &str, r: &RequesterRecord, theta: Option<&ThetaSelection>) -> Result<(), CotrainError> {
     let bad = |m: String| CotrainError::invalid(format!("saved ledger of requester {name:?}: {m}"));
     let Some(ledger) = &r.ledger else {
         return Ok(());
     };
+    // A noisy θ vote is charged to every ledger before anything else.
+    if let Some(t) = theta.filter(|t| t.sigma > 0.0) {
+        match ledger.releases.iter().find(|rel| rel.id == THETA_SELECTION_ID) {
+            Some(rel) if close(rel.sigma, t.sigma) && close(rel.sensitivity, t.sensitivity) => {}
+            Some(rel) => {
+                return Err(bad(format!(
+                    "the θ vote's charge records σ = {}, Δ = {} but the vote was made with σ = {}, Δ = {}",
+                    rel.sigma, rel.sensitivity, t.sigma, t.sensitivity
+                )));
+            }
+            None => return Err(bad(format!("the θ vote has no charge {THETA_SELECTION_ID:?} in the ledger"))),
+        }
+    }
     for rel in &ledger.releases {
         let expect = dpcotrain_privacy::accountant::rho_of(rel.sensitivity, rel.sigma);
         if !(rel.rho.is_finite() && rel.rho >= 0.0 && close(rel.rho, expect)) {
@@ -278,6 +305,7 @@ impl Party {
                 sensitivity: f.sensitivity,
                 noise: f.noise.clone(),
             }),
+            theta_selection: self.theta_selection.clone(),
             answers,
             answer_order,
             turns: self.turns.clone(),
@@ -300,6 +328,27 @@ impl Party {
             return Err(bad("can only restore into a fresh party".into()));
         }
         let pool = self.data.pool_size();
+        // The θ selection first: it was drawn once (maybe from OS entropy) and everything
+        // released since used it, so the saved one replaces this party's fresh draw, and the
+        // release model (and a release-once freeze) is rebuilt on it.
+        match (&self.theta_selection, &s.theta_selection) {
+            (None, None) => {}
+            (Some(_), Some(saved)) => {
+                let (grid, _) = crate::release_model::theta_grid(
+                    self.dp.theta.public_default().ok_or_else(|| bad("θ policy changed".into()))?,
+                );
+                if grid.get(saved.winner) != Some(&saved.chosen) || saved.noisy_counts.len() != grid.len() {
+                    return Err(bad(
+                        "the saved θ selection is not of this party's grid: privacy settings changed".into()
+                    ));
+                }
+                if self.theta_selection.as_ref() != Some(saved) {
+                    self.theta_selection = Some(saved.clone());
+                    self.rebuild_release()?;
+                }
+            }
+            _ => return Err(bad("θ policy changed".into())),
+        }
         for t in &s.turns {
             let replayed = self.fold_in(t.round, t.index, t.answers.clone(), t.refused.clone())?.objective;
             if let Some(rmse) = t.test_rmse {
@@ -350,7 +399,7 @@ impl Party {
                 path,
                 batches: r.batches.clone(),
             };
-            check_ledger(name, r)?;
+            check_ledger(name, r, s.theta_selection.as_ref())?;
             for b in &r.batches {
                 if b.var.len() != b.indices.len()
                     || b.cov.nrows() != b.indices.len()

@@ -6,7 +6,7 @@ use dpcotrain_cotrain::answer::{PredictRequest, Uncertainty};
 use dpcotrain_cotrain::combiner::CombinerKind;
 use dpcotrain_cotrain::data::PartyData;
 use dpcotrain_cotrain::release_model::{PublicTheta, ReleaseForm, ReleaseModel, ThetaPolicy};
-use dpcotrain_cotrain::responder::{DpConfig, Party, ReleasePolicy};
+use dpcotrain_cotrain::responder::{DpConfig, Party, ReleasePolicy, THETA_SELECTION_ID};
 use dpcotrain_cotrain::select::public_greedy;
 use dpcotrain_gp::kernels::SquaredExponential;
 use dpcotrain_gp::{ExactGp, NoiseModel, NoiseVariance};
@@ -471,4 +471,121 @@ fn a_large_private_view_releases_through_the_vfe_hat() {
     assert_eq!(a1.var, a2.var, "label-free variances");
     assert_eq!(a1.charge.as_ref().map(|c| c.sigma), a2.charge.as_ref().map(|c| c.sigma));
     assert_ne!(a1.mean, a2.mean);
+}
+
+/// The honest setting with θ chosen by the DP vote (GDP μ = `mu`) around the public default.
+fn selected(mu: f64, budget_epsilon: f64) -> DpConfig {
+    DpConfig {
+        theta: ThetaPolicy::Selected { default: PublicTheta::default(), mu },
+        ..DpConfig::honest(1.0, 1e-5, budget_epsilon, range(), 5)
+    }
+}
+
+fn request_from(requester: &str, id: &str, idx: Vec<usize>) -> PredictRequest {
+    PredictRequest { requester: requester.into(), ..req(id, idx, Uncertainty::Marginal) }
+}
+
+#[test]
+fn the_theta_vote_is_charged_once_to_every_requester_and_releases_use_its_choice() {
+    // A large μ: the vote (one group of 30 rows) decides, not the noise or the head start.
+    let mu_t = 20.0;
+    let mu1 = gdp_mu_for(1.0, 1e-5);
+    let budget = gdp_epsilon((mu_t * mu_t + 2.0 * mu1 * mu1).sqrt(), 1e-5) * (1.0 + 1e-6);
+    let mut p = party(selected(mu_t, budget), 1);
+    let sel = p.theta_selection().unwrap().clone();
+    assert!((sel.sigma - std::f64::consts::SQRT_2 / mu_t).abs() < 1e-12);
+    assert_eq!((sel.noisy_counts.len(), sel.groups), (15, 1));
+    assert_ne!(sel.chosen, PublicTheta::default(), "the data should vote away from the default here");
+    for requester in ["A", "C"] {
+        p.answer(&request_from(requester, &format!("{requester}1"), vec![3, 7])).unwrap();
+        let l = p.ledger(requester).unwrap();
+        assert_eq!(l.releases.len(), 2);
+        assert_eq!(l.releases[0].id, THETA_SELECTION_ID);
+        assert!((l.releases[0].rho - mu_t * mu_t / 2.0).abs() < 1e-9 * mu_t * mu_t);
+    }
+    // A second batch is charged; the vote is not charged again; the budget (vote + two
+    // batches) then refuses a third batch.
+    p.answer(&request_from("A", "A2", vec![11])).unwrap();
+    let l = p.ledger("A").unwrap();
+    assert_eq!(l.releases.iter().filter(|r| r.id == THETA_SELECTION_ID).count(), 1);
+    assert_eq!(l.releases.len(), 3);
+    assert!(p.answer(&request_from("A", "A3", vec![12])).is_err());
+    // The release is the public-θ release at the chosen θ: same variances, same means (same
+    // seeded noise draws).
+    let fixed = DpConfig { theta: ThetaPolicy::Public(sel.chosen), ..DpConfig::honest(1.0, 1e-5, budget, range(), 5) };
+    let mut q = party(fixed, 1);
+    // (Noise draws are seeded per requester and batch number: q makes C's first batch too.)
+    q.answer(&request_from("C", "C1", vec![3, 7])).unwrap();
+    let (a, b) = (
+        p.answer(&request_from("C", "C2", vec![20, 21])).unwrap(),
+        q.answer(&request_from("C", "C2", vec![20, 21])).unwrap(),
+    );
+    assert_eq!((a.mean, a.var), (b.mean, b.var));
+}
+
+#[test]
+fn a_budget_that_cannot_hold_the_vote_and_one_release_is_refused() {
+    let e = try_party(selected(0.5, 1.0), 1).unwrap_err().to_string();
+    assert!(e.contains("budget_epsilon"), "{e}");
+    let bad_mu = try_party(selected(f64::NAN, 10.0), 1).unwrap_err().to_string();
+    assert!(bad_mu.contains("μ"), "{bad_mu}");
+}
+
+#[test]
+fn without_dp_the_vote_is_an_exact_majority_and_charges_nothing() {
+    let dp = DpConfig {
+        theta: ThetaPolicy::Selected { default: PublicTheta::default(), mu: 1.0 },
+        ..DpConfig::honest_protocol_without_dp(5)
+    };
+    let mut p = party(dp, 1);
+    let sel = p.theta_selection().unwrap().clone();
+    assert_eq!(sel.sigma, 0.0);
+    assert_eq!(sel.noisy_counts.iter().sum::<f64>(), 1.0);
+    assert_eq!(sel.noisy_counts[sel.winner], 1.0);
+    p.answer(&req("r1", vec![1, 2], Uncertainty::Marginal)).unwrap();
+    assert!(p.ledger("A").is_none());
+}
+
+#[test]
+fn a_restarted_party_keeps_the_theta_vote_it_released() {
+    // OS entropy: a fresh party draws a new vote; the restored one must use the saved vote.
+    let mu_t = 0.5;
+    let mu1 = gdp_mu_for(1.0, 1e-5);
+    let budget = gdp_epsilon((mu_t * mu_t + 3.0 * mu1 * mu1).sqrt(), 1e-5) * (1.0 + 1e-6);
+    let build = || {
+        Party::new(
+            data(1),
+            CombinerKind::Noisy,
+            Uncertainty::Marginal,
+            Box::new(SquaredExponential::ard(1.0, vec![1.0, 1.0])),
+            NoiseVariance::new(0.1),
+            selected(mu_t, budget),
+            None,
+        )
+        .unwrap()
+    };
+    let mut p = build();
+    let first = p.answer(&request_from("A", "A1", vec![3, 7])).unwrap();
+    let saved = p.state();
+    assert_eq!(saved.theta_selection.as_ref(), p.theta_selection());
+    let mut q = build();
+    assert_ne!(q.theta_selection(), p.theta_selection(), "a fresh OS draw should differ");
+    q.restore(&saved).unwrap();
+    assert_eq!(q.theta_selection(), p.theta_selection());
+    // Released values come back; the vote is not charged again; a new batch has the variances
+    // of the saved θ.
+    assert_eq!(q.answer(&request_from("A", "A1b", vec![7, 3])).unwrap().mean, vec![first.mean[1], first.mean[0]]);
+    let (a, b) =
+        (p.answer(&request_from("A", "A2", vec![20])).unwrap(), q.answer(&request_from("A", "A2", vec![20])).unwrap());
+    assert_eq!(a.var, b.var);
+    assert_eq!(q.ledger("A").unwrap().releases.iter().filter(|r| r.id == THETA_SELECTION_ID).count(), 1);
+    // A ledger whose vote charge was removed on disk is refused.
+    let mut dropped = saved.clone();
+    dropped.requesters.get_mut("A").unwrap().ledger.as_mut().unwrap().releases.retain(|r| r.id != THETA_SELECTION_ID);
+    let e = build().restore(&dropped).unwrap_err().to_string();
+    assert!(e.contains("θ vote") && e.contains(THETA_SELECTION_ID), "{e}");
+    // A state whose vote is not of this grid is refused.
+    let mut bad = saved.clone();
+    bad.theta_selection.as_mut().unwrap().winner = 99;
+    assert!(build().restore(&bad).unwrap_err().to_string().contains("θ selection"));
 }

@@ -43,6 +43,9 @@ fn policy_name(mode: &str, policy: &str, dp: &DpConfig) -> String {
     let theta = match &dp.theta {
         ThetaPolicy::Fitted => "fitted".to_string(),
         ThetaPolicy::Public(t) => format!("public({},{},{})", t.signal_variance, t.lengthscale, t.noise_variance),
+        ThetaPolicy::Selected { default: t, mu } => {
+            format!("select({},{},{};mu={mu})", t.signal_variance, t.lengthscale, t.noise_variance)
+        }
     };
     format!("{mode}/{policy}/{}/theta={theta}/queries={}", dp.release.name(), dp.queries.name())
 }

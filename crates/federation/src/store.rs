@@ -355,6 +355,7 @@ mod tests {
             model_version: 3,
             requesters: Default::default(),
             frozen: None,
+            theta_selection: None,
             answers: Default::default(),
             answer_order: vec![],
             turns: vec![],

@@ -327,3 +327,46 @@ async fn an_unreachable_peer_fails_clearly_after_a_bounded_time() {
     assert!(err.contains("gone") && err.contains("still failing after"), "{err}");
     assert!(took >= std::time::Duration::from_millis(900) && took < std::time::Duration::from_secs(10), "{took:?}");
 }
+
+/// θ chosen by the DP vote: the same numbers over gRPC as in process, and the vote's charge is
+/// the first entry of each requester's ledger, visible in `status`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn theta_vote_over_grpc_equals_in_process_and_status_shows_its_charge() {
+    use dpcotrain_cotrain::release_model::{PublicTheta, ThetaPolicy};
+    use dpcotrain_cotrain::responder::THETA_SELECTION_ID;
+    let build = || {
+        let sc = simulate(&SimConfig { r: 0.9, n_obs: 80, n_pool: 120, n_test: 100, seed: 4, ..SimConfig::default() })
+            .unwrap();
+        let dp = DpConfig {
+            theta: ThetaPolicy::Selected { default: PublicTheta::default(), mu: 0.5 },
+            ..DpConfig::honest(1.0, 1e-5, 3.0, LabelRange::new(-3.0, 3.0).unwrap(), 5)
+        };
+        build_parties(&sc, CombinerKind::Noisy, Uncertainty::Marginal, &dp, 4).unwrap()
+    };
+    let reference = run_in_process(&build(), 2).await.unwrap();
+    let remote = build();
+    let (addr_a, stop_a) = start(remote[0].clone()).await;
+    let (addr_b, stop_b) = start(remote[1].clone()).await;
+    let name_a = remote[0].lock().unwrap().name.clone();
+    let name_b = remote[1].lock().unwrap().name.clone();
+    let peer_of_a = vec![peer(&remote[0], &name_b, &addr_b)];
+    let peer_of_b = vec![peer(&remote[1], &name_a, &addr_a)];
+    for round in 0..2 {
+        query_turn(&remote[0], &peer_of_a, round).await.unwrap();
+        query_turn(&remote[1], &peer_of_b, round).await.unwrap();
+    }
+    for (i, p) in remote.iter().enumerate() {
+        let after = evaluate(&mut p.lock().unwrap()).unwrap();
+        assert_eq!(after.rmse.to_bits(), reference.parties[i].after.rmse.to_bits(), "party {i}");
+    }
+    let mut c = NodeClient::connect(addr_a.clone()).await.unwrap();
+    let st = c.status(pb::StatusRequest {}).await.unwrap().into_inner();
+    let spend = st.spend.iter().find(|s| s.peer == name_b).expect("B asked A");
+    let first = &spend.release_log[0];
+    assert_eq!(first.id, THETA_SELECTION_ID);
+    assert!((first.rho - 0.5 * 0.5 / 2.0).abs() < 1e-12, "ρ of the vote {}", first.rho);
+    assert_eq!(spend.release_log.iter().filter(|r| r.id == THETA_SELECTION_ID).count(), 1);
+    assert!(spend.release_log.len() >= 2, "the vote and at least one batch");
+    let _ = stop_a.send(());
+    let _ = stop_b.send(());
+}

@@ -21,6 +21,7 @@ pub mod calibrate;
 pub mod finite;
 pub mod gaussian;
 pub mod noise;
+pub mod select;
 pub mod sensitivity;
 
 /// Errors of the privacy layer.

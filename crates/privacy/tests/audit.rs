@@ -144,3 +144,24 @@ fn finite_release_passes_the_audit_uncapped_and_capped() {
         assert!(eps_half > 1.0, "{rule:?}: the audit should catch σ/2, got {eps_half}");
     }
 }
+
+/// The θ vote's histogram release on its worst neighbouring pair: one group's vote moved from
+/// one candidate to another (‖h − h′‖ = √2, attained), at the σ = √2/μ of (ε, δ) = (1, 1e-5).
+#[test]
+fn theta_vote_histogram_passes_the_audit() {
+    use dpcotrain_privacy::select::{VOTE_SENSITIVITY, noisy_vote};
+    let delta = 1e-5;
+    let mu = gdp_mu_for(1.0, delta);
+    let zero = DVector::zeros(4);
+    let h = DVector::from_vec(noisy_vote(&[0, 0, 1, 2, 2], 4, 0, 0.0, mu, &zero).unwrap().noisy_counts);
+    let h2 = DVector::from_vec(noisy_vote(&[0, 0, 1, 2, 3], 4, 0, 0.0, mu, &zero).unwrap().noisy_counts);
+    assert!(((&h2 - &h).norm() - VOTE_SENSITIVITY).abs() < 1e-12);
+    let sigma = noisy_vote(&[0], 4, 0, 0.0, mu, &zero).unwrap().sigma;
+    let chol_m = Cholesky::factor(DMatrix::identity(4, 4), "I", JitterPolicy::IF_NEEDED).unwrap();
+    let st = Setup { mu_d: h, mu_d2: h2, chol_m, delta_m: VOTE_SENSITIVITY };
+    let eps = empirical_epsilon(&st, sigma, delta, 200_000, 21);
+    assert!(eps <= 1.0, "empirical ε {eps} exceeds the claimed 1");
+    assert!(eps > 0.3, "audit too weak: {eps}");
+    let eps_half = empirical_epsilon(&st, sigma * 0.5, delta, 200_000, 22);
+    assert!(eps_half > 1.0, "the audit should catch σ/2, got {eps_half}");
+}
