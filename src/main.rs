@@ -2,22 +2,14 @@
 //!
 //! Subcommands grow with the project; see README.md for the two commands a newcomer runs.
 
-mod bench;
-mod bench_node;
-mod bench_state;
-mod demo;
-mod experiment_cmd;
-mod frontier_cmd;
-mod gp_cmd;
-mod node_cmd;
+mod cli;
 mod node_config;
-mod privacy_cmd;
 mod report;
 mod svg;
-mod table;
 mod thesis;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use cli::{bench, certs, data, demo, experiment, gp, node, privacy, run, status};
 
 #[derive(Debug, Parser)]
 #[command(name = "dpcotrain", version, about = "Differentially private co-training of Gaussian processes")]
@@ -41,19 +33,19 @@ enum Command {
     Gp(GpCommand),
     /// Label-DP arithmetic: calibrate the Gaussian mechanism, compose releases.
     #[command(subcommand)]
-    Privacy(privacy_cmd::PrivacyCommand),
+    Privacy(privacy::PrivacyCommand),
     /// The thesis's experiment grids: floors, simulated, ccpp.
     #[command(subcommand)]
-    Experiment(experiment_cmd::ExperimentCommand),
+    Experiment(experiment::ExperimentCommand),
     /// A party's gRPC node.
     #[command(subcommand)]
     Node(NodeCommand),
     /// Drive co-training rounds across running nodes (federation.toml).
-    Run(node_cmd::RunArgs),
+    Run(run::RunArgs),
     /// A running node's model version, rounds and privacy spent.
-    Status(node_cmd::StatusArgs),
+    Status(status::StatusArgs),
     /// Throw-away development secrets: a CA, certificates and tokens for a federation.
-    Certs(node_cmd::CertsArgs),
+    Certs(certs::CertsArgs),
     /// Data helpers.
     #[command(subcommand)]
     Data(DataCommand),
@@ -65,21 +57,21 @@ enum Command {
 #[derive(Debug, Subcommand)]
 enum NodeCommand {
     /// Load the private view, fit the local GP and serve the release path over gRPC.
-    Serve(node_cmd::ServeArgs),
+    Serve(node::ServeArgs),
     /// Validate a party config without serving; print what it resolves to (JSON).
-    Check(node_cmd::CheckArgs),
+    Check(node::CheckArgs),
 }
 
 #[derive(Debug, Subcommand)]
 enum DataCommand {
     /// Write the shipped CCPP data as two parties' CSV views ({AT,V} and {AP,RH}).
-    SplitCcpp(node_cmd::SplitArgs),
+    SplitCcpp(data::SplitArgs),
 }
 
 #[derive(Debug, Subcommand)]
 enum GpCommand {
     /// Fit a GP (exact, VFE, FITC or DTC) to a CSV file, optionally predict.
-    Fit(gp_cmd::FitArgs),
+    Fit(gp::FitArgs),
 }
 
 /// Every (sub)command accepts negative numbers as option values, so `--epsilon -1` reaches our
@@ -110,17 +102,17 @@ fn main() {
     let rt = || tokio::runtime::Builder::new_multi_thread().enable_all().build();
     let result = match cli.command {
         Command::Node(NodeCommand::Serve(a)) => {
-            rt().map_err(anyhow::Error::from).and_then(|r| r.block_on(node_cmd::serve_node(a)))
+            rt().map_err(anyhow::Error::from).and_then(|r| r.block_on(node::serve_node(a)))
         }
         Command::Demo(a) => rt().map_err(anyhow::Error::from).and_then(|r| r.block_on(demo::run(a))),
-        Command::Node(NodeCommand::Check(a)) => node_cmd::check(a),
-        Command::Run(a) => rt().map_err(anyhow::Error::from).and_then(|r| r.block_on(node_cmd::run(a))),
-        Command::Status(a) => rt().map_err(anyhow::Error::from).and_then(|r| r.block_on(node_cmd::status(a))),
-        Command::Data(DataCommand::SplitCcpp(a)) => node_cmd::split_ccpp(a),
-        Command::Certs(a) => node_cmd::certs(a),
-        Command::Gp(GpCommand::Fit(args)) => gp_cmd::run(args),
-        Command::Privacy(cmd) => privacy_cmd::run(cmd),
-        Command::Experiment(cmd) => experiment_cmd::run(cmd),
+        Command::Node(NodeCommand::Check(a)) => node::check(a),
+        Command::Run(a) => rt().map_err(anyhow::Error::from).and_then(|r| r.block_on(run::run(a))),
+        Command::Status(a) => rt().map_err(anyhow::Error::from).and_then(|r| r.block_on(status::status(a))),
+        Command::Data(DataCommand::SplitCcpp(a)) => data::split_ccpp(a),
+        Command::Certs(a) => certs::certs(a),
+        Command::Gp(GpCommand::Fit(args)) => gp::run(args),
+        Command::Privacy(cmd) => privacy::run(cmd),
+        Command::Experiment(cmd) => experiment::run(cmd),
         Command::Bench(cmd) => bench::run(cmd),
     };
     if let Err(e) = result {

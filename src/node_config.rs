@@ -7,7 +7,6 @@
 //! certificate, CN = NAME), `tokens/A-B.token` (the shared secret of the pair A, B — names in
 //! sorted order) and `tokens/orchestrator-NAME.token` (what the orchestrator presents to NAME).
 
-use crate::table::Table;
 use anyhow::Context;
 use dpcotrain_cotrain::answer::Uncertainty;
 use dpcotrain_cotrain::combiner::{AnswerForm, AnswerGuard, CombinerKind};
@@ -15,6 +14,7 @@ use dpcotrain_cotrain::data::PartyData;
 use dpcotrain_cotrain::driver::default_kernel;
 use dpcotrain_cotrain::release_model::{PublicTheta, QueryPolicy, ReleaseForm, ThetaPolicy};
 use dpcotrain_cotrain::responder::{DpConfig, DpMode, Party, ReleasePolicy};
+use dpcotrain_cotrain::table::Table;
 use dpcotrain_federation::auth::ORCHESTRATOR;
 use dpcotrain_privacy::calibrate::{Mechanism, THESIS_MULTIPLIER};
 use dpcotrain_privacy::finite::CapRule;

@@ -24,6 +24,7 @@ use rand_chacha::ChaCha20Rng;
 
 use crate::CotrainError;
 use crate::data::{PartyData, Scenario};
+use crate::table::Table;
 
 /// The embedded CSV (header `AT,V,AP,RH,PE`).
 const CCPP_CSV: &str = include_str!("../../../data/ccpp.csv");
@@ -73,40 +74,12 @@ pub fn ccpp_raw() -> Result<(Vec<String>, DMatrix<f64>), CotrainError> {
     parse_csv(CCPP_CSV)
 }
 
+/// Parse CSV text through the one CSV reader of the workspace ([`Table::parse`]); errors name
+/// `data/ccpp.csv` with the line and column.
 fn parse_csv(text: &str) -> Result<(Vec<String>, DMatrix<f64>), CotrainError> {
-    let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
-    let Some((_, header)) = lines.next() else {
-        return Err(CotrainError::invalid("the CCPP CSV is empty"));
-    };
-    let names: Vec<String> = header.split(',').map(|s| s.trim().to_string()).collect();
-    let d = names.len();
-    let mut values = Vec::new();
-    let mut n = 0usize;
-    for (i, line) in lines {
-        let fields: Vec<&str> = line.split(',').collect();
-        if fields.len() != d {
-            return Err(CotrainError::invalid(format!(
-                "CCPP CSV line {}: {} fields, expected {d}",
-                i + 1,
-                fields.len()
-            )));
-        }
-        for f in fields {
-            let v: f64 = f
-                .trim()
-                .parse()
-                .map_err(|_| CotrainError::invalid(format!("CCPP CSV line {}: cannot parse {f:?}", i + 1)))?;
-            if !v.is_finite() {
-                return Err(CotrainError::invalid(format!("CCPP CSV line {}: non-finite value {f:?}", i + 1)));
-            }
-            values.push(v);
-        }
-        n += 1;
-    }
-    if n == 0 {
-        return Err(CotrainError::invalid("the CCPP CSV has no data rows"));
-    }
-    Ok((names, DMatrix::from_row_slice(n, d, &values)))
+    let t = Table::parse(std::path::Path::new("data/ccpp.csv"), text.as_bytes())
+        .map_err(|e| CotrainError::invalid(e.to_string()))?;
+    Ok((t.columns, t.data))
 }
 
 /// The CCPP data with every column standardised to mean 0 and sample sd 1 over the full data
@@ -439,7 +412,8 @@ mod tests {
         assert!(parse_csv("").is_err());
         assert!(parse_csv("A,B\n").is_err());
         assert!(parse_csv("A,B\n1,2\n3\n").unwrap_err().to_string().contains("line 3"));
-        assert!(parse_csv("A,B\n1,x\n").unwrap_err().to_string().contains("cannot parse"));
+        let e = parse_csv("A,B\n1,x\n").unwrap_err().to_string();
+        assert!(e.contains("data/ccpp.csv") && e.contains("\"B\"") && e.contains("cannot parse"), "{e}");
         let (n, x) = parse_csv("A,B\r\n1,2\r\n3,4\r\n").unwrap();
         assert_eq!(n, ["A", "B"]);
         assert_eq!(x, DMatrix::from_row_slice(2, 2, &[1.0, 2.0, 3.0, 4.0]));

@@ -1,8 +1,8 @@
 //! `dpcotrain gp fit`: the numerical core from the command line. Scripts depend on these flags
 //! and on the JSON keys; keep them stable.
 
-use crate::table::Table;
 use clap::{Args, ValueEnum};
+use dpcotrain_cotrain::table::Table;
 use dpcotrain_gp::inducing::{greedy_variance, kmeans, random_subset};
 use dpcotrain_gp::kernels::{Kernel, Matern, MaternNu, SquaredExponential};
 use dpcotrain_gp::standardize::Standardizer;
@@ -399,7 +399,7 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
         let m = std.inverse_mean(&p.mean);
         let v = std.inverse_var(&p.var);
         let data = DMatrix::from_fn(m.len(), 2, |i, j| if j == 0 { m[i] } else { v[i] });
-        crate::table::write_csv(path, &["mean".to_string(), "var".to_string()], &data)?;
+        dpcotrain_cotrain::table::write_csv(path, &["mean".to_string(), "var".to_string()], &data)?;
     }
     if args.json {
         println!("{}", serde_json::to_string(&out)?);

@@ -2,7 +2,7 @@
 //! (docs/honest-dp.md): test RMSE alone / co-trained without DP / co-trained at each ε for each
 //! release mechanism and θ policy, the share of the non-private gain recovered, and a figure.
 
-use crate::experiment_cmd::{load_jsonl, write_atomic};
+use crate::cli::experiment::{load_jsonl, write_atomic};
 use crate::svg::{LineChart, Marker, Series};
 use clap::Args;
 use dpcotrain_cotrain::frontier::{

@@ -10,8 +10,10 @@
 //! the centralised oracle (a reference line that pools everything, never a protocol path) is
 //! computed in-process.
 
-use crate::experiment_cmd::write_atomic;
-use crate::node_cmd::{drive, launch, orchestrator, write_views};
+use crate::cli::data::write_views;
+use crate::cli::experiment::write_atomic;
+use crate::cli::node::launch;
+use crate::cli::run::{drive, orchestrator, party_json};
 use crate::node_config::{
     DataConfig, FederationConfig, ModelConfig, PartyConfig, PeerConfig, PrivacyConfig, SecurityConfig, dev_hosts, load,
     to_toml,
@@ -283,7 +285,7 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
     let mut parties = Vec::new();
     let (mut gain_all, mut got_all) = (0.0, 0.0);
     for (i, st) in statuses.iter().enumerate() {
-        let mut p = crate::node_cmd::party_json(st);
+        let mut p = party_json(st);
         p["queried"] = json!(queried[i]);
         p["rmse_no_dp"] = json!(no_dp[i]);
         let (alone, after) =

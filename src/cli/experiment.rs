@@ -30,7 +30,7 @@ pub enum ExperimentCommand {
     Ccpp(GridArgs),
     /// The privacy–utility frontier of honest co-training: RMSE alone / without DP / at each ε
     /// for each release mechanism and θ policy, with the share of the no-DP gain recovered.
-    Frontier(crate::frontier_cmd::FrontierArgs),
+    Frontier(crate::cli::frontier::FrontierArgs),
     /// One report (tables vs the thesis, orderings, figures) from the runs.jsonl of several
     /// experiment folders (e.g. no DP, thesis DP, calibrated ε = 1 and ε = 4).
     Report {
@@ -203,7 +203,7 @@ pub fn run(cmd: ExperimentCommand) -> anyhow::Result<()> {
             fill_grid(&mut grid, &a)?;
             execute(&grid, &a)
         }
-        ExperimentCommand::Frontier(a) => crate::frontier_cmd::run(a),
+        ExperimentCommand::Frontier(a) => crate::cli::frontier::run(a),
         ExperimentCommand::Report { runs, out } => {
             let mut rows = Vec::new();
             for d in &runs {

@@ -5,6 +5,9 @@
 //! dense kernels, and the machine's GEMM rate as the peak to compare with. The memory
 //! benchmark runs a VFE fit in a child process and reads its peak resident set (VmHWM).
 
+pub mod node;
+pub mod state;
+
 use clap::{Args, Subcommand};
 use dpcotrain_gp::kernels::SquaredExponential;
 use dpcotrain_gp::linalg::matmul;
@@ -22,10 +25,10 @@ pub enum BenchCommand {
     Gp(GpBenchArgs),
     /// Federation speed: a 100k-row VFE node's Predict latency over gRPC+TLS, and the gRPC
     /// overhead per exchange of a two-party 25-round run.
-    Node(crate::bench_node::NodeBenchArgs),
+    Node(node::NodeBenchArgs),
     /// Durable state under a flood of the largest answers: save time and bytes, the node's
     /// append-only log against rewriting the whole state.
-    State(crate::bench_state::StateBenchArgs),
+    State(state::StateBenchArgs),
     /// (internal) One VFE fit, printing its peak memory as JSON; used by `bench gp --memory`.
     #[command(hide = true)]
     GpMemory(MemoryArgs),
@@ -94,9 +97,9 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Gp(a) => run_gp(a),
         BenchCommand::GpMemory(a) => run_memory(a),
-        BenchCommand::State(a) => crate::bench_state::run(a),
+        BenchCommand::State(a) => state::run(a),
         BenchCommand::Node(a) => {
-            tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(crate::bench_node::run(a))
+            tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(node::run(a))
         }
     }
 }

@@ -1,0 +1,13 @@
+//! One module per subcommand; `main.rs` holds the clap tree and the dispatch.
+
+pub mod bench;
+pub mod certs;
+pub mod data;
+pub mod demo;
+pub mod experiment;
+pub mod frontier;
+pub mod gp;
+pub mod node;
+pub mod privacy;
+pub mod run;
+pub mod status;

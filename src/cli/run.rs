@@ -1,0 +1,221 @@
+//! `dpcotrain run`: drive co-training rounds across running nodes (federation.toml), and the
+//! orchestration loop the demo shares.
+
+use crate::cli::node::{client_tls, node_tls};
+use crate::node_config::{FederationConfig, check_name, load, orchestrator_token, read_token, rel};
+use clap::Args;
+use dpcotrain_federation::auth::ORCHESTRATOR;
+use dpcotrain_federation::orchestrator::{Orchestrator, orchestrator_retry};
+use dpcotrain_federation::pb;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Total number of rounds to reach (default: the config's `rounds`). A federation that
+    /// was interrupted continues where it stopped.
+    #[arg(long)]
+    pub rounds: Option<u32>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The orchestrator of a federation config.
+pub fn orchestrator(cfg: &FederationConfig, path: &Path) -> anyhow::Result<Orchestrator> {
+    let mut nodes = Vec::new();
+    let mut tls = None;
+    for n in &cfg.nodes {
+        check_name(&n.name, &format!("{}: nodes.name", path.display()))?;
+        let (token, t) = match &cfg.security {
+            Some(sec) => {
+                let dir = rel(path, &sec.dir);
+                let t = tls.get_or_insert_with(|| node_tls(&dir, ORCHESTRATOR));
+                (Some(read_token(&orchestrator_token(&dir, &n.name))?), Some(client_tls(t, &n.name)?))
+            }
+            None => (None, None),
+        };
+        nodes.push((n.name.clone(), n.address.clone(), token, t));
+    }
+    let mut retry = orchestrator_retry();
+    retry.give_up_after = std::time::Duration::from_secs(cfg.wait_seconds);
+    let mut orch = Orchestrator::new(nodes, retry).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    orch.federation_id = Some(cfg.federation_id.clone());
+    Ok(orch)
+}
+
+/// A node's status as JSON (what `status --json` and `run --json` print per party).
+pub fn party_json(st: &pb::StatusResponse) -> serde_json::Value {
+    let spent: Vec<serde_json::Value> = st
+        .spend
+        .iter()
+        .map(|s| {
+            let log: Vec<serde_json::Value> = s
+                .release_log
+                .iter()
+                .map(|r| {
+                    serde_json::json!({"id": r.id, "mechanism": r.mechanism, "sigma": r.sigma,
+                                       "sensitivity": r.sensitivity, "rho": r.rho, "guaranteed": r.guaranteed})
+                })
+                .collect();
+            serde_json::json!({"peer": s.peer, "rho": s.rho, "epsilon": s.epsilon, "releases": s.releases,
+                                    "rho_budget": s.rho_budget, "release_log": log})
+        })
+        .collect();
+    serde_json::json!({"party": st.party, "rmse_before": st.test_rmse_alone, "rmse_after": st.test_rmse,
+                       "rmse_change_se": st.rmse_change_se,
+                       "rounds": st.rounds_done, "model_version": st.model_version,
+                       "rmse_per_round": st.rmse_per_round, "privacy_spent": spent,
+                       "answers_set_aside": st.answers_set_aside,
+                       "restricted": st.restricted, "federation_id": st.federation_id,
+                       "privacy_spent_total": {"rho": st.rho_total, "epsilon": st.epsilon_total}})
+}
+
+/// What [`drive`] did.
+pub struct Drove {
+    /// Rounds each node had done when the run began (node order).
+    pub position: Vec<u32>,
+    /// The first round run (the lowest position, at most the target).
+    pub start: u32,
+    /// Test RMSE of each node after each of its turns in this run.
+    pub per_round: Vec<Vec<f64>>,
+    /// Exchanges that failed or were refused in turns that happened (`"round 3, A ← B: …"`).
+    pub failures: Vec<String>,
+}
+
+/// Bring every node to `target` rounds (continuing an interrupted run), reporting each turn.
+/// A turn that did not happen (no peer answered; one was unreachable or refused the handshake)
+/// stops the run with an error; the node recorded nothing, so running again retries it.
+pub async fn drive(
+    orch: &Orchestrator,
+    target: u32,
+    mut on_turn: impl FnMut(u32, usize, &pb::RunRoundResponse),
+) -> anyhow::Result<Drove> {
+    for (i, n) in orch.nodes.iter().enumerate() {
+        if !orch.reachable(i).await {
+            eprintln!(
+                "waiting for node {} at {} (up to {} s; is it running?)…",
+                n.name,
+                n.address,
+                orch.retry.give_up_after.as_secs()
+            );
+        }
+    }
+    let mut position = Vec::new();
+    for i in 0..orch.nodes.len() {
+        position.push(orch.status(i).await.map_err(anyhow::Error::msg)?.rounds_done);
+    }
+    let start = position.iter().copied().min().unwrap_or(0).min(target);
+    let mut per_round = vec![Vec::new(); orch.nodes.len()];
+    let mut failures = Vec::new();
+    for round in start..target {
+        for (i, rmse) in per_round.iter_mut().enumerate() {
+            let r = orch.run_round(i, round).await.map_err(|e| {
+                anyhow::anyhow!(
+                    "{e}. Rounds before {round} are done{}; run again to retry round {round}",
+                    if failures.is_empty() { String::new() } else { format!(" ({} exchanges failed)", failures.len()) }
+                )
+            })?;
+            on_turn(round, i, &r);
+            rmse.push(r.test_rmse);
+            failures.extend(r.refused.iter().map(|why| format!("round {round}, {} ← {why}", r.querier)));
+        }
+    }
+    Ok(Drove { position, start, per_round, failures })
+}
+
+/// "A at round 3, B at 4" (or "both at round 3").
+fn positions(orch: &Orchestrator, position: &[u32]) -> String {
+    if position.windows(2).all(|w| w[0] == w[1]) {
+        return format!("every node at round {}", position.first().copied().unwrap_or(0));
+    }
+    orch.nodes.iter().zip(position).map(|(n, r)| format!("{} at round {r}", n.name)).collect::<Vec<_>>().join(", ")
+}
+
+pub async fn run(a: RunArgs) -> anyhow::Result<()> {
+    let cfg: FederationConfig = load(&a.config)?;
+    let target = a.rounds.unwrap_or(cfg.rounds);
+    let orch = orchestrator(&cfg, &a.config)?;
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} round {msg} ({pos}/{len} turns, eta {eta})")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let n = orch.nodes.len() as u64;
+    let mut first = true;
+    let mut skipped: Vec<String> = Vec::new();
+    let drove = drive(&orch, target, |round, i, r| {
+        skipped.extend(r.skipped.iter().cloned());
+        if first {
+            bar.set_length((target - round) as u64 * n);
+            first = false;
+        }
+        bar.set_message(format!("{}/{target}", round + 1));
+        if i + 1 == n as usize {
+            bar.inc(0);
+        }
+        bar.inc(1);
+    })
+    .await?;
+    bar.finish_and_clear();
+    let Drove { position, start, per_round, failures } = drove;
+    let mut rows = Vec::new();
+    for i in 0..per_round.len() {
+        rows.push(party_json(&orch.status(i).await.map_err(anyhow::Error::msg)?));
+    }
+    let ran = per_round.first().map_or(0, Vec::len);
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({"federation_id": cfg.federation_id, "rounds": target, "started_at_round": start,
+                               "position_before": position, "rounds_run": ran,
+                               "parties": rows, "refused": failures, "skipped": skipped})
+        );
+    } else {
+        if ran == 0 {
+            println!("nothing to do: {} (target {target})", positions(&orch, &position));
+        } else if position.iter().any(|&r| r > 0) {
+            println!("continued an earlier run: {}; ran rounds {start} to {}", positions(&orch, &position), target - 1);
+        }
+        println!(
+            "{:<10} {:>12} {:>12}  privacy spent on its labels (ε per requester)",
+            "party", "RMSE alone", "RMSE after"
+        );
+        for r in &rows {
+            let spent: Vec<String> = r["privacy_spent"]
+                .as_array()
+                .map(|v| {
+                    v.iter()
+                        .map(|s| {
+                            format!(
+                                "{}: {:.3}",
+                                s["peer"].as_str().unwrap_or("?"),
+                                s["epsilon"].as_f64().unwrap_or(0.0)
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            println!(
+                "{:<10} {:>12.4} {:>12.4}  {}",
+                r["party"].as_str().unwrap_or(""),
+                r["rmse_before"].as_f64().unwrap_or(f64::NAN),
+                r["rmse_after"].as_f64().unwrap_or(f64::NAN),
+                if spent.is_empty() { "none".to_string() } else { spent.join(", ") }
+            );
+        }
+        if !skipped.is_empty() {
+            println!(
+                "{} peer requests not sent: each peer's budget for the querier was already spent (its one release was made)",
+                skipped.len()
+            );
+        }
+    }
+    if !failures.is_empty() {
+        for why in &failures {
+            eprintln!("failed: {why}");
+        }
+        anyhow::bail!("{} of the run's exchanges failed or were refused (listed above)", failures.len());
+    }
+    Ok(())
+}

@@ -1,0 +1,110 @@
+//! `dpcotrain status`: a running node's model version, rounds and privacy spent.
+
+use crate::cli::run::{orchestrator, party_json};
+use crate::node_config::{FederationConfig, load};
+use clap::Args;
+use dpcotrain_federation::orchestrator::{Orchestrator, orchestrator_retry};
+use dpcotrain_federation::pb;
+use std::path::PathBuf;
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Node name (with --config) or address, e.g. http://127.0.0.1:50051
+    #[arg(long)]
+    pub node: String,
+    /// The federation config, for the node's address, certificate and token.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Print JSON (for scripts) instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A node's status for a person: position, RMSE with the paired SE of the change, RMSE per
+/// round, and the privacy spent per requester with its releases.
+fn status_table(st: &pb::StatusResponse) -> String {
+    use std::fmt::Write as _;
+    let mut o = String::new();
+    let _ = writeln!(o, "party {} (federation {:?})", st.party, st.federation_id);
+    let _ = writeln!(o, "  rounds done     {}   (model version {})", st.rounds_done, st.model_version);
+    if st.restricted {
+        let _ = writeln!(o, "  (restricted view: you are a peer; you see your own spend only)");
+    } else {
+        let _ = writeln!(
+            o,
+            "  test RMSE       {:.4} alone → {:.4} now  (change {:+.4}, SE {:.4})",
+            st.test_rmse_alone,
+            st.test_rmse,
+            st.test_rmse - st.test_rmse_alone,
+            st.rmse_change_se
+        );
+        if !st.rmse_per_round.is_empty() {
+            let v: Vec<String> = st.rmse_per_round.iter().map(|r| format!("{r:.4}")).collect();
+            let _ = writeln!(o, "  RMSE per round  {}", v.join(" "));
+        }
+        if st.answers_set_aside {
+            let _ = writeln!(
+                o,
+                "  answers         set aside by the guard (they made its own rows' leave-one-out error worse): the model is the private-only one"
+            );
+        }
+    }
+    if st.spend.is_empty() {
+        let _ = writeln!(o, "  privacy spent   nothing released");
+    } else {
+        let _ = writeln!(o, "  privacy spent on its labels:");
+        let _ = writeln!(o, "    {:<12} {:>8} {:>10} {:>10} {:>9}", "requester", "ε", "ρ", "ρ budget", "releases");
+        for s in &st.spend {
+            let _ = writeln!(
+                o,
+                "    {:<12} {:>8.4} {:>10.3e} {:>10.3e} {:>9}",
+                s.peer, s.epsilon, s.rho, s.rho_budget, s.releases
+            );
+        }
+        let _ = writeln!(o, "    all requesters together: ε {:.4} (ρ {:.3e})", st.epsilon_total, st.rho_total);
+        // The DP θ vote (theta = "select") is one entry of every requester's ledger.
+        if let Some(r) = st
+            .spend
+            .iter()
+            .flat_map(|s| &s.release_log)
+            .find(|r| r.id == dpcotrain_cotrain::responder::THETA_SELECTION_ID)
+        {
+            let _ = writeln!(
+                o,
+                "    of which the θ vote (theta = select): ρ {:.3e} per requester (σ {:.2} votes)",
+                r.rho, r.sigma
+            );
+        }
+    }
+    o
+}
+
+pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
+    let (orch, i) = match &a.config {
+        Some(p) => {
+            let cfg: FederationConfig = load(p)?;
+            let i = cfg
+                .nodes
+                .iter()
+                .position(|n| n.name == a.node || n.address == a.node)
+                .ok_or_else(|| anyhow::anyhow!("{}: no node named or at {:?}", p.display(), a.node))?;
+            (orchestrator(&cfg, p)?, i)
+        }
+        None => {
+            let mut retry = orchestrator_retry();
+            retry.give_up_after = std::time::Duration::from_secs(2);
+            let o =
+                Orchestrator::new(vec![("?".into(), a.node.clone(), None, None)], retry).map_err(anyhow::Error::msg)?;
+            (o, 0)
+        }
+    };
+    let mut orch = orch;
+    orch.retry.give_up_after = std::time::Duration::from_secs(2);
+    let st = orch.status_unchecked(i).await.map_err(anyhow::Error::msg)?;
+    if a.json {
+        println!("{}", party_json(&st));
+    } else {
+        print!("{}", status_table(&st));
+    }
+    Ok(())
+}
