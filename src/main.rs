@@ -3,7 +3,6 @@
 //! Subcommands grow with the project; see README.md for the two commands a newcomer runs.
 
 mod cli;
-mod node_config;
 mod report;
 mod svg;
 mod thesis;

@@ -1,9 +1,9 @@
 //! `dpcotrain certs`: throw-away development secrets (CA, certificates, tokens).
 
-use crate::cli::node::ensure_dev_secrets;
-use crate::node_config::check_name;
 use clap::Args;
 use dpcotrain_federation::auth::ORCHESTRATOR;
+use dpcotrain_federation::config::check_name;
+use dpcotrain_federation::launch::ensure_dev_secrets;
 use std::path::PathBuf;
 
 #[derive(Debug, Args)]

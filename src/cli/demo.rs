@@ -12,12 +12,7 @@
 
 use crate::cli::data::write_views;
 use crate::cli::experiment::write_atomic;
-use crate::cli::node::launch;
-use crate::cli::run::{drive, orchestrator, party_json};
-use crate::node_config::{
-    DataConfig, FederationConfig, ModelConfig, PartyConfig, PeerConfig, PrivacyConfig, SecurityConfig, dev_hosts, load,
-    to_toml,
-};
+use crate::cli::run::party_json;
 use crate::svg::{Figure, LineChart, Marker, Series};
 use anyhow::Context;
 use clap::Args;
@@ -29,6 +24,12 @@ use dpcotrain_cotrain::data::Scenario;
 use dpcotrain_cotrain::driver::{block_on, build_parties, default_kernel, evaluate, run_in_process};
 use dpcotrain_cotrain::responder::{DpConfig, Party, THETA_SELECTION_ID};
 use dpcotrain_cotrain::simulate::{SimConfig, simulate};
+use dpcotrain_federation::config::{
+    DataConfig, FederationConfig, ModelConfig, PartyConfig, PeerConfig, PrivacyConfig, SecurityConfig, dev_hosts, load,
+    to_toml,
+};
+use dpcotrain_federation::launch::launch;
+use dpcotrain_federation::launch::{drive, orchestrator};
 use dpcotrain_federation::serve;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};

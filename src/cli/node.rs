@@ -1,156 +1,18 @@
 //! `dpcotrain node serve` and `dpcotrain node check`: a party's gRPC node from its config.
 
-use crate::node_config::{
-    PartyConfig, SecurityConfig, load, orchestrator_token, pair_token, party_from_config, read_token, rel,
-    settings_from_config,
-};
 use anyhow::Context;
 use clap::Args;
-use dpcotrain_cotrain::driver::evaluate_with_errors;
-use dpcotrain_federation::auth::{Auth, ORCHESTRATOR};
-use dpcotrain_federation::store::StateStore;
-use dpcotrain_federation::tls::{NodeTls, ensure_dev_pki};
-use dpcotrain_federation::{Agreement, GrpcPeer, NodeService, PeerOptions, Retry, serve};
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use tonic::transport::{ClientTlsConfig, ServerTlsConfig};
+use dpcotrain_federation::config::{
+    PartyConfig, load, orchestrator_token, pair_token, party_from_config, rel, settings_from_config,
+};
+use dpcotrain_federation::launch::{launch, node_tls};
+use dpcotrain_federation::serve;
+use std::path::PathBuf;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     #[arg(long)]
     pub config: PathBuf,
-}
-
-/// Make the dev secrets (CA, certificates, tokens) for `names` in `dir` if they are missing.
-/// Safe when several nodes start at once on the same folder.
-pub fn ensure_dev_secrets(dir: &Path, names: &[String], hosts: &[String]) -> anyhow::Result<()> {
-    ensure_dev_pki(dir, names, hosts).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let tokens = dir.join("tokens");
-    std::fs::create_dir_all(&tokens).with_context(|| format!("cannot create {}", tokens.display()))?;
-    let parties: Vec<&String> = names.iter().filter(|n| *n != ORCHESTRATOR).collect();
-    let mut files = Vec::new();
-    for (i, a) in parties.iter().enumerate() {
-        for b in &parties[i + 1..] {
-            files.push(pair_token(dir, a, b));
-        }
-        files.push(orchestrator_token(dir, a));
-    }
-    for f in files {
-        if f.exists() {
-            continue;
-        }
-        let tok: String = (0..32).map(|_| format!("{:02x}", rand::random::<u8>())).collect();
-        let tmp = f.with_extension(format!("tmp{}", std::process::id()));
-        // Created 0600 (never readable by others, not even for a moment), then linked into place.
-        let _ = std::fs::remove_file(&tmp); // a stale one from a crash: its mode is unknown
-        let mut opts = std::fs::OpenOptions::new();
-        opts.write(true).create_new(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
-        let mut file = opts.open(&tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
-        std::io::Write::write_all(&mut file, format!("{tok}\n").as_bytes())
-            .and_then(|()| file.sync_all())
-            .with_context(|| format!("cannot write {}", tmp.display()))?;
-        // hard_link never replaces: if another node won the race, keep its token.
-        let _ = std::fs::hard_link(&tmp, &f);
-        let _ = std::fs::remove_file(&tmp);
-    }
-    Ok(())
-}
-
-/// TLS material of principal `me` in a secrets folder.
-pub(crate) fn node_tls(dir: &Path, me: &str) -> NodeTls {
-    NodeTls { ca: dir.join("ca.pem"), cert: dir.join(format!("{me}.pem")), key: dir.join(format!("{me}.key")) }
-}
-
-pub(crate) fn client_tls(tls: &NodeTls, peer: &str) -> anyhow::Result<ClientTlsConfig> {
-    tls.client_config(peer).map_err(|e| anyhow::anyhow!("{e}"))
-}
-
-/// A node ready to serve: its service (party fitted, state restored, peers set) and listener.
-pub struct Launched {
-    pub service: NodeService,
-    pub listener: tokio::net::TcpListener,
-    pub tls: Option<ServerTlsConfig>,
-    /// The operations endpoint's listener (`ops_listen`), if configured.
-    pub ops: Option<tokio::net::TcpListener>,
-}
-
-/// Everything `node serve` does before serving: validate the config, make or load secrets,
-/// lock the state directory, fit the private model, resume from saved state, bind.
-pub async fn launch(cfg: &PartyConfig, path: &Path) -> anyhow::Result<Launched> {
-    cfg.validate(path)?;
-    for (field, p) in [("data.train", &cfg.data.train), ("data.pool", &cfg.data.pool), ("data.test", &cfg.data.test)] {
-        let full = rel(path, p);
-        if !full.is_file() {
-            anyhow::bail!("{}: {field} = {:?}: no such file ({})", path.display(), p.display(), full.display());
-        }
-    }
-    let store = StateStore::open(&cfg.state_dir(path)).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let mut auth = Auth::open();
-    let mut server_tls = None;
-    let mut peer_sec: Vec<(Option<String>, Option<ClientTlsConfig>)> = vec![(None, None); cfg.peers.len()];
-    if let Some(SecurityConfig { dir, generate_dev, hosts }) = &cfg.security {
-        let dir = rel(path, dir);
-        if *generate_dev {
-            ensure_dev_secrets(&dir, &cfg.principals(), hosts)?;
-        }
-        let tls = node_tls(&dir, &cfg.name);
-        server_tls = Some(tls.server_config().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?);
-        let mut tokens = vec![(read_token(&orchestrator_token(&dir, &cfg.name))?, ORCHESTRATOR.to_string())];
-        for (k, p) in cfg.peers.iter().enumerate() {
-            let t = read_token(&pair_token(&dir, &cfg.name, &p.name))?;
-            tokens.push((t.clone(), p.name.clone()));
-            peer_sec[k] = (Some(t), Some(client_tls(&tls, &p.name)?));
-        }
-        auth = Auth::tokens(tokens, true).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    }
-    let cfg_path = path.to_path_buf();
-    let (party, alone, resumed) = tokio::task::block_in_place(|| -> anyhow::Result<_> {
-        let mut party = party_from_config(cfg, &cfg_path)?;
-        let (_, alone) = evaluate_with_errors(&mut party)?;
-        let resumed = match store.load().map_err(|e| anyhow::anyhow!("{e}"))? {
-            Some(st) => {
-                party.restore(&st).with_context(|| format!("cannot resume from {}", store.path().display()))?;
-                Some((st.turns.len(), st.rho_spent()))
-            }
-            None => None,
-        };
-        Ok((party, alone, resumed))
-    })?;
-    if let Some((turns, rho)) = resumed {
-        eprintln!("{}: resumed from {} ({turns} turns, ρ spent {rho:.4})", cfg.name, store.path().display());
-    }
-    let agreement = Agreement::of(&party, &cfg.federation_id, cfg.data.y_mean, cfg.data.y_scale);
-    let mut peers = Vec::new();
-    for (p, (token, tls)) in cfg.peers.iter().zip(peer_sec) {
-        peers.push(GrpcPeer::new(PeerOptions {
-            me: cfg.name.clone(),
-            name: p.name.clone(),
-            address: p.address.clone(),
-            agreement: agreement.clone(),
-            token,
-            tls,
-            retry: Retry::default(),
-        })?);
-    }
-    let service = NodeService::new(Arc::new(Mutex::new(party)), &cfg.federation_id)
-        .with_agreement(agreement)
-        .with_auth(auth)
-        .with_peers(peers)
-        .with_store(store)
-        .with_alone_errors(alone);
-    let listener =
-        tokio::net::TcpListener::bind(&cfg.listen).await.with_context(|| format!("cannot listen on {}", cfg.listen))?;
-    let ops = match &cfg.ops_listen {
-        Some(addr) => Some(
-            tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("cannot listen on {addr} (ops_listen)"))?,
-        ),
-        None => None,
-    };
-    Ok(Launched { service, listener, tls: server_tls, ops })
 }
 
 pub async fn serve_node(a: ServeArgs) -> anyhow::Result<()> {

@@ -1,13 +1,12 @@
 //! `dpcotrain run`: drive co-training rounds across running nodes (federation.toml), and the
 //! orchestration loop the demo shares.
 
-use crate::cli::node::{client_tls, node_tls};
-use crate::node_config::{FederationConfig, check_name, load, orchestrator_token, read_token, rel};
 use clap::Args;
-use dpcotrain_federation::auth::ORCHESTRATOR;
-use dpcotrain_federation::orchestrator::{Orchestrator, orchestrator_retry};
+use dpcotrain_federation::config::{FederationConfig, load};
+use dpcotrain_federation::launch::{Drove, drive, orchestrator};
+use dpcotrain_federation::orchestrator::Orchestrator;
 use dpcotrain_federation::pb;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -19,29 +18,6 @@ pub struct RunArgs {
     pub rounds: Option<u32>,
     #[arg(long)]
     pub json: bool,
-}
-
-/// The orchestrator of a federation config.
-pub fn orchestrator(cfg: &FederationConfig, path: &Path) -> anyhow::Result<Orchestrator> {
-    let mut nodes = Vec::new();
-    let mut tls = None;
-    for n in &cfg.nodes {
-        check_name(&n.name, &format!("{}: nodes.name", path.display()))?;
-        let (token, t) = match &cfg.security {
-            Some(sec) => {
-                let dir = rel(path, &sec.dir);
-                let t = tls.get_or_insert_with(|| node_tls(&dir, ORCHESTRATOR));
-                (Some(read_token(&orchestrator_token(&dir, &n.name))?), Some(client_tls(t, &n.name)?))
-            }
-            None => (None, None),
-        };
-        nodes.push((n.name.clone(), n.address.clone(), token, t));
-    }
-    let mut retry = orchestrator_retry();
-    retry.give_up_after = std::time::Duration::from_secs(cfg.wait_seconds);
-    let mut orch = Orchestrator::new(nodes, retry).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    orch.federation_id = Some(cfg.federation_id.clone());
-    Ok(orch)
 }
 
 /// A node's status as JSON (what `status --json` and `run --json` print per party).
@@ -69,59 +45,6 @@ pub fn party_json(st: &pb::StatusResponse) -> serde_json::Value {
                        "answers_set_aside": st.answers_set_aside,
                        "restricted": st.restricted, "federation_id": st.federation_id,
                        "privacy_spent_total": {"rho": st.rho_total, "epsilon": st.epsilon_total}})
-}
-
-/// What [`drive`] did.
-pub struct Drove {
-    /// Rounds each node had done when the run began (node order).
-    pub position: Vec<u32>,
-    /// The first round run (the lowest position, at most the target).
-    pub start: u32,
-    /// Test RMSE of each node after each of its turns in this run.
-    pub per_round: Vec<Vec<f64>>,
-    /// Exchanges that failed or were refused in turns that happened (`"round 3, A ← B: …"`).
-    pub failures: Vec<String>,
-}
-
-/// Bring every node to `target` rounds (continuing an interrupted run), reporting each turn.
-/// A turn that did not happen (no peer answered; one was unreachable or refused the handshake)
-/// stops the run with an error; the node recorded nothing, so running again retries it.
-pub async fn drive(
-    orch: &Orchestrator,
-    target: u32,
-    mut on_turn: impl FnMut(u32, usize, &pb::RunRoundResponse),
-) -> anyhow::Result<Drove> {
-    for (i, n) in orch.nodes.iter().enumerate() {
-        if !orch.reachable(i).await {
-            eprintln!(
-                "waiting for node {} at {} (up to {} s; is it running?)…",
-                n.name,
-                n.address,
-                orch.retry.give_up_after.as_secs()
-            );
-        }
-    }
-    let mut position = Vec::new();
-    for i in 0..orch.nodes.len() {
-        position.push(orch.status(i).await.map_err(anyhow::Error::msg)?.rounds_done);
-    }
-    let start = position.iter().copied().min().unwrap_or(0).min(target);
-    let mut per_round = vec![Vec::new(); orch.nodes.len()];
-    let mut failures = Vec::new();
-    for round in start..target {
-        for (i, rmse) in per_round.iter_mut().enumerate() {
-            let r = orch.run_round(i, round).await.map_err(|e| {
-                anyhow::anyhow!(
-                    "{e}. Rounds before {round} are done{}; run again to retry round {round}",
-                    if failures.is_empty() { String::new() } else { format!(" ({} exchanges failed)", failures.len()) }
-                )
-            })?;
-            on_turn(round, i, &r);
-            rmse.push(r.test_rmse);
-            failures.extend(r.refused.iter().map(|why| format!("round {round}, {} ← {why}", r.querier)));
-        }
-    }
-    Ok(Drove { position, start, per_round, failures })
 }
 
 /// "A at round 3, B at 4" (or "both at round 3").

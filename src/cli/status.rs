@@ -1,8 +1,9 @@
 //! `dpcotrain status`: a running node's model version, rounds and privacy spent.
 
-use crate::cli::run::{orchestrator, party_json};
-use crate::node_config::{FederationConfig, load};
+use crate::cli::run::party_json;
 use clap::Args;
+use dpcotrain_federation::config::{FederationConfig, load};
+use dpcotrain_federation::launch::orchestrator;
 use dpcotrain_federation::orchestrator::{Orchestrator, orchestrator_retry};
 use dpcotrain_federation::pb;
 use std::path::PathBuf;

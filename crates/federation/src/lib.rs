@@ -20,9 +20,11 @@
 pub mod agreement;
 pub mod auth;
 pub mod codec;
+pub mod config;
 pub mod convert;
 pub mod durable;
 pub mod error;
+pub mod launch;
 pub mod ops;
 pub mod orchestrator;
 pub mod peer;

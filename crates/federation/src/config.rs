@@ -7,21 +7,55 @@
 //! certificate, CN = NAME), `tokens/A-B.token` (the shared secret of the pair A, B — names in
 //! sorted order) and `tokens/orchestrator-NAME.token` (what the orchestrator presents to NAME).
 
-use anyhow::Context;
+use crate::auth::ORCHESTRATOR;
+use dpcotrain_cotrain::CotrainError;
 use dpcotrain_cotrain::answer::Uncertainty;
 use dpcotrain_cotrain::combiner::{AnswerForm, AnswerGuard, CombinerKind};
 use dpcotrain_cotrain::data::PartyData;
 use dpcotrain_cotrain::driver::default_kernel;
 use dpcotrain_cotrain::release_model::{PublicTheta, QueryPolicy, ReleaseForm, ThetaPolicy};
 use dpcotrain_cotrain::responder::{DpConfig, DpMode, Party, ReleasePolicy};
-use dpcotrain_cotrain::table::Table;
-use dpcotrain_federation::auth::ORCHESTRATOR;
+use dpcotrain_cotrain::table::{Table, TableError};
 use dpcotrain_privacy::calibrate::{Mechanism, THESIS_MULTIPLIER};
 use dpcotrain_privacy::finite::CapRule;
 use dpcotrain_privacy::gaussian::gdp_mu_for;
 use dpcotrain_privacy::sensitivity::LabelRange;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+
+/// Why a configuration was refused. Every variant names the file (or, for a name given on the
+/// command line, the option) it is about.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {}: {source}", path.display())]
+    Read { path: PathBuf, source: std::io::Error },
+    /// The TOML does not parse or does not fit the schema (unknown key, wrong type, …).
+    #[error("{}: {}{message}", path.display(), position.map(|(l, c)| format!("line {l}, column {c}: ")).unwrap_or_default())]
+    Syntax { path: PathBuf, position: Option<(usize, usize)>, message: String },
+    /// A value the schema accepts but the node cannot use (named by its field in `message`).
+    #[error("{}: {message}", path.display())]
+    Invalid { path: PathBuf, message: String },
+    /// A data file named by the config (the error names the file, line and column).
+    #[error(transparent)]
+    Data(#[from] TableError),
+    /// The party could not be built from valid settings and data.
+    #[error("{}: {source}", path.display())]
+    Party { path: PathBuf, source: CotrainError },
+    #[error(
+        "{what} {name:?}: use 1-63 letters, digits, '-' or '_' (and not {ORCHESTRATOR:?} or \"ca\"): it names certificates and files"
+    )]
+    Name { what: String, name: String },
+    #[error("cannot read token {} (nodes with `generate_dev = true` write it on first start; or make one with `dpcotrain certs`): {source}", path.display())]
+    TokenRead { path: PathBuf, source: std::io::Error },
+    #[error("{}: token shorter than {} characters", path.display(), crate::auth::MIN_TOKEN_LEN)]
+    TokenShort { path: PathBuf },
+    #[error("cannot write the configuration as TOML: {0}")]
+    Serialize(#[from] toml::ser::Error),
+}
+
+fn bad(path: &Path, message: String) -> ConfigError {
+    ConfigError::Invalid { path: path.to_path_buf(), message }
+}
 
 /// A party's node configuration (`party.toml`). Relative paths are relative to the file.
 #[derive(Debug, Deserialize, Serialize)]
@@ -263,30 +297,25 @@ impl FederationConfig {
 
 /// A config file's text: `header` as `#` comment lines, then `value` serialised as TOML (every
 /// setting written out, defaults included, so the file shows what the node will do).
-pub fn to_toml<T: Serialize>(header: &str, value: &T) -> anyhow::Result<String> {
+pub fn to_toml<T: Serialize>(header: &str, value: &T) -> Result<String, ConfigError> {
     let mut text: String = header.lines().map(|l| format!("# {l}\n")).collect();
-    text += &toml::to_string(value).context("cannot write the configuration as TOML")?;
+    text += &toml::to_string(value)?;
     Ok(text)
 }
 
-pub fn load<T: for<'de> Deserialize<'de>>(path: &Path) -> anyhow::Result<T> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}", toml_error_line(path, &text, &e)))
-}
-
-/// A TOML error on one line naming the file, line and column: `party.toml: line 3, column 12:
-/// invalid string`.
-fn toml_error_line(path: &Path, text: &str, e: &toml::de::Error) -> String {
-    let message = e.message().lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ");
-    match e.span() {
-        Some(span) => {
+/// Read and parse a TOML config; errors name the file, and the line and column of a syntax or
+/// schema error (`party.toml: line 3, column 12: invalid string`).
+pub fn load<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, ConfigError> {
+    let text =
+        std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+    toml::from_str(&text).map_err(|e| {
+        let message = e.message().lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ");
+        let position = e.span().map(|span| {
             let before = &text[..span.start.min(text.len())];
-            let line = before.matches('\n').count() + 1;
-            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-            format!("{}: line {line}, column {column}: {message}", path.display())
-        }
-        None => format!("{}: {message}", path.display()),
-    }
+            (before.matches('\n').count() + 1, before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1)
+        });
+        ConfigError::Syntax { path: path.to_path_buf(), position, message }
+    })
 }
 
 pub fn rel(base: &Path, p: &Path) -> PathBuf {
@@ -304,7 +333,7 @@ pub struct NodeSettings {
 }
 
 /// A party's private view: train, pool and test files, columns matched by name.
-pub fn data_from_config(cfg: &PartyConfig, path: &Path) -> anyhow::Result<PartyData> {
+pub fn data_from_config(cfg: &PartyConfig, path: &Path) -> Result<PartyData, ConfigError> {
     let train = Table::read(&rel(path, &cfg.data.train))?;
     train.require_rows(2, "training data")?;
     let (x_train, y_train, columns, _) = train.split_target(Some(&cfg.data.target))?;
@@ -316,20 +345,20 @@ pub fn data_from_config(cfg: &PartyConfig, path: &Path) -> anyhow::Result<PartyD
 }
 
 /// The party a config describes: its data, its settings, and its local GP fitted.
-pub fn party_from_config(cfg: &PartyConfig, path: &Path) -> anyhow::Result<Party> {
+pub fn party_from_config(cfg: &PartyConfig, path: &Path) -> Result<Party, ConfigError> {
     let NodeSettings { kind, uncertainty, dp, answers, guard } = settings_from_config(cfg, path)?;
     let data = data_from_config(cfg, path)?;
     let (k, noise) = default_kernel(&data);
     let mut party = Party::new(data, kind, uncertainty, k, noise, dp, cfg.seed)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    party.model.set_answer_form(answers).map_err(|e| anyhow::anyhow!("{}: model.answers: {e}", path.display()))?;
-    party.model.set_guard(guard).map_err(|e| anyhow::anyhow!("{}: model.guard: {e}", path.display()))?;
+        .map_err(|source| ConfigError::Party { path: path.to_path_buf(), source })?;
+    party.model.set_answer_form(answers).map_err(|e| bad(path, format!("model.answers: {e}")))?;
+    party.model.set_guard(guard).map_err(|e| bad(path, format!("model.guard: {e}")))?;
     Ok(party)
 }
 
 /// Parse and cross-check the config's `[model]` and `[privacy]` strings (no file is read).
-pub fn settings_from_config(cfg: &PartyConfig, path: &Path) -> anyhow::Result<NodeSettings> {
-    let field = |name: &str, e: dpcotrain_cotrain::CotrainError| anyhow::anyhow!("{}: {name}: {e}", path.display());
+pub fn settings_from_config(cfg: &PartyConfig, path: &Path) -> Result<NodeSettings, ConfigError> {
+    let field = |name: &str, e: CotrainError| bad(path, format!("{name}: {e}"));
     let kind: CombinerKind = cfg.model.combiner.parse().map_err(|e| field("model.combiner", e))?;
     let unc: Uncertainty = cfg.model.uncertainty.parse().map_err(|e| field("model.uncertainty", e))?;
     let pv = &cfg.privacy;
@@ -337,15 +366,15 @@ pub fn settings_from_config(cfg: &PartyConfig, path: &Path) -> anyhow::Result<No
     let policy: ReleasePolicy =
         pv.policy.as_deref().unwrap_or(default_policy).parse().map_err(|e| field("privacy.policy", e))?;
     let honest = policy == ReleasePolicy::Batches;
-    let cap: CapRule = pv.cap.parse().map_err(|e| anyhow::anyhow!("{}: privacy.cap: {e}", path.display()))?;
+    let cap: CapRule = pv.cap.parse().map_err(|e| bad(path, format!("privacy.cap: {e}")))?;
     let release = match pv.release.as_deref().unwrap_or(if honest { "finite" } else { "rkhs" }) {
         "finite" => ReleaseForm::Finite { cap },
         "rkhs" => ReleaseForm::Rkhs,
-        o => anyhow::bail!("{}: privacy.release {o:?} is not finite or rkhs", path.display()),
+        o => return Err(bad(path, format!("privacy.release {o:?} is not finite or rkhs"))),
     };
     let [signal_variance, lengthscale, noise_variance] = pv.public_theta;
     let public = PublicTheta { signal_variance, lengthscale, noise_variance };
-    public.validate().map_err(|e| anyhow::anyhow!("{}: privacy.public_theta: {e}", path.display()))?;
+    public.validate().map_err(|e| bad(path, format!("privacy.public_theta: {e}")))?;
     let theta = match pv.theta.as_deref().unwrap_or(if honest { "public" } else { "fitted" }) {
         "public" => ThetaPolicy::Public(public),
         "fitted" => ThetaPolicy::Fitted,
@@ -353,31 +382,33 @@ pub fn settings_from_config(cfg: &PartyConfig, path: &Path) -> anyhow::Result<No
             let mu = match (pv.mode.as_str(), pv.theta_epsilon) {
                 (_, Some(e)) if e.is_finite() && e > 0.0 && pv.delta > 0.0 && pv.delta < 1.0 => gdp_mu_for(e, pv.delta),
                 (_, Some(e)) => {
-                    anyhow::bail!("{}: privacy.theta_epsilon must be a positive number, got {e}", path.display())
+                    return Err(bad(path, format!("privacy.theta_epsilon must be a positive number, got {e}")));
                 }
-                ("calibrated", None) => anyhow::bail!(
-                    "{}: privacy.theta = \"select\" needs privacy.theta_epsilon (the ε of the θ vote, charged to every requester)",
-                    path.display()
-                ),
+                ("calibrated", None) => {
+                    return Err(bad(
+                        path,
+                        "privacy.theta = \"select\" needs privacy.theta_epsilon (the ε of the θ vote, charged to every requester)".into(),
+                    ));
+                }
                 // DP off: the vote is exact and μ unused.
                 _ => 1.0,
             };
             ThetaPolicy::Selected { default: public, mu }
         }
-        o => anyhow::bail!("{}: privacy.theta {o:?} is not public, select or fitted", path.display()),
+        o => return Err(bad(path, format!("privacy.theta {o:?} is not public, select or fitted"))),
     };
     if pv.theta_epsilon.is_some() && !matches!(theta, ThetaPolicy::Selected { .. }) {
-        anyhow::bail!("{}: privacy.theta_epsilon is set but privacy.theta is not \"select\"", path.display());
+        return Err(bad(path, "privacy.theta_epsilon is set but privacy.theta is not \"select\"".into()));
     }
     let queries = match pv.queries.as_deref().unwrap_or(if honest { "public" } else { "adaptive" }) {
         "public" => {
             if pv.queries_per_turn == 0 {
-                anyhow::bail!("{}: privacy.queries_per_turn must be at least 1", path.display());
+                return Err(bad(path, format!("privacy.queries_per_turn must be at least 1")));
             }
             QueryPolicy::Public { per_turn: pv.queries_per_turn, theta: public }
         }
         "adaptive" => QueryPolicy::Adaptive,
-        o => anyhow::bail!("{}: privacy.queries {o:?} is not public or adaptive", path.display()),
+        o => return Err(bad(path, format!("privacy.queries {o:?} is not public or adaptive"))),
     };
     let likelihood_ok = kind == CombinerKind::Noisy && unc == Uncertainty::Marginal;
     let answers: AnswerForm = cfg
@@ -386,10 +417,10 @@ pub fn settings_from_config(cfg: &PartyConfig, path: &Path) -> anyhow::Result<No
         .as_deref()
         .unwrap_or(if honest && likelihood_ok { "likelihood" } else { "posterior" })
         .parse()
-        .map_err(|e| anyhow::anyhow!("{}: model.answers: {e}", path.display()))?;
+        .map_err(|e| bad(path, format!("model.answers: {e}")))?;
     for (name, v) in [("epsilon", pv.epsilon), ("delta", pv.delta)] {
         if !v.is_finite() || v <= 0.0 {
-            anyhow::bail!("{}: privacy.{name} must be a positive number, got {v}", path.display());
+            return Err(bad(path, format!("privacy.{name} must be a positive number, got {v}")));
         }
     }
     let mode = match pv.mode.as_str() {
@@ -400,43 +431,42 @@ pub fn settings_from_config(cfg: &PartyConfig, path: &Path) -> anyhow::Result<No
             delta: pv.delta,
             mechanism: Mechanism::Analytic,
             range: LabelRange::new(pv.label_range[0], pv.label_range[1])
-                .map_err(|e| anyhow::anyhow!("{}: privacy.label_range: {e}", path.display()))?,
+                .map_err(|e| bad(path, format!("privacy.label_range: {e}")))?,
             budget_epsilon: pv.budget_epsilon.unwrap_or(pv.epsilon),
         },
-        o => anyhow::bail!("{}: privacy.mode {o:?} is not off, thesis or calibrated", path.display()),
+        o => return Err(bad(path, format!("privacy.mode {o:?} is not off, thesis or calibrated"))),
     };
     if let DpMode::Calibrated { epsilon, budget_epsilon, .. } = mode
         && budget_epsilon < epsilon
     {
-        anyhow::bail!(
-            "{}: privacy.budget_epsilon = {budget_epsilon} is below privacy.epsilon = {epsilon}, the cost of one release: every release would be refused",
-            path.display()
-        );
+        return Err(bad(
+            path,
+            format!(
+                "privacy.budget_epsilon = {budget_epsilon} is below privacy.epsilon = {epsilon}, the cost of one release: every release would be refused"
+            ),
+        ));
     }
     let dp = DpConfig { mode, policy, inflate_variance: true, release, theta, queries };
-    dp.validate().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    dp.check_combiner(kind, unc).map_err(|e| anyhow::anyhow!("{}: [model] {e}", path.display()))?;
-    answers.check(kind, unc).map_err(|e| anyhow::anyhow!("{}: model.answers: {e}", path.display()))?;
-    let guard: AnswerGuard =
-        cfg.model.guard.parse().map_err(|e| anyhow::anyhow!("{}: model.guard: {e}", path.display()))?;
+    dp.validate().map_err(|e| bad(path, format!("{e}")))?;
+    dp.check_combiner(kind, unc).map_err(|e| bad(path, format!("[model] {e}")))?;
+    answers.check(kind, unc).map_err(|e| bad(path, format!("model.answers: {e}")))?;
+    let guard: AnswerGuard = cfg.model.guard.parse().map_err(|e| bad(path, format!("model.guard: {e}")))?;
     if guard != AnswerGuard::Off && kind != CombinerKind::Noisy {
-        anyhow::bail!("{}: model.guard = {:?} needs the noisy combiner", path.display(), guard.name());
+        return Err(bad(path, format!("model.guard = {:?} needs the noisy combiner", guard.name())));
     }
-    dp.check_guard(guard).map_err(|e| anyhow::anyhow!("{}: model.guard: {e}", path.display()))?;
+    dp.check_guard(guard).map_err(|e| bad(path, format!("model.guard: {e}")))?;
     Ok(NodeSettings { kind, uncertainty: unc, dp, answers, guard })
 }
 
 /// Party names become certificate names and file names: letters, digits, '-' and '_'.
-pub fn check_name(name: &str, what: &str) -> anyhow::Result<()> {
+pub fn check_name(name: &str, what: &str) -> Result<(), ConfigError> {
     let ok = !name.is_empty()
         && name.len() <= 63
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
         && name != ORCHESTRATOR
         && name != "ca";
     if !ok {
-        anyhow::bail!(
-            "{what} {name:?}: use 1-63 letters, digits, '-' or '_' (and not {ORCHESTRATOR:?} or \"ca\"): it names certificates and files"
-        );
+        return Err(ConfigError::Name { what: what.to_string(), name: name.to_string() });
     }
     Ok(())
 }
@@ -452,59 +482,61 @@ pub fn orchestrator_token(dir: &Path, node: &str) -> PathBuf {
     dir.join("tokens").join(format!("{ORCHESTRATOR}-{node}.token"))
 }
 
-pub fn read_token(path: &Path) -> anyhow::Result<String> {
-    let t = std::fs::read_to_string(path).with_context(|| {
-        format!("cannot read token {} (nodes with `generate_dev = true` write it on first start; or make one with `dpcotrain certs`)", path.display())
-    })?;
+/// A token file's secret (trimmed); refused when shorter than the minimum length.
+pub fn read_token(path: &Path) -> Result<String, ConfigError> {
+    let t =
+        std::fs::read_to_string(path).map_err(|source| ConfigError::TokenRead { path: path.to_path_buf(), source })?;
     let t = t.trim().to_string();
-    if t.len() < dpcotrain_federation::auth::MIN_TOKEN_LEN {
-        anyhow::bail!(
-            "{}: token shorter than {} characters",
-            path.display(),
-            dpcotrain_federation::auth::MIN_TOKEN_LEN
-        );
+    if t.len() < crate::auth::MIN_TOKEN_LEN {
+        return Err(ConfigError::TokenShort { path: path.to_path_buf() });
     }
     Ok(t)
 }
 
 impl PartyConfig {
     /// Structural checks that need no files: names, addresses, security mode.
-    pub fn validate(&self, path: &Path) -> anyhow::Result<()> {
+    pub fn validate(&self, path: &Path) -> Result<(), ConfigError> {
         let f = path.display();
         check_name(&self.name, &format!("{f}: name"))?;
         let port = self.listen.rsplit_once(':').map(|(_, p)| p.parse::<u16>());
         if !matches!(port, Some(Ok(_))) {
-            anyhow::bail!("{f}: listen = {:?} is not host:port (e.g. \"127.0.0.1:50051\")", self.listen);
+            return Err(bad(path, format!("listen = {:?} is not host:port (e.g. \"127.0.0.1:50051\")", self.listen)));
         }
         if let Some(ops) = &self.ops_listen {
             let port = ops.rsplit_once(':').map(|(_, p)| p.parse::<u16>());
             if !matches!(port, Some(Ok(_))) {
-                anyhow::bail!("{f}: ops_listen = {ops:?} is not host:port (e.g. \"0.0.0.0:9090\")");
+                return Err(bad(path, format!("ops_listen = {ops:?} is not host:port (e.g. \"0.0.0.0:9090\")")));
             }
             if *ops == self.listen {
-                anyhow::bail!("{f}: ops_listen must differ from listen ({ops:?}): the node's port speaks mutual TLS");
+                return Err(bad(
+                    path,
+                    format!("ops_listen must differ from listen ({ops:?}): the node's port speaks mutual TLS"),
+                ));
             }
         }
         for p in &self.peers {
             check_name(&p.name, &format!("{f}: peers.name"))?;
             if p.name == self.name {
-                anyhow::bail!("{f}: peer {:?} is this party itself", p.name);
+                return Err(bad(path, format!("peer {:?} is this party itself", p.name)));
             }
             let scheme_ok =
                 if self.insecure { p.address.starts_with("http://") } else { p.address.starts_with("https://") };
             if !scheme_ok {
-                anyhow::bail!(
-                    "{f}: peer {} address {:?} must start with {}",
-                    p.name,
-                    p.address,
-                    if self.insecure { "http:// (insecure = true)" } else { "https:// (TLS)" }
-                );
+                return Err(bad(
+                    path,
+                    format!(
+                        "peer {} address {:?} must start with {}",
+                        p.name,
+                        p.address,
+                        if self.insecure { "http:// (insecure = true)" } else { "https:// (TLS)" }
+                    ),
+                ));
             }
         }
         let mut names: Vec<&str> = self.peers.iter().map(|p| p.name.as_str()).collect();
         names.sort();
         if names.windows(2).any(|w| w[0] == w[1]) {
-            anyhow::bail!("{f}: a peer is listed twice");
+            return Err(bad(path, "a peer is listed twice".into()));
         }
         let pv = &self.privacy;
         for (name, v) in
@@ -513,31 +545,35 @@ impl PartyConfig {
             if let Some(v) = v
                 && !(v.is_finite() && v > 0.0)
             {
-                anyhow::bail!("{f}: privacy.{name} must be a positive number, got {v}");
+                return Err(bad(path, format!("privacy.{name} must be a positive number, got {v}")));
             }
         }
         if pv.delta >= 1.0 {
-            anyhow::bail!("{f}: privacy.delta must be below 1, got {}", pv.delta);
+            return Err(bad(path, format!("privacy.delta must be below 1, got {}", pv.delta)));
         }
         let [lo, hi] = pv.label_range;
         if !(lo.is_finite() && hi.is_finite() && lo < hi) {
-            anyhow::bail!("{f}: privacy.label_range must be two finite numbers, low < high; got [{lo}, {hi}]");
+            return Err(bad(
+                path,
+                format!("privacy.label_range must be two finite numbers, low < high; got [{lo}, {hi}]"),
+            ));
         }
         if !self.data.y_scale.is_finite() || self.data.y_scale <= 0.0 || !self.data.y_mean.is_finite() {
-            anyhow::bail!("{f}: data.y_scale must be positive and data.y_mean finite");
+            return Err(bad(path, "data.y_scale must be positive and data.y_mean finite".into()));
         }
         match (&self.security, self.insecure) {
-            (Some(_), true) => anyhow::bail!("{f}: set either [security] or insecure = true, not both"),
-            (None, false) => anyhow::bail!(
-                "{f}: no [security] section: add one (TLS + tokens; `generate_dev = true` makes throw-away secrets) or set insecure = true for a loopback-only development node"
-            ),
+            (Some(_), true) => return Err(bad(path, "set either [security] or insecure = true, not both".into())),
+            (None, false) => return Err(bad(
+                path,
+                "no [security] section: add one (TLS + tokens; `generate_dev = true` makes throw-away secrets) or set insecure = true for a loopback-only development node".into(),
+            )),
             (None, true) => {
                 let host = self.listen.rsplit_once(':').map(|(h, _)| h).unwrap_or(&self.listen);
                 if !matches!(host, "127.0.0.1" | "localhost" | "[::1]") {
-                    anyhow::bail!(
-                        "{f}: insecure = true is only allowed on a loopback listen address, not {:?}",
-                        self.listen
-                    );
+                    return Err(bad(
+                        path,
+                        format!("insecure = true is only allowed on a loopback listen address, not {:?}", self.listen),
+                    ));
                 }
             }
             (Some(_), false) => {}
