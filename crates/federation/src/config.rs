@@ -403,7 +403,7 @@ pub fn settings_from_config(cfg: &PartyConfig, path: &Path) -> Result<NodeSettin
     let queries = match pv.queries.as_deref().unwrap_or(if honest { "public" } else { "adaptive" }) {
         "public" => {
             if pv.queries_per_turn == 0 {
-                return Err(bad(path, format!("privacy.queries_per_turn must be at least 1")));
+                return Err(bad(path, "privacy.queries_per_turn must be at least 1".into()));
             }
             QueryPolicy::Public { per_turn: pv.queries_per_turn, theta: public }
         }

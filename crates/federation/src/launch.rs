@@ -149,9 +149,7 @@ pub async fn launch(cfg: &PartyConfig, path: &Path) -> Result<Launched, LaunchEr
         let (_, alone) = evaluate_with_errors(&mut party)?;
         let resumed = match store.load()? {
             Some(st) => {
-                party
-                    .restore(&st)
-                    .map_err(|source| LaunchError::Resume { state: store.path().to_path_buf(), source })?;
+                party.restore(&st).map_err(|source| LaunchError::Resume { state: store.path().clone(), source })?;
                 Some((st.turns.len(), st.rho_spent()))
             }
             None => None,

@@ -218,7 +218,7 @@ mod tests {
 
     #[test]
     fn the_head_start_keeps_the_default_when_votes_are_drowned() {
-        let z = DVector::from_vec(vec![0.0, 0.3, -0.2]);
+        let z = DVector::from_vec(vec![0.0, 0.0, 0.1]);
         // Two votes for candidate 2 with σ = √2/0.1 ≈ 14: the noise decides, and with a head
         // start of 4σ the default (0) stays.
         let r = noisy_vote(&[2, 2], 3, 0, 4.0, 0.1, &z).unwrap();
