@@ -2,7 +2,7 @@
 //! D18).
 //!
 //! The UCI CCPP data (9,568 hourly rows; covariates AT, V, AP, RH; response PE; CC BY 4.0, source
-//! and attribution in `data/README.md`) are embedded in the binary, so the loader works offline
+//! and attribution in `crates/cotrain/data/README.md`) are embedded in the binary, so the loader works offline
 //! and from any working directory.
 //!
 //! Protocol:
@@ -27,7 +27,7 @@ use crate::data::{PartyData, Scenario};
 use crate::table::Table;
 
 /// The embedded CSV (header `AT,V,AP,RH,PE`).
-const CCPP_CSV: &str = include_str!("../../../data/ccpp.csv");
+const CCPP_CSV: &str = include_str!("../data/ccpp.csv");
 
 /// Name of the response column.
 pub const RESPONSE: &str = "PE";

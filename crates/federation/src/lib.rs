@@ -1,6 +1,6 @@
 //! # dpcotrain-federation — gRPC nodes
 //!
-//! The protocol (`proto/dpcotrain/v1/node.proto`, compiled in `build.rs` with protox), a node
+//! The protocol (`proto/dpcotrain/v1/node.proto` in this crate, compiled in `build.rs` with protox), a node
 //! server that exposes a [`Party`](dpcotrain_cotrain::responder::Party)'s release path over
 //! gRPC, and [`GrpcPeer`], the gRPC implementation of the co-training
 //! [`Peer`](dpcotrain_cotrain::peer::Peer) trait — so the round logic of `dpcotrain-cotrain` is
