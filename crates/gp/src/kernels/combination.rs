@@ -1,6 +1,6 @@
 //! Sums and products of two kernels.
 
-use super::squared_exponential::{check_grad_shape, update_columns};
+use super::tiling::{check_grad_shape, update_columns};
 use super::{Bounds, Kernel, KernelGrad};
 use nalgebra::{DMatrix, DMatrixView, DVector, DVectorView};
 
@@ -205,7 +205,7 @@ impl Kernel for Product {
 
 #[cfg(test)]
 mod tests {
-    use super::super::squared_exponential::test_support::*;
+    use super::super::test_support::*;
     use super::super::{Constant, Linear, Matern, MaternNu, SquaredExponential};
     use super::*;
     use nalgebra::dmatrix;

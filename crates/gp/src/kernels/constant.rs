@@ -1,6 +1,6 @@
 //! Constant kernel.
 
-use super::squared_exponential::{check_grad_shape, check_inputs, reduce_column_blocks};
+use super::tiling::{check_grad_shape, check_inputs, reduce_column_blocks};
 use super::{Bounds, Kernel, KernelGrad};
 use nalgebra::{DMatrix, DMatrixView, DVector, DVectorView};
 use serde::{Deserialize, Serialize};
@@ -93,7 +93,7 @@ impl Kernel for Constant {
 
 #[cfg(test)]
 mod tests {
-    use super::super::squared_exponential::test_support::*;
+    use super::super::test_support::*;
     use super::*;
     use nalgebra::dmatrix;
 

@@ -1,6 +1,6 @@
 //! Linear (dot-product) kernel.
 
-use super::squared_exponential::{
+use super::tiling::{
     ROW_TILE, Rows, check_dim, check_grad_shape, check_inputs, copy_column, fill_columns, reduce_column_blocks,
     row_tiles,
 };
@@ -189,7 +189,7 @@ impl Kernel for Linear {
 
 #[cfg(test)]
 mod tests {
-    use super::super::squared_exponential::test_support::*;
+    use super::super::test_support::*;
     use super::*;
     use nalgebra::dmatrix;
 

@@ -1,6 +1,6 @@
 //! Matérn kernels with ν ∈ {1/2, 3/2, 5/2}.
 
-use super::squared_exponential::{Profile, Stationary};
+use super::stationary::{Profile, Stationary, delegate_stationary};
 use super::{Bounds, Kernel, KernelGrad};
 use nalgebra::{DMatrix, DMatrixView, DVector, DVectorView};
 use serde::{Deserialize, Serialize};
@@ -142,41 +142,16 @@ impl Matern {
 }
 
 impl Kernel for Matern {
+    delegate_stationary!();
     fn name(&self) -> String {
         let suffix = if self.core.is_ard() { "-ard" } else { "" };
         format!("{}{suffix}", self.nu.base_name())
-    }
-    fn n_params(&self) -> usize {
-        self.core.n_params()
-    }
-    fn params(&self) -> Vec<f64> {
-        self.core.params()
-    }
-    fn set_params(&mut self, p: &[f64]) {
-        let name = self.name();
-        self.core.set_params(&name, p)
-    }
-    fn param_names(&self) -> Vec<String> {
-        self.core.param_names()
-    }
-    fn bounds(&self) -> Vec<Bounds> {
-        self.core.bounds()
-    }
-    fn set_bounds(&mut self, b: &[Bounds]) {
-        let name = self.name();
-        self.core.set_bounds(&name, b)
-    }
-    fn input_dim(&self) -> Option<usize> {
-        self.core.input_dim()
     }
     fn k(&self, x1: DMatrixView<'_, f64>, x2: DMatrixView<'_, f64>) -> DMatrix<f64> {
         with_profile!(self.nu, p => self.core.k(p, &self.name(), x1, x2))
     }
     fn k_into(&self, x1: DMatrixView<'_, f64>, x2: DMatrixView<'_, f64>, out: &mut DMatrix<f64>) {
         with_profile!(self.nu, p => self.core.k_into(p, &self.name(), x1, x2, out))
-    }
-    fn diag(&self, x: DMatrixView<'_, f64>) -> DVector<f64> {
-        self.core.diag(&self.name(), x)
     }
     fn vjp(
         &self,
@@ -187,9 +162,6 @@ impl Kernel for Matern {
     ) -> KernelGrad {
         with_profile!(self.nu, p => self.core.vjp(p, &self.name(), x1, x2, g, want_x1))
     }
-    fn diag_vjp(&self, x: DMatrixView<'_, f64>, g: DVectorView<'_, f64>) -> Vec<f64> {
-        self.core.diag_vjp(&self.name(), x, g)
-    }
     fn clone_box(&self) -> Box<dyn Kernel> {
         Box::new(self.clone())
     }
@@ -197,7 +169,7 @@ impl Kernel for Matern {
 
 #[cfg(test)]
 mod tests {
-    use super::super::squared_exponential::test_support::*;
+    use super::super::test_support::*;
     use super::*;
     use nalgebra::dmatrix;
 

@@ -20,6 +20,11 @@ mod constant;
 mod linear;
 mod matern;
 mod squared_exponential;
+mod stationary;
+#[cfg(test)]
+mod test_support;
+mod tiling;
+mod vexp;
 
 pub use combination::{Product, Sum};
 pub use constant::Constant;

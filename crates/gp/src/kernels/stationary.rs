@@ -1,0 +1,319 @@
+//! The engine of stationary kernels k(x, x') = s² f(r²), r² = Σ_d (x_d − x'_d)²/ℓ_d²: the
+//! hyperparameters (variance, isotropic or ARD length-scales, bounds) and the evaluation of K,
+//! its diagonal and the gradients for any [`Profile`] f. `SquaredExponential` and `Matern` are
+//! this engine with their profile.
+
+use super::tiling::*;
+use super::{Bounds, KernelGrad};
+use nalgebra::{DMatrix, DMatrixView, DVector, DVectorView};
+use serde::{Deserialize, Serialize};
+use std::ops::Range;
+
+/// Shape of a stationary kernel k(x, x') = s² f(r²), r² = Σ_d (x_d − x'_d)²/ℓ_d².
+pub(super) trait Profile: Copy + Send + Sync {
+    /// f(r²), with f(0) = 1.
+    fn f(self, r2: f64) -> f64;
+    /// (f(r²), df/d(r²)). The derivative must be finite everywhere, r² = 0 included (use a
+    /// subgradient where f is not differentiable).
+    fn f_df(self, r2: f64) -> (f64, f64);
+    /// f(r²) for every entry of a slice, in place (profiles with a vectorised form override it).
+    #[inline]
+    fn f_slice(self, r2: &mut [f64]) {
+        r2.iter_mut().for_each(|v| *v = self.f(*v));
+    }
+}
+
+/// Hyperparameters and evaluation of a stationary kernel: variance s² and either one shared
+/// length-scale (isotropic) or one per input dimension (ARD). Parameters: [log s², log ℓ…].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(super) struct Stationary {
+    variance: f64,
+    lengthscales: Vec<f64>,
+    ard: bool,
+    bounds: Vec<Bounds>,
+}
+
+/// r²_i = Σ_d ((x1_id − x2_jd)/ℓ_d)² for i in `rows`, written into `out`; `inv` holds 1/ℓ_d.
+/// Exactly 0 for identical points.
+#[inline]
+fn sq_dist(x1: &Rows, rows: &Range<usize>, x2: &DMatrixView<'_, f64>, j: usize, inv: &[f64], out: &mut [f64]) {
+    out.fill(0.0);
+    for (d, &s) in inv.iter().enumerate() {
+        let xj = x2[(j, d)];
+        for (o, &a) in out.iter_mut().zip(x1.col(d, rows)) {
+            let t = (a - xj) * s;
+            *o += t * t;
+        }
+    }
+}
+
+/// Partial vjp sums of one column block.
+struct StationaryPart {
+    /// Σ G f.
+    gf: f64,
+    /// Σ G f' t_d² per dimension, t_d = (x1_d − x2_d)/ℓ_d.
+    gdt2: Vec<f64>,
+    /// Σ_j G f' t_d per row and dimension (N1×D column-major), if requested.
+    gdt: Vec<f64>,
+}
+
+impl Stationary {
+    /// Panics (programmer error) unless the variance and length-scales are positive and finite.
+    pub(super) fn new(kind: &str, variance: f64, lengthscales: Vec<f64>, ard: bool) -> Self {
+        assert!(
+            variance.is_finite() && variance > 0.0,
+            "kernel {kind}: variance must be positive and finite, got {variance}"
+        );
+        assert!(!lengthscales.is_empty(), "kernel {kind}: needs at least one length-scale");
+        for &l in &lengthscales {
+            assert!(l.is_finite() && l > 0.0, "kernel {kind}: length-scales must be positive and finite, got {l}");
+        }
+        let bounds = vec![Bounds::positive_default(); 1 + lengthscales.len()];
+        Self { variance, lengthscales, ard, bounds }
+    }
+
+    pub(super) fn variance(&self) -> f64 {
+        self.variance
+    }
+    pub(super) fn lengthscales(&self) -> &[f64] {
+        &self.lengthscales
+    }
+    pub(super) fn is_ard(&self) -> bool {
+        self.ard
+    }
+    pub(super) fn n_params(&self) -> usize {
+        1 + self.lengthscales.len()
+    }
+    pub(super) fn params(&self) -> Vec<f64> {
+        let ls = self.lengthscales.iter().map(|l| l.ln());
+        std::iter::once(self.variance.ln()).chain(ls).collect()
+    }
+    pub(super) fn set_params(&mut self, kind: &str, p: &[f64]) {
+        assert_eq!(p.len(), self.n_params(), "kernel {kind}: wrong number of parameters");
+        self.variance = p[0].exp();
+        self.lengthscales.iter_mut().zip(&p[1..]).for_each(|(l, q)| *l = q.exp());
+    }
+    pub(super) fn param_names(&self) -> Vec<String> {
+        let mut names = vec!["variance".to_string()];
+        if self.ard {
+            names.extend((0..self.lengthscales.len()).map(|d| format!("lengthscale[{d}]")));
+        } else {
+            names.push("lengthscale".to_string());
+        }
+        names
+    }
+    pub(super) fn bounds(&self) -> Vec<Bounds> {
+        self.bounds.clone()
+    }
+    pub(super) fn set_bounds(&mut self, kind: &str, b: &[Bounds]) {
+        assert_eq!(b.len(), self.n_params(), "kernel {kind}: wrong number of bounds");
+        self.bounds = b.to_vec();
+    }
+    pub(super) fn input_dim(&self) -> Option<usize> {
+        self.ard.then_some(self.lengthscales.len())
+    }
+
+    /// 1/ℓ_d for inputs of dimension `d`.
+    pub(super) fn inv_lengthscales(&self, d: usize) -> Vec<f64> {
+        if self.ard { self.lengthscales.iter().map(|l| 1.0 / l).collect() } else { vec![1.0 / self.lengthscales[0]; d] }
+    }
+
+    pub(super) fn k<P: Profile>(
+        &self,
+        prof: P,
+        kind: &str,
+        x1: DMatrixView<'_, f64>,
+        x2: DMatrixView<'_, f64>,
+    ) -> DMatrix<f64> {
+        let mut k = DMatrix::from_vec(x1.nrows(), x2.nrows(), vec![0.0; x1.nrows() * x2.nrows()]);
+        self.k_into(prof, kind, x1, x2, &mut k);
+        k
+    }
+
+    /// As [`Stationary::k`], into `k`'s storage (resized if the shape differs). Every entry is
+    /// overwritten.
+    pub(super) fn k_into<P: Profile>(
+        &self,
+        prof: P,
+        kind: &str,
+        x1: DMatrixView<'_, f64>,
+        x2: DMatrixView<'_, f64>,
+        k: &mut DMatrix<f64>,
+    ) {
+        let d = check_inputs(kind, self.input_dim(), &x1, &x2);
+        let inv = self.inv_lengthscales(d);
+        let (x1r, n1, s2) = (Rows::new(&x1), x1.nrows(), self.variance);
+        if k.shape() != (n1, x2.nrows()) {
+            *k = DMatrix::from_vec(n1, x2.nrows(), vec![0.0; n1 * x2.nrows()]);
+        }
+        // K(X, X): evaluate the lower triangle (i ≥ j) and mirror it. (x_i − x_j)² and
+        // (x_j − x_i)² are the same number, so this is bit-identical to the full evaluation.
+        let sym = same_view(&x1, &x2);
+        update_columns(k, |j0, block| {
+            for rows in row_tiles(n1) {
+                for (j, col) in (j0..).zip(block.chunks_exact_mut(n1)) {
+                    let start = if sym { rows.start.max(j) } else { rows.start };
+                    if start >= rows.end {
+                        continue;
+                    }
+                    let rows = start..rows.end;
+                    let out = &mut col[rows.clone()];
+                    sq_dist(&x1r, &rows, &x2, j, &inv, out);
+                    prof.f_slice(out);
+                    out.iter_mut().for_each(|v| *v *= s2);
+                }
+            }
+        });
+        if sym {
+            mirror_lower(k);
+        }
+    }
+
+    pub(super) fn diag(&self, kind: &str, x: DMatrixView<'_, f64>) -> DVector<f64> {
+        check_dim(kind, self.input_dim(), &x);
+        DVector::from_element(x.nrows(), self.variance)
+    }
+
+    /// ∂L/∂log s² = Σ G∘K; ∂L/∂log ℓ_d = Σ_ij G_ij (∂k/∂r²)(−2) t_ijd²;
+    /// ∂L/∂x1_id = Σ_j G_ij (∂k/∂r²) 2 t_ijd/ℓ_d, with t_ijd = (x1_id − x2_jd)/ℓ_d.
+    pub(super) fn vjp<P: Profile>(
+        &self,
+        prof: P,
+        kind: &str,
+        x1: DMatrixView<'_, f64>,
+        x2: DMatrixView<'_, f64>,
+        g: DMatrixView<'_, f64>,
+        want_x1: bool,
+    ) -> KernelGrad {
+        let d = check_inputs(kind, self.input_dim(), &x1, &x2);
+        let (n1, n2) = (x1.nrows(), x2.nrows());
+        check_grad_shape(kind, &g, n1, n2);
+        let inv = self.inv_lengthscales(d);
+        let x1r = Rows::new(&x1);
+        let n_x = if want_x1 { n1 * d } else { 0 };
+
+        // Per row tile: accumulate over the block's columns, then reduce over the tile's rows.
+        let block = |cols: Range<usize>| {
+            let mut part = StationaryPart { gf: 0.0, gdt2: vec![0.0; d], gdt: vec![0.0; n_x] };
+            let tile = ROW_TILE.min(n1);
+            let (mut w, mut gcol, mut acc_gf) = (vec![0.0; tile], vec![0.0; tile], vec![0.0; tile]);
+            let mut acc_dt2 = vec![0.0; tile * d];
+            let mut acc_dt = vec![0.0; if want_x1 { tile * d } else { 0 }];
+            for rows in row_tiles(n1) {
+                let m = rows.len();
+                let (w, gcol, acc_gf) = (&mut w[..m], &mut gcol[..m], &mut acc_gf[..m]);
+                let n_dt = acc_dt.len().min(m * d);
+                let (acc_dt2, acc_dt) = (&mut acc_dt2[..m * d], &mut acc_dt[..n_dt]);
+                acc_gf.fill(0.0);
+                acc_dt2.fill(0.0);
+                acc_dt.fill(0.0);
+                for j in cols.clone() {
+                    sq_dist(&x1r, &rows, &x2, j, &inv, w);
+                    copy_column(&g, j, rows.start, gcol);
+                    // w becomes G f' (the weight of every length-scale / input term).
+                    for ((wi, &gij), a) in w.iter_mut().zip(&*gcol).zip(&mut *acc_gf) {
+                        let (f, df) = prof.f_df(*wi);
+                        *a += gij * f;
+                        *wi = gij * df;
+                    }
+                    for (dd, &s) in inv.iter().enumerate() {
+                        let xj = x2[(j, dd)];
+                        let terms = x1r.col(dd, &rows).iter().zip(&*w);
+                        let terms = terms.zip(&mut acc_dt2[dd * m..(dd + 1) * m]);
+                        if want_x1 {
+                            for (((&a, &wi), p), q) in terms.zip(&mut acc_dt[dd * m..]) {
+                                let t = (a - xj) * s;
+                                *p += wi * t * t;
+                                *q += wi * t;
+                            }
+                        } else {
+                            for ((&a, &wi), p) in terms {
+                                let t = (a - xj) * s;
+                                *p += wi * t * t;
+                            }
+                        }
+                    }
+                }
+                part.gf += acc_gf.iter().sum::<f64>();
+                for (total, acc) in part.gdt2.iter_mut().zip(acc_dt2.chunks_exact(m)) {
+                    *total += acc.iter().sum::<f64>();
+                }
+                for (dd, acc) in acc_dt.chunks_exact(m).enumerate() {
+                    part.gdt[dd * n1 + rows.start..dd * n1 + rows.end].copy_from_slice(acc);
+                }
+            }
+            part
+        };
+
+        let (mut gf, mut gdt2, mut gdt) = (0.0, vec![0.0; d], vec![0.0; n_x]);
+        reduce_column_blocks(n1, n2, block, |part| {
+            gf += part.gf;
+            gdt2.iter_mut().zip(&part.gdt2).for_each(|(a, b)| *a += b);
+            gdt.iter_mut().zip(&part.gdt).for_each(|(a, b)| *a += b);
+        });
+
+        let s2 = self.variance;
+        let ls = gdt2.iter().map(|v| -2.0 * s2 * v);
+        let mut params = vec![s2 * gf];
+        if self.ard {
+            params.extend(ls);
+        } else {
+            params.push(ls.sum());
+        }
+        let x1 = want_x1.then(|| {
+            let mut gx = DMatrix::from_vec(n1, d, gdt);
+            for (mut col, &s) in gx.column_iter_mut().zip(&inv) {
+                col *= 2.0 * s2 * s;
+            }
+            gx
+        });
+        KernelGrad { params, x1 }
+    }
+
+    /// Only the variance enters diag K = s².
+    pub(super) fn diag_vjp(&self, kind: &str, x: DMatrixView<'_, f64>, g: DVectorView<'_, f64>) -> Vec<f64> {
+        check_dim(kind, self.input_dim(), &x);
+        assert_eq!(g.len(), x.nrows(), "kernel {kind}: g has the wrong length");
+        let mut p = vec![0.0; self.n_params()];
+        p[0] = self.variance * g.iter().sum::<f64>();
+        p
+    }
+}
+
+/// The part of `impl Kernel` that every stationary kernel (a `core: Stationary` field) shares:
+/// parameter bookkeeping, the input dimension, the diagonal and its gradient. The kernel
+/// itself writes `name`, `k`, `k_into`, `vjp` (which choose its [`Profile`]) and `clone_box`.
+macro_rules! delegate_stationary {
+    () => {
+        fn n_params(&self) -> usize {
+            self.core.n_params()
+        }
+        fn params(&self) -> Vec<f64> {
+            self.core.params()
+        }
+        fn set_params(&mut self, p: &[f64]) {
+            let name = self.name();
+            self.core.set_params(&name, p)
+        }
+        fn param_names(&self) -> Vec<String> {
+            self.core.param_names()
+        }
+        fn bounds(&self) -> Vec<Bounds> {
+            self.core.bounds()
+        }
+        fn set_bounds(&mut self, b: &[Bounds]) {
+            let name = self.name();
+            self.core.set_bounds(&name, b)
+        }
+        fn input_dim(&self) -> Option<usize> {
+            self.core.input_dim()
+        }
+        fn diag(&self, x: DMatrixView<'_, f64>) -> DVector<f64> {
+            self.core.diag(&self.name(), x)
+        }
+        fn diag_vjp(&self, x: DMatrixView<'_, f64>, g: DVectorView<'_, f64>) -> Vec<f64> {
+            self.core.diag_vjp(&self.name(), x, g)
+        }
+    };
+}
+pub(super) use delegate_stationary;
