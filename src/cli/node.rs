@@ -5,8 +5,9 @@ use clap::Args;
 use dpcotrain_federation::config::{
     PartyConfig, load, orchestrator_token, pair_token, party_from_config, rel, settings_from_config,
 };
-use dpcotrain_federation::launch::{launch, node_tls};
+use dpcotrain_federation::launch::launch;
 use dpcotrain_federation::serve;
+use dpcotrain_federation::tls::NodeTls;
 use std::path::PathBuf;
 
 #[derive(Debug, Args)]
@@ -96,7 +97,7 @@ pub fn check(a: CheckArgs) -> anyhow::Result<()> {
     let mut secrets = Vec::new();
     if let Some(sec) = &cfg.security {
         let dir = rel(&a.config, &sec.dir);
-        let t = node_tls(&dir, &cfg.name);
+        let t = NodeTls::dev(&dir, &cfg.name);
         secrets.extend([t.ca, t.cert, t.key, orchestrator_token(&dir, &cfg.name)]);
         secrets.extend(cfg.peers.iter().map(|p| pair_token(&dir, &cfg.name, &p.name)));
     }
@@ -118,13 +119,13 @@ pub fn check(a: CheckArgs) -> anyhow::Result<()> {
         if let Some(sec) = &cfg.security
             && !sec.generate_dev
         {
-            node_tls(&rel(&a.config, &sec.dir), &cfg.name).load().map_err(|e| anyhow::anyhow!("{f}: {e}"))?;
+            NodeTls::dev(&rel(&a.config, &sec.dir), &cfg.name).load().map_err(|e| anyhow::anyhow!("{f}: {e}"))?;
         }
         // The same path `node serve` takes: read the data by column name, build the party, fit
         // its local GP, and resume its ledger if there is one.
         let mut party = party_from_config(&cfg, &a.config)?;
         let state_dir = cfg.state_dir(&a.config);
-        if let Some(st) = dpcotrain_federation::store::peek(&state_dir).map_err(|e| anyhow::anyhow!("{e}"))? {
+        if let Some(st) = dpcotrain_federation::store::peek(&state_dir)? {
             party
                 .restore(&st)
                 .with_context(|| format!("cannot resume from {}", state_dir.join("state.json").display()))?;

@@ -90,15 +90,6 @@ pub fn ensure_dev_secrets(dir: &Path, names: &[String], hosts: &[String]) -> Res
     Ok(())
 }
 
-/// TLS material of principal `me` in a secrets folder.
-pub fn node_tls(dir: &Path, me: &str) -> NodeTls {
-    NodeTls { ca: dir.join("ca.pem"), cert: dir.join(format!("{me}.pem")), key: dir.join(format!("{me}.key")) }
-}
-
-pub fn client_tls(tls: &NodeTls, peer: &str) -> Result<ClientTlsConfig, LaunchError> {
-    Ok(tls.client_config(peer)?)
-}
-
 /// A node ready to serve: its service (party fitted, state restored, peers set) and listener.
 pub struct Launched {
     pub service: NodeService,
@@ -132,13 +123,13 @@ pub async fn launch(cfg: &PartyConfig, path: &Path) -> Result<Launched, LaunchEr
         if *generate_dev {
             ensure_dev_secrets(&dir, &cfg.principals(), hosts)?;
         }
-        let tls = node_tls(&dir, &cfg.name);
+        let tls = NodeTls::dev(&dir, &cfg.name);
         server_tls = Some(tls.server_config()?);
         let mut tokens = vec![(read_token(&orchestrator_token(&dir, &cfg.name))?, ORCHESTRATOR.to_string())];
         for (k, p) in cfg.peers.iter().enumerate() {
             let t = read_token(&pair_token(&dir, &cfg.name, &p.name))?;
             tokens.push((t.clone(), p.name.clone()));
-            peer_sec[k] = (Some(t), Some(client_tls(&tls, &p.name)?));
+            peer_sec[k] = (Some(t), Some(tls.client_config(&p.name)?));
         }
         auth =
             Auth::tokens(tokens, true).map_err(|message| LaunchError::Auth { config: path.to_path_buf(), message })?;
@@ -203,8 +194,8 @@ pub fn orchestrator(cfg: &FederationConfig, path: &Path) -> Result<Orchestrator,
         let (token, t) = match &cfg.security {
             Some(sec) => {
                 let dir = rel(path, &sec.dir);
-                let t = tls.get_or_insert_with(|| node_tls(&dir, ORCHESTRATOR));
-                (Some(read_token(&orchestrator_token(&dir, &n.name))?), Some(client_tls(t, &n.name)?))
+                let t = tls.get_or_insert_with(|| NodeTls::dev(&dir, ORCHESTRATOR));
+                (Some(read_token(&orchestrator_token(&dir, &n.name))?), Some(t.client_config(&n.name)?))
             }
             None => (None, None),
         };

@@ -55,7 +55,7 @@ fn scratch(tag: &str) -> anyhow::Result<PathBuf> {
 /// Dev PKI for `names` under `dir`; TLS material of each.
 fn pki(dir: &Path, names: &[&str]) -> anyhow::Result<Vec<NodeTls>> {
     let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
-    ensure_dev_pki(dir, &names, &["localhost".into(), "127.0.0.1".into()]).map_err(|e| anyhow::anyhow!("{e}"))?;
+    ensure_dev_pki(dir, &names, &["localhost".into(), "127.0.0.1".into()])?;
     Ok(names
         .iter()
         .map(|n| NodeTls {
@@ -69,7 +69,7 @@ fn pki(dir: &Path, names: &[&str]) -> anyhow::Result<Vec<NodeTls>> {
 async fn start(svc: NodeService, tls: &NodeTls) -> anyhow::Result<(String, tokio::sync::oneshot::Sender<()>)> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = format!("https://{}", listener.local_addr()?);
-    let server_tls = tls.server_config().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let server_tls = tls.server_config()?;
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(serve(svc, listener, Some(server_tls), async {
         let _ = rx.await;
@@ -104,15 +104,10 @@ async fn large_node(a: &NodeBenchArgs) -> anyhow::Result<serde_json::Value> {
     let dir = scratch("large")?;
     let tls = pki(&dir.join("secrets"), &["P1", "client"])?;
     let agreement = Agreement::of(&party, "bench", 0.0, 1.0);
-    let svc = NodeService::new(Arc::new(Mutex::new(party)), "bench")
-        .with_store(StateStore::open(&dir.join("state")).map_err(|e| anyhow::anyhow!("{e}"))?);
+    let svc = NodeService::new(Arc::new(Mutex::new(party)), "bench").with_store(StateStore::open(&dir.join("state"))?);
     let (addr, stop) = start(svc, &tls[0]).await?;
-    let ch = dpcotrain_federation::peer::channel(
-        &addr,
-        Some(&tls[1].client_config("P1").map_err(|e| anyhow::anyhow!("{e}"))?),
-        &Retry::default(),
-    )
-    .map_err(anyhow::Error::msg)?;
+    let ch = dpcotrain_federation::peer::channel(&addr, Some(&tls[1].client_config("P1")?), &Retry::default())
+        .map_err(anyhow::Error::msg)?;
     let mut c = NodeClient::new(ch).max_decoding_message_size(dpcotrain_federation::MAX_MESSAGE_BYTES);
     let mut grpc = Vec::new();
     let mut inproc = Vec::new();
@@ -197,7 +192,7 @@ async fn thesis_run_once(label: &str, sc: &Scenario) -> anyhow::Result<(f64, f64
             address: addrs[j].clone(),
             agreement: Agreement::of(&p, "bench", 0.0, 1.0),
             token: None,
-            tls: Some(tls[i].client_config(&names[j]).map_err(|e| anyhow::anyhow!("{e}"))?),
+            tls: Some(tls[i].client_config(&names[j])?),
             retry: Retry::default(),
         })?)
     };

@@ -51,15 +51,15 @@ fn run_store(dir: &Path, states: &[PartyState], rewrite: bool) -> anyhow::Result
     let _ = std::fs::remove_dir_all(dir);
     let mut times = Vec::with_capacity(states.len());
     let mut written = 0u64;
-    let mut store = Some(StateStore::open(dir).map_err(|e| anyhow::anyhow!("{e}"))?);
+    let mut store = Some(StateStore::open(dir)?);
     for s in states {
         if rewrite {
             drop(store.take()); // release the lock first
-            store = Some(StateStore::open(dir).map_err(|e| anyhow::anyhow!("{e}"))?);
+            store = Some(StateStore::open(dir)?);
         }
         let log_before = std::fs::metadata(dir.join("state.log")).map(|m| m.len()).unwrap_or(0);
         let t = Instant::now();
-        store.as_ref().expect("open store").save(s).map_err(|e| anyhow::anyhow!("{e}"))?;
+        store.as_ref().expect("open store").save(s)?;
         times.push(t.elapsed().as_secs_f64());
         let log_after = std::fs::metadata(dir.join("state.log")).map(|m| m.len()).unwrap_or(0);
         // An append writes the log's growth; a snapshot writes the whole snapshot.

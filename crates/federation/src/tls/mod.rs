@@ -14,6 +14,13 @@
 //! Certificates are parsed with a small DER walk (subject CN, issuer, public key) rather
 //! than an X.509 crate: that is all this module needs and it adds no dependencies.
 
+mod der;
+mod pki;
+
+use der::{cert_parts, common_name};
+#[cfg(test)]
+use pki::DirLock;
+pub use pki::{ensure_dev_pki, generate_dev_pki};
 use std::fs;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
@@ -76,155 +83,6 @@ fn bad(path: &Path, problem: impl Into<String>) -> TlsError {
 fn gen_err(what: impl Into<String>) -> impl FnOnce(rcgen::Error) -> TlsError {
     let what = what.into();
     move |source| TlsError::Generate { what, source }
-}
-
-fn check_names(names: &[String]) -> Result<(), TlsError> {
-    for n in names {
-        let ok_char = |c: char| c.is_ascii_alphanumeric() || "-_.".contains(c);
-        if n.is_empty() || n == "ca" || n.starts_with('.') || !n.chars().all(ok_char) {
-            return Err(TlsError::BadName(n.clone()));
-        }
-    }
-    Ok(())
-}
-
-fn cn(name: &str) -> DistinguishedName {
-    let mut dn = DistinguishedName::new();
-    dn.push(DnType::CommonName, name);
-    dn
-}
-
-fn ca_params(common_name: &str) -> CertificateParams {
-    let mut p = CertificateParams::default();
-    p.distinguished_name = cn(common_name);
-    p.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    p
-}
-
-/// The CA's signing half plus its subject name as DER (to check what we issue).
-struct DevCa {
-    issuer: Issuer<'static, KeyPair>,
-    subject: Vec<u8>,
-}
-
-fn issue_leaf(dir: &Path, name: &str, hosts: &[String], ca: &DevCa) -> Result<(), TlsError> {
-    let mut sans = hosts.to_vec();
-    if !sans.iter().any(|h| h == name) {
-        sans.push(name.to_string());
-    }
-    let mut p = CertificateParams::new(sans).map_err(gen_err(format!("SANs of {name}")))?;
-    p.distinguished_name = cn(name);
-    p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-    p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
-    p.use_authority_key_identifier_extension = true;
-    let key = KeyPair::generate().map_err(gen_err(format!("key of {name}")))?;
-    let cert = p.signed_by(&key, &ca.issuer).map_err(gen_err(format!("certificate of {name}")))?;
-    let pem_path = dir.join(format!("{name}.pem"));
-    if cert_parts(cert.der()).map(|c| c.issuer) != Some(&ca.subject[..]) {
-        return Err(bad(
-            &pem_path,
-            "issuer name differs from ca.pem's subject: delete the PKI directory to regenerate it",
-        ));
-    }
-    write_atomic(&dir.join(format!("{name}.key")), key.serialize_pem().as_bytes(), true)?;
-    write_atomic(&pem_path, cert.pem().as_bytes(), false)
-}
-
-/// Creates a fresh throw-away federation CA in `dir` (`ca.pem`, `ca.key`) and, for each
-/// name, `NAME.pem` + `NAME.key` signed by it: CN = NAME, SANs = `hosts` (IP addresses
-/// become IP SANs) plus DNS NAME, EKU serverAuth + clientAuth. Overwrites existing files;
-/// every file is written atomically, keys with mode 0600 on unix. Prefer [`ensure_dev_pki`].
-pub fn generate_dev_pki(dir: &Path, names: &[String], hosts: &[String]) -> Result<(), TlsError> {
-    check_names(names)?;
-    fs::create_dir_all(dir).map_err(io_err("create directory", dir))?;
-    let key = KeyPair::generate().map_err(gen_err("CA key"))?;
-    let params = ca_params(DEV_CA_CN);
-    let cert = params.self_signed(&key).map_err(gen_err("CA certificate"))?;
-    let subject = cert_parts(cert.der()).map(|c| c.subject.to_vec()).unwrap_or_default();
-    write_atomic(&dir.join("ca.key"), key.serialize_pem().as_bytes(), true)?;
-    write_atomic(&dir.join("ca.pem"), cert.pem().as_bytes(), false)?;
-    let ca = DevCa { issuer: Issuer::new(params, key), subject };
-    names.iter().try_for_each(|n| issue_leaf(dir, n, hosts, &ca))
-}
-
-/// Makes sure `dir` holds a complete dev PKI with a leaf for every name; safe when
-/// several processes (or threads) call it at once.
-///
-/// If `dir/.complete` exists and every `NAME.pem`/`NAME.key` is there, it does nothing.
-/// Otherwise it takes the lock `dir/.lock` (an atomic `create_dir`, waiting at most
-/// [`LOCK_TIMEOUT`] for another holder), and then either adds the missing leaves signed by
-/// the existing CA, or, when the PKI was never completed, generates it all and writes
-/// `.complete`. `hosts` only apply to leaves created by this call. Blocks: in async code
-/// call it before starting the runtime or through `spawn_blocking`.
-pub fn ensure_dev_pki(dir: &Path, names: &[String], hosts: &[String]) -> Result<(), TlsError> {
-    check_names(names)?;
-    let done = dir.join(".complete");
-    let has = |n: &String| dir.join(format!("{n}.pem")).exists() && dir.join(format!("{n}.key")).exists();
-    if done.exists() && names.iter().all(has) {
-        return Ok(());
-    }
-    fs::create_dir_all(dir).map_err(io_err("create directory", dir))?;
-    let _lock = DirLock::acquire(dir.join(".lock"), LOCK_TIMEOUT)?;
-    if done.exists() {
-        let missing: Vec<&String> = names.iter().filter(|n| !has(n)).collect();
-        if !missing.is_empty() {
-            let ca = load_ca(dir)?;
-            missing.into_iter().try_for_each(|n| issue_leaf(dir, n, hosts, &ca))?;
-        }
-        return Ok(());
-    }
-    generate_dev_pki(dir, names, hosts)?;
-    write_atomic(&done, b"dpcotrain dev PKI complete\n", false)
-}
-
-/// Loads the CA of an existing dev PKI so that new leaves chain to it.
-fn load_ca(dir: &Path) -> Result<DevCa, TlsError> {
-    let (ca_path, key_path) = (dir.join("ca.pem"), dir.join("ca.key"));
-    let der = first_cert(&ca_path, &read(&ca_path)?)?;
-    let key = KeyPair::from_pem(&read(&key_path)?)
-        .map_err(|e| bad(&key_path, format!("not a PKCS#8 private key rcgen can use: {e}")))?;
-    let parts = cert_parts(&der).ok_or_else(|| bad(&ca_path, "malformed X.509 certificate"))?;
-    if parts.spki != key.subject_public_key_info() {
-        return Err(bad(&key_path, format!("does not match {}", ca_path.display())));
-    }
-    let name = common_name(parts.subject).ok_or_else(|| bad(&ca_path, "subject has no CN"))?;
-    let subject = parts.subject.to_vec();
-    Ok(DevCa { issuer: Issuer::new(ca_params(&name), key), subject })
-}
-
-/// A directory used as a lock; removed on drop.
-#[derive(Debug)]
-struct DirLock(PathBuf);
-
-impl DirLock {
-    fn acquire(path: PathBuf, timeout: Duration) -> Result<Self, TlsError> {
-        let start = Instant::now();
-        loop {
-            match fs::create_dir(&path) {
-                Ok(()) => return Ok(DirLock(path)),
-                Err(e) if e.kind() == ErrorKind::AlreadyExists => {
-                    if start.elapsed() >= timeout {
-                        return Err(TlsError::LockTimeout { path, waited: start.elapsed() });
-                    }
-                    std::thread::sleep(Duration::from_millis(25));
-                }
-                Err(e) => return Err(io_err("create lock directory", &path)(e)),
-            }
-        }
-    }
-}
-
-impl Drop for DirLock {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir(&self.0);
-    }
-}
-
-/// [`crate::durable::write_atomic`] with this module's error; `secret` files get mode 0600.
-fn write_atomic(path: &Path, data: &[u8], secret: bool) -> Result<(), TlsError> {
-    let access = if secret { crate::durable::Access::Secret } else { crate::durable::Access::Public };
-    crate::durable::write_atomic(path, data, access).map_err(io_err("write", path))
 }
 
 fn read(path: &Path) -> Result<String, TlsError> {
@@ -319,67 +177,6 @@ impl NodeTls {
 pub fn peer_identity<T>(req: &tonic::Request<T>) -> Option<String> {
     let certs = req.peer_certs()?;
     common_name(cert_parts(certs.first()?)?.subject)
-}
-
-/// One DER element split off a byte string: (tag, whole TLV, contents, rest).
-type Tlv<'a> = (u8, &'a [u8], &'a [u8], &'a [u8]);
-
-/// Splits one DER TLV (definite length) off `input`; `None` if truncated or malformed.
-fn tlv(input: &[u8]) -> Option<Tlv<'_>> {
-    let (&tag, rest) = input.split_first()?;
-    let (&len0, rest) = rest.split_first()?;
-    let (len, rest) = if len0 < 0x80 {
-        (usize::from(len0), rest)
-    } else {
-        let n = usize::from(len0 & 0x7f);
-        if n == 0 || n > 4 || rest.len() < n {
-            return None;
-        }
-        (rest[..n].iter().fold(0usize, |a, &b| (a << 8) | usize::from(b)), &rest[n..])
-    };
-    let contents = rest.get(..len)?;
-    Some((tag, &input[..input.len() - rest.len() + len], contents, &rest[len..]))
-}
-
-/// Raw DER (whole TLVs) of an X.509 certificate's issuer, subject and public key.
-struct CertParts<'a> {
-    issuer: &'a [u8],
-    subject: &'a [u8],
-    spki: &'a [u8],
-}
-
-fn cert_parts(der: &[u8]) -> Option<CertParts<'_>> {
-    let (_, _, cert, _) = tlv(der)?;
-    let (_, _, mut tbs, _) = tlv(cert)?;
-    if tbs.first() == Some(&0xa0) {
-        tbs = tlv(tbs)?.3; // explicit [0] version
-    }
-    let mut f: [&[u8]; 6] = [&[]; 6]; // serial, signature alg, issuer, validity, subject, spki
-    for slot in &mut f {
-        let (_, whole, _, rest) = tlv(tbs)?;
-        (*slot, tbs) = (whole, rest);
-    }
-    Some(CertParts { issuer: f[2], subject: f[4], spki: f[5] })
-}
-
-/// First commonName (OID 2.5.4.3) of a DER Name, if it is a UTF8/Printable/IA5 string.
-fn common_name(name: &[u8]) -> Option<String> {
-    let (_, _, mut rdns, _) = tlv(name)?;
-    while !rdns.is_empty() {
-        let (_, _, mut set, rest) = tlv(rdns)?;
-        rdns = rest;
-        while !set.is_empty() {
-            let (_, _, atv, rest) = tlv(set)?;
-            set = rest;
-            let (_, oid, _, value) = tlv(atv)?;
-            if oid == [0x06, 0x03, 0x55, 0x04, 0x03] {
-                let (tag, _, s, _) = tlv(value)?;
-                let text = [0x0c, 0x13, 0x16].contains(&tag); // UTF8, Printable, IA5
-                return if text { String::from_utf8(s.to_vec()).ok() } else { None };
-            }
-        }
-    }
-    None
 }
 
 #[cfg(test)]
