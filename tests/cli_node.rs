@@ -177,7 +177,18 @@ fn two_party_example_runs_over_mutual_tls() {
         ("policy = \"batches\"", "policy = \"batches\"\npublic_theta = [1.0, -1.0, 0.1]", "privacy.public_theta"),
         ("policy = \"batches\"", "policy = \"per-query\"\nrelease = \"finite\"", "per-query"),
         ("uncertainty = \"marginal\"", "uncertainty = \"full\"\nanswers = \"likelihood\"", "model.answers"),
-        ("uncertainty = \"marginal\"", "uncertainty = \"marginal\"\nguard = \"sometimes\"", "model.guard"),
+        (
+            "uncertainty = \"marginal\"",
+            "uncertainty = \"marginal\"\nguard = \"sometimes\"",
+            "answer guard \"sometimes\" is not off or loo",
+        ),
+        // Enum settings are checked where the file is parsed: file, line, column and the names.
+        ("combiner = \"noisy\"", "combiner = \"noisey\"", "combiner \"noisey\" is not blocky, noisy or hybrid"),
+        (
+            "mode = \"calibrated\"",
+            "mode = \"calibrate\"",
+            "privacy.mode \"calibrate\" is not calibrated, thesis or off",
+        ),
         // The answer guard reads the labels to choose the model, and per-query releases it.
         (
             "policy = \"batches\"",

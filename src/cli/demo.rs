@@ -22,11 +22,11 @@ use dpcotrain_cotrain::ccpp::{CcppConfig, RESPONSE, ccpp, ccpp_pooled};
 use dpcotrain_cotrain::combiner::{AnswerForm, CombinerKind};
 use dpcotrain_cotrain::data::Scenario;
 use dpcotrain_cotrain::driver::{block_on, build_parties, default_kernel, evaluate, run_in_process};
-use dpcotrain_cotrain::responder::{DpConfig, Party, THETA_SELECTION_ID};
+use dpcotrain_cotrain::responder::{DpConfig, Party, ReleasePolicy, THETA_SELECTION_ID};
 use dpcotrain_cotrain::simulate::{SimConfig, simulate};
 use dpcotrain_federation::config::{
-    DataConfig, FederationConfig, ModelConfig, PartyConfig, PeerConfig, PrivacyConfig, SecurityConfig, dev_hosts, load,
-    to_toml,
+    DataConfig, FederationConfig, ModelConfig, PartyConfig, PeerConfig, PrivacyConfig, PrivacyMode, SecurityConfig,
+    dev_hosts, load, to_toml,
 };
 use dpcotrain_federation::launch::launch;
 use dpcotrain_federation::launch::{drive, orchestrator};
@@ -40,13 +40,15 @@ pub struct DemoArgs {
     /// ccpp (the shipped power-plant data) or simulated (Thomas §4.3.1 generator).
     #[arg(long, default_value = "ccpp", value_parser = ["ccpp", "simulated"])]
     pub dataset: String,
-    #[arg(long, default_value = "noisy", value_parser = ["noisy", "blocky", "hybrid"])]
-    pub combiner: String,
-    #[arg(long, default_value = "marginal", value_parser = ["none", "marginal", "full"])]
-    pub uncertainty: String,
+    /// noisy, blocky or hybrid.
+    #[arg(long, default_value = "noisy")]
+    pub combiner: CombinerKind,
+    /// none, marginal or full.
+    #[arg(long, default_value = "marginal")]
+    pub uncertainty: Uncertainty,
     /// calibrated (a real (ε, δ) guarantee), thesis (Thomas's noise, NO guarantee), off.
-    #[arg(long, default_value = "calibrated", value_parser = ["off", "thesis", "calibrated"])]
-    pub dp: String,
+    #[arg(long, default_value = "calibrated")]
+    pub dp: PrivacyMode,
     /// ε of each release (calibrated mode).
     #[arg(long, default_value_t = 1.0)]
     pub epsilon: f64,
@@ -59,8 +61,8 @@ pub struct DemoArgs {
     /// the asked indices, one charge per batch); release-once and per-query: the function-space
     /// release with fitted θ (the earlier setting; its θ and variances leak, uncounted).
     /// Default: batches, or per-query with --dp thesis (the thesis's own setting).
-    #[arg(long, value_parser = ["batches", "release-once", "per-query"])]
-    pub policy: Option<String>,
+    #[arg(long)]
+    pub policy: Option<ReleasePolicy>,
     /// Rounds of co-training. Under batches each party asks all its --queries indices in one
     /// request in the first round (one release per peer at ε); later rounds ask nothing new
     /// once a peer's budget is spent.
@@ -86,8 +88,12 @@ pub struct DemoArgs {
 
 impl DemoArgs {
     /// The release policy: as given, or batches (per-query with --dp thesis).
-    pub fn policy(&self) -> &str {
-        self.policy.as_deref().unwrap_or(if self.dp == "thesis" { "per-query" } else { "batches" })
+    pub fn policy(&self) -> ReleasePolicy {
+        self.policy.unwrap_or(if self.dp == PrivacyMode::Thesis {
+            ReleasePolicy::PerQuery
+        } else {
+            ReleasePolicy::Batches
+        })
     }
 }
 
@@ -104,7 +110,7 @@ fn check(a: &DemoArgs) -> anyhow::Result<()> {
         anyhow::bail!("--budget-epsilon must be a positive number, got {b}");
     }
     if let Some(b) = a.budget_epsilon
-        && a.dp == "calibrated"
+        && a.dp == PrivacyMode::Calibrated
         && b < a.epsilon
     {
         anyhow::bail!(
@@ -158,17 +164,13 @@ fn write_federation(a: &DemoArgs, sc: &Scenario, target: &str, dir: &Path) -> an
                 y_mean: 0.0,
                 y_scale: 1.0,
             },
-            model: ModelConfig {
-                combiner: a.combiner.clone(),
-                uncertainty: a.uncertainty.clone(),
-                ..ModelConfig::default()
-            },
+            model: ModelConfig { combiner: a.combiner, uncertainty: a.uncertainty, ..ModelConfig::default() },
             privacy: PrivacyConfig {
-                mode: a.dp.clone(),
+                mode: a.dp,
                 epsilon: a.epsilon,
                 delta: a.delta,
                 budget_epsilon: a.budget_epsilon,
-                policy: Some(a.policy().into()),
+                policy: Some(a.policy()),
                 queries_per_turn: a.queries,
                 ..PrivacyConfig::default()
             },
@@ -200,9 +202,8 @@ fn write_federation(a: &DemoArgs, sc: &Scenario, target: &str, dir: &Path) -> an
 pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
     check(&a)?;
     let t0 = Instant::now();
-    let kind: CombinerKind = a.combiner.parse().map_err(|e| anyhow::anyhow!("--combiner: {e}"))?;
-    let unc: Uncertainty = a.uncertainty.parse().map_err(|e| anyhow::anyhow!("--uncertainty: {e}"))?;
-    if a.dp == "calibrated" {
+    let (kind, unc) = (a.combiner, a.uncertainty);
+    if a.dp == PrivacyMode::Calibrated {
         dpcotrain_cotrain::responder::discounts_answer_noise(kind, unc)
             .map_err(|e| anyhow::anyhow!("--combiner {} --uncertainty {}: {e}", a.combiner, a.uncertainty))?;
     }
@@ -214,11 +215,11 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
     eprintln!("[1/4] data: {} split into two private views (masked), {} labelled rows each", a.dataset, a.n_obs);
     let (sc, target) = scenario(&a)?;
     let pool = sc.parties.first().map_or(0, |p| p.pool_size());
-    let asked = if a.policy() == "batches" { a.queries } else { a.rounds as usize };
+    let asked = if a.policy() == ReleasePolicy::Batches { a.queries } else { a.rounds as usize };
     if asked > pool {
         anyhow::bail!(
             "{} asks {asked} pool entities per party but the pool holds {pool}: {}",
-            if a.policy() == "batches" { "--queries" } else { "--rounds (one entity per round)" },
+            if a.policy() == ReleasePolicy::Batches { "--queries" } else { "--rounds (one entity per round)" },
             "lower it (a round with nothing left to ask changes nothing)"
         );
     }
@@ -304,7 +305,7 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
     let recovered = if gain_all > 1e-9 { Some(got_all / gain_all) } else { None };
     let wall = t0.elapsed().as_secs_f64();
     // A formal guarantee for everything released needs label-free θ: the honest policy.
-    let guaranteed = a.dp == "calibrated" && a.policy() == "batches";
+    let guaranteed = a.dp == PrivacyMode::Calibrated && a.policy() == ReleasePolicy::Batches;
     let report = json!({
         "dataset": a.dataset, "combiner": a.combiner, "uncertainty": a.uncertainty, "dp": a.dp,
         "epsilon": a.epsilon, "delta": a.delta, "budget_epsilon": a.budget_epsilon.unwrap_or(a.epsilon),
@@ -315,9 +316,9 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
     });
     write_report(&a, &sc, &report)?;
     // Warnings first: a reader must not take the table for a private result.
-    if a.dp == "thesis" {
+    if a.dp == PrivacyMode::Thesis {
         eprintln!("warning: thesis mode reproduces Thomas 2017's noise scale and gives NO formal privacy guarantee");
-    } else if a.dp == "calibrated" && !guaranteed {
+    } else if a.dp == PrivacyMode::Calibrated && !guaranteed {
         eprintln!(
             "warning: policy {} releases with the label-fitted θ: the (ε, δ) covers the means given θ only; θ and the released variances leak labels, uncounted (use the default policy batches)",
             a.policy()
@@ -343,7 +344,7 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
 /// answers): the non-private gain that the private run is measured against.
 fn no_dp_reference(a: &DemoArgs, sc: &Scenario, kind: CombinerKind, unc: Uncertainty) -> anyhow::Result<Vec<f64>> {
     let likelihood_ok = kind == CombinerKind::Noisy && unc == Uncertainty::Marginal;
-    let (dp, form) = match (a.policy() == "batches", likelihood_ok) {
+    let (dp, form) = match (a.policy() == ReleasePolicy::Batches, likelihood_ok) {
         (true, true) => (DpConfig::honest_protocol_without_dp(a.queries), AnswerForm::Likelihood),
         (true, false) => (DpConfig::honest_protocol_without_dp(a.queries), AnswerForm::Posterior),
         (false, _) => (DpConfig::off(), AnswerForm::Posterior),
@@ -584,7 +585,7 @@ fn write_report(a: &DemoArgs, sc: &Scenario, r: &Value) -> anyhow::Result<()> {
         a.budget_epsilon.unwrap_or(a.epsilon),
         r["wall_seconds"].as_f64().unwrap_or(0.0)
     );
-    if a.dp == "thesis" {
+    if a.dp == PrivacyMode::Thesis {
         md += "> **Thesis mode gives no formal privacy guarantee**: its noise scale is Thomas 2017's, not calibrated.\n\n";
     }
     md += "| party | test RMSE alone | after co-training | same protocol without DP | centralised oracle | ε spent on its labels |\n|---|---:|---:|---:|---:|---|\n";

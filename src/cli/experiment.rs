@@ -67,9 +67,9 @@ pub struct GridArgs {
     #[arg(long, value_delimiter = ',', default_value = "no,yes")]
     pub masking: Vec<String>,
     #[arg(long, value_delimiter = ',', default_value = "blocky,noisy,hybrid")]
-    pub combiner: Vec<String>,
+    pub combiner: Vec<CombinerKind>,
     #[arg(long, value_delimiter = ',', default_value = "none,marginal,full")]
-    pub uncertainty: Vec<String>,
+    pub uncertainty: Vec<Uncertainty>,
     #[arg(long, value_enum, default_value = "off")]
     pub dp: DpArg,
     /// Calibrated DP: ε per requester (one release with the release-once policy).
@@ -121,28 +121,6 @@ fn yes_no(v: &[String], flag: &str) -> anyhow::Result<Vec<bool>> {
         .collect()
 }
 
-fn combiners(v: &[String]) -> anyhow::Result<Vec<CombinerKind>> {
-    v.iter()
-        .map(|s| match s.trim() {
-            "blocky" => Ok(CombinerKind::Blocky),
-            "noisy" => Ok(CombinerKind::Noisy),
-            "hybrid" => Ok(CombinerKind::Hybrid),
-            other => anyhow::bail!("--combiner: unknown combiner {other:?} (blocky, noisy, hybrid)"),
-        })
-        .collect()
-}
-
-fn modes(v: &[String]) -> anyhow::Result<Vec<Uncertainty>> {
-    v.iter()
-        .map(|s| match s.trim() {
-            "none" => Ok(Uncertainty::None),
-            "marginal" => Ok(Uncertainty::Marginal),
-            "full" => Ok(Uncertainty::Full),
-            other => anyhow::bail!("--uncertainty: unknown mode {other:?} (none, marginal, full)"),
-        })
-        .collect()
-}
-
 fn dp_setting(a: &GridArgs) -> anyhow::Result<DpSetting> {
     Ok(match a.dp {
         DpArg::Off => DpSetting::Off,
@@ -171,8 +149,8 @@ fn fill_grid(grid: &mut Grid, a: &GridArgs) -> anyhow::Result<()> {
         grid.nobs = n.clone();
     }
     grid.masking = yes_no(&a.masking, "masking")?;
-    grid.combiners = combiners(&a.combiner)?;
-    grid.uncertainty = modes(&a.uncertainty)?;
+    grid.combiners = a.combiner.clone();
+    grid.uncertainty = a.uncertainty.clone();
     grid.rounds = a.rounds;
     if a.quick {
         grid.seeds = (0..a.seeds.min(2)).collect();

@@ -5,6 +5,7 @@
 use crate::cli::experiment::{load_jsonl, write_atomic};
 use crate::svg::{LineChart, Marker, Series};
 use clap::Args;
+use dpcotrain_cotrain::combiner::{AnswerForm, AnswerGuard};
 use dpcotrain_cotrain::frontier::{
     FrontierCell, FrontierConfig, FrontierData, FrontierMechanism, FrontierRow, ThetaChoice, run_frontier, summarise,
 };
@@ -49,14 +50,14 @@ pub struct FrontierArgs {
     pub label_range: Vec<f64>,
     /// How queriers read answers: likelihood (the peer's prior removed) or posterior (the thesis).
     #[arg(long, default_value = "likelihood")]
-    pub answers: String,
+    pub answers: AnswerForm,
     /// Cap rule of finite+cap: auto (label-free choice of η), none, or eta=X (σ ≤ X prior sd).
     #[arg(long, default_value = "auto")]
-    pub cap: String,
+    pub cap: CapRule,
     /// Whether queriers check answers against their own labels before using them: off, or loo
     /// (set answers aside when they make the private rows' leave-one-out error worse).
     #[arg(long, default_value = "off")]
-    pub guard: String,
+    pub guard: AnswerGuard,
     /// A small subset for smoke tests: 2 seeds, n_obs 25 and 100, ε 1 and 8, public θ.
     #[arg(long)]
     pub quick: bool,
@@ -119,9 +120,9 @@ fn config(a: &FrontierArgs) -> anyhow::Result<FrontierConfig> {
         queries: a.queries,
         delta: a.delta,
         range: LabelRange::new(a.label_range[0], a.label_range[1])?,
-        answers: a.answers.parse().map_err(|e| anyhow::anyhow!("--answers: {e}"))?,
-        cap: a.cap.parse::<CapRule>().map_err(|e| anyhow::anyhow!("--cap: {e}"))?,
-        guard: a.guard.parse().map_err(|e| anyhow::anyhow!("--guard: {e}"))?,
+        answers: a.answers,
+        cap: a.cap.clone(),
+        guard: a.guard,
     };
     // Check what was given before --quick narrows it.
     cfg.validate()?;

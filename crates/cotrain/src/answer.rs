@@ -5,8 +5,7 @@ use nalgebra::DMatrix;
 use serde::{Deserialize, Serialize};
 
 /// How much of the responder's predictive uncertainty the querier integrates [Thomas §4.2.3].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Uncertainty {
     /// The mean is used as a data value (V = 0).
     None,

@@ -21,8 +21,7 @@ use dpcotrain_gp::{ExactGp, NoiseModel, NoiseVariance, Objective, Prediction, Sp
 use nalgebra::{DMatrix, DVector};
 use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CombinerKind {
     Blocky,
     Noisy,
@@ -46,8 +45,7 @@ impl CombinerKind {
 }
 
 /// How the Noisy combiner reads an answer (docs/honest-dp.md, "reading an answer").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AnswerForm {
     /// The released mean is an observation of f with noise V (Thomas §4.2.2.2): the peer's
     /// prior is counted as if it were data. Where the peer knows nothing its answer is its prior
@@ -88,8 +86,7 @@ impl AnswerForm {
 
 /// Whether a querier checks answers against its own labels before using them
 /// ([`CoModel::set_guard`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AnswerGuard {
     /// Answers are always folded in.
     Off,

@@ -8,6 +8,9 @@
 //!
 //! Equations: Thomas 2017 ch. 4 (cited per module); decisions D1–D24: `docs/decisions.md`.
 
+#[doc(hidden)]
+pub use serde as __serde;
+
 pub mod answer;
 pub mod answer_cache;
 pub mod baseline;

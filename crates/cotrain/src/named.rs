@@ -5,6 +5,18 @@
 
 use crate::CotrainError;
 
+/// A spelling that names no variant: the message names what was given and every accepted
+/// spelling (the `FromStr` error of every [`Named`] enum, so clap prints it as it is).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct UnknownName(pub String);
+
+impl From<UnknownName> for CotrainError {
+    fn from(e: UnknownName) -> Self {
+        CotrainError::Invalid(e.0)
+    }
+}
+
 /// A fieldless enum with one spelling per variant.
 pub trait Named: Sized + Copy + 'static {
     /// What a value is, for error messages ("combiner").
@@ -18,6 +30,11 @@ pub trait Named: Sized + Copy + 'static {
     /// what was given (cut at 64 characters: the text may come from a peer) and every accepted
     /// spelling.
     fn from_name(s: &str) -> Result<Self, CotrainError> {
+        Self::parse_name(s).map_err(CotrainError::invalid)
+    }
+
+    /// [`Named::from_name`] with the bare message as the error (what serde reports).
+    fn parse_name(s: &str) -> Result<Self, String> {
         let t = s.trim();
         Self::ALL.iter().copied().find(|v| v.spelling() == t).ok_or_else(|| {
             let names: Vec<&str> = Self::ALL.iter().map(|v| v.spelling()).collect();
@@ -27,13 +44,14 @@ pub trait Named: Sized + Copy + 'static {
             };
             let shown: String = t.chars().take(64).collect();
             let cut = if shown.len() < t.len() { "…" } else { "" };
-            CotrainError::invalid(format!("{} {shown:?}{cut} is not {list}", Self::WHAT))
+            format!("{} {shown:?}{cut} is not {list}", Self::WHAT)
         })
     }
 }
 
-/// `named_enum!(Type, "what", [A, B, C])`: [`Named`] from `Type::name`, plus `FromStr` and
-/// `Display` through it.
+/// `named_enum!(Type, "what", [A, B, C])`: [`Named`] from `Type::name`, plus `FromStr`,
+/// `Display` and serde (a string: configs, saved state and reports) through it — so a config
+/// with a misspelt value gets the same error, listing the accepted names, as the command line.
 #[macro_export]
 macro_rules! named_enum {
     ($ty:ident, $what:literal, [$($variant:ident),+ $(,)?]) => {
@@ -45,14 +63,25 @@ macro_rules! named_enum {
             }
         }
         impl std::str::FromStr for $ty {
-            type Err = $crate::CotrainError;
-            fn from_str(s: &str) -> Result<Self, $crate::CotrainError> {
-                <$ty as $crate::named::Named>::from_name(s)
+            type Err = $crate::named::UnknownName;
+            fn from_str(s: &str) -> Result<Self, $crate::named::UnknownName> {
+                <$ty as $crate::named::Named>::parse_name(s).map_err($crate::named::UnknownName)
             }
         }
         impl std::fmt::Display for $ty {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str(self.name())
+            }
+        }
+        impl $crate::__serde::Serialize for $ty {
+            fn serialize<S: $crate::__serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.name())
+            }
+        }
+        impl<'de> $crate::__serde::Deserialize<'de> for $ty {
+            fn deserialize<D: $crate::__serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = <String as $crate::__serde::Deserialize>::deserialize(d)?;
+                <$ty as $crate::named::Named>::parse_name(&s).map_err(<D::Error as $crate::__serde::de::Error>::custom)
             }
         }
     };
@@ -65,9 +94,13 @@ mod tests {
     use crate::combiner::{AnswerForm, AnswerGuard, CombinerKind};
     use crate::responder::ReleasePolicy;
 
-    fn round_trips<T: Named + PartialEq + std::fmt::Debug + std::fmt::Display + std::str::FromStr>() {
+    fn round_trips<T>()
+    where
+        T: Named + PartialEq + std::fmt::Debug + std::fmt::Display + serde::Serialize + serde::de::DeserializeOwned,
+    {
         for &v in T::ALL {
             assert_eq!(T::from_name(v.spelling()).unwrap(), v);
+            assert_eq!(serde_json::from_value::<T>(serde_json::to_value(v).unwrap()).unwrap(), v);
             assert_eq!(T::from_name(&format!("  {} ", v.spelling())).unwrap(), v);
             assert_eq!(v.to_string(), v.spelling());
         }
@@ -89,7 +122,12 @@ mod tests {
         round_trips::<ReleasePolicy>();
         assert_eq!(
             "hybird".parse::<CombinerKind>().unwrap_err().to_string(),
-            "invalid input: combiner \"hybird\" is not blocky, noisy or hybrid"
+            "combiner \"hybird\" is not blocky, noisy or hybrid"
         );
+        // serde (configs, saved state, reports) spells them the same way and refuses the same.
+        assert_eq!(serde_json::to_string(&ReleasePolicy::ReleaseOnce).unwrap(), "\"release-once\"");
+        assert_eq!(serde_json::from_str::<Uncertainty>("\"full\"").unwrap(), Uncertainty::Full);
+        let e = serde_json::from_str::<AnswerGuard>("\"sometimes\"").unwrap_err().to_string();
+        assert!(e.contains("answer guard \"sometimes\" is not off or loo"), "{e}");
     }
 }

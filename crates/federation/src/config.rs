@@ -140,28 +140,28 @@ fn unit() -> f64 {
 #[serde(deny_unknown_fields)]
 pub struct ModelConfig {
     #[serde(default = "noisy")]
-    pub combiner: String,
+    pub combiner: CombinerKind,
     #[serde(default = "marginal")]
-    pub uncertainty: String,
+    pub uncertainty: Uncertainty,
     /// posterior | likelihood: how answers are read (default: likelihood under policy batches,
     /// posterior otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub answers: Option<String>,
+    pub answers: Option<AnswerForm>,
     /// off | loo: set answers aside when they make the private rows' leave-one-out error
     /// worse (noisy combiner, exact local model; not with policy per-query).
     #[serde(default = "off")]
-    pub guard: String,
+    pub guard: AnswerGuard,
 }
 
-fn off() -> String {
-    "off".into()
+fn off() -> AnswerGuard {
+    AnswerGuard::Off
 }
 
-fn noisy() -> String {
-    "noisy".into()
+fn noisy() -> CombinerKind {
+    CombinerKind::Noisy
 }
-fn marginal() -> String {
-    "marginal".into()
+fn marginal() -> Uncertainty {
+    Uncertainty::Marginal
 }
 
 impl Default for ModelConfig {
@@ -170,12 +170,96 @@ impl Default for ModelConfig {
     }
 }
 
+/// `[privacy] mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrivacyMode {
+    /// Calibrated label DP (the analytic Gaussian mechanism).
+    Calibrated,
+    /// Thomas 2017's noise scale: no formal guarantee.
+    Thesis,
+    Off,
+}
+
+impl PrivacyMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            PrivacyMode::Calibrated => "calibrated",
+            PrivacyMode::Thesis => "thesis",
+            PrivacyMode::Off => "off",
+        }
+    }
+}
+
+dpcotrain_cotrain::named_enum!(PrivacyMode, "privacy.mode", [Calibrated, Thesis, Off]);
+
+/// `[privacy] release`: the shape of a release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReleaseKind {
+    /// At the asked points, with the exact hat-matrix sensitivity (and `cap`).
+    Finite,
+    /// The function-space release of Hall et al. (2013).
+    Rkhs,
+}
+
+impl ReleaseKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ReleaseKind::Finite => "finite",
+            ReleaseKind::Rkhs => "rkhs",
+        }
+    }
+}
+
+dpcotrain_cotrain::named_enum!(ReleaseKind, "privacy.release", [Finite, Rkhs]);
+
+/// `[privacy] theta`: where the release's hyperparameters come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ThetaSource {
+    Public,
+    /// The DP vote over a public grid (`theta_epsilon`).
+    Select,
+    /// The node's label-fitted θ (leaks, uncounted).
+    Fitted,
+}
+
+impl ThetaSource {
+    pub fn name(self) -> &'static str {
+        match self {
+            ThetaSource::Public => "public",
+            ThetaSource::Select => "select",
+            ThetaSource::Fitted => "fitted",
+        }
+    }
+}
+
+dpcotrain_cotrain::named_enum!(ThetaSource, "privacy.theta", [Public, Select, Fitted]);
+
+/// `[privacy] queries`: how a node chooses what to ask.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuerySource {
+    /// Label-free greedy variance under the public θ.
+    Public,
+    /// Uncertainty sampling on the node's own model (the thesis).
+    Adaptive,
+}
+
+impl QuerySource {
+    pub fn name(self) -> &'static str {
+        match self {
+            QuerySource::Public => "public",
+            QuerySource::Adaptive => "adaptive",
+        }
+    }
+}
+
+dpcotrain_cotrain::named_enum!(QuerySource, "privacy.queries", [Public, Adaptive]);
+
 #[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct PrivacyConfig {
     /// off | thesis | calibrated
     #[serde(default = "calibrated")]
-    pub mode: String,
+    pub mode: PrivacyMode,
     #[serde(default = "one")]
     pub epsilon: f64,
     #[serde(default = "delta")]
@@ -187,10 +271,10 @@ pub struct PrivacyConfig {
     pub label_range: [f64; 2],
     /// batches | release-once | per-query (default: per-query in thesis mode, batches otherwise)
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub policy: Option<String>,
+    pub policy: Option<ReleasePolicy>,
     /// finite | rkhs (default: finite under policy batches, rkhs otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub release: Option<String>,
+    pub release: Option<ReleaseKind>,
     /// Influence cap of the finite release: auto | none | eta=X.
     #[serde(default = "auto")]
     pub cap: String,
@@ -198,7 +282,7 @@ pub struct PrivacyConfig {
     /// under policy batches, fitted otherwise — fitted θ leaks through the variances, uncounted;
     /// select is a DP vote over a public grid around `public_theta`, charged `theta_epsilon`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub theta: Option<String>,
+    pub theta: Option<ThetaSource>,
     /// ε (at `delta`) of the θ vote under theta = "select", charged once to every requester's
     /// ledger; `budget_epsilon` must cover it and the releases.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -209,14 +293,14 @@ pub struct PrivacyConfig {
     /// public | adaptive: how this node chooses what to ask (default: public under policy
     /// batches — label-free — adaptive otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub queries: Option<String>,
+    pub queries: Option<QuerySource>,
     /// Pool indices asked per turn under public queries (one request, one release per peer).
     #[serde(default = "per_turn")]
     pub queries_per_turn: usize,
 }
 
-fn calibrated() -> String {
-    "calibrated".into()
+fn calibrated() -> PrivacyMode {
+    PrivacyMode::Calibrated
 }
 fn one() -> f64 {
     1.0
@@ -358,33 +442,29 @@ pub fn party_from_config(cfg: &PartyConfig, path: &Path) -> Result<Party, Config
 
 /// Parse and cross-check the config's `[model]` and `[privacy]` strings (no file is read).
 pub fn settings_from_config(cfg: &PartyConfig, path: &Path) -> Result<NodeSettings, ConfigError> {
-    let field = |name: &str, e: CotrainError| bad(path, format!("{name}: {e}"));
-    let kind: CombinerKind = cfg.model.combiner.parse().map_err(|e| field("model.combiner", e))?;
-    let unc: Uncertainty = cfg.model.uncertainty.parse().map_err(|e| field("model.uncertainty", e))?;
+    let (kind, unc) = (cfg.model.combiner, cfg.model.uncertainty);
     let pv = &cfg.privacy;
-    let default_policy = if pv.mode == "thesis" { "per-query" } else { "batches" };
-    let policy: ReleasePolicy =
-        pv.policy.as_deref().unwrap_or(default_policy).parse().map_err(|e| field("privacy.policy", e))?;
+    let default_policy = if pv.mode == PrivacyMode::Thesis { ReleasePolicy::PerQuery } else { ReleasePolicy::Batches };
+    let policy = pv.policy.unwrap_or(default_policy);
     let honest = policy == ReleasePolicy::Batches;
     let cap: CapRule = pv.cap.parse().map_err(|e| bad(path, format!("privacy.cap: {e}")))?;
-    let release = match pv.release.as_deref().unwrap_or(if honest { "finite" } else { "rkhs" }) {
-        "finite" => ReleaseForm::Finite { cap },
-        "rkhs" => ReleaseForm::Rkhs,
-        o => return Err(bad(path, format!("privacy.release {o:?} is not finite or rkhs"))),
+    let release = match pv.release.unwrap_or(if honest { ReleaseKind::Finite } else { ReleaseKind::Rkhs }) {
+        ReleaseKind::Finite => ReleaseForm::Finite { cap },
+        ReleaseKind::Rkhs => ReleaseForm::Rkhs,
     };
     let [signal_variance, lengthscale, noise_variance] = pv.public_theta;
     let public = PublicTheta { signal_variance, lengthscale, noise_variance };
     public.validate().map_err(|e| bad(path, format!("privacy.public_theta: {e}")))?;
-    let theta = match pv.theta.as_deref().unwrap_or(if honest { "public" } else { "fitted" }) {
-        "public" => ThetaPolicy::Public(public),
-        "fitted" => ThetaPolicy::Fitted,
-        "select" => {
-            let mu = match (pv.mode.as_str(), pv.theta_epsilon) {
+    let theta = match pv.theta.unwrap_or(if honest { ThetaSource::Public } else { ThetaSource::Fitted }) {
+        ThetaSource::Public => ThetaPolicy::Public(public),
+        ThetaSource::Fitted => ThetaPolicy::Fitted,
+        ThetaSource::Select => {
+            let mu = match (pv.mode, pv.theta_epsilon) {
                 (_, Some(e)) if e.is_finite() && e > 0.0 && pv.delta > 0.0 && pv.delta < 1.0 => gdp_mu_for(e, pv.delta),
                 (_, Some(e)) => {
                     return Err(bad(path, format!("privacy.theta_epsilon must be a positive number, got {e}")));
                 }
-                ("calibrated", None) => {
+                (PrivacyMode::Calibrated, None) => {
                     return Err(bad(
                         path,
                         "privacy.theta = \"select\" needs privacy.theta_epsilon (the ε of the θ vote, charged to every requester)".into(),
@@ -395,38 +475,34 @@ pub fn settings_from_config(cfg: &PartyConfig, path: &Path) -> Result<NodeSettin
             };
             ThetaPolicy::Selected { default: public, mu }
         }
-        o => return Err(bad(path, format!("privacy.theta {o:?} is not public, select or fitted"))),
     };
     if pv.theta_epsilon.is_some() && !matches!(theta, ThetaPolicy::Selected { .. }) {
         return Err(bad(path, "privacy.theta_epsilon is set but privacy.theta is not \"select\"".into()));
     }
-    let queries = match pv.queries.as_deref().unwrap_or(if honest { "public" } else { "adaptive" }) {
-        "public" => {
+    let queries = match pv.queries.unwrap_or(if honest { QuerySource::Public } else { QuerySource::Adaptive }) {
+        QuerySource::Public => {
             if pv.queries_per_turn == 0 {
                 return Err(bad(path, "privacy.queries_per_turn must be at least 1".into()));
             }
             QueryPolicy::Public { per_turn: pv.queries_per_turn, theta: public }
         }
-        "adaptive" => QueryPolicy::Adaptive,
-        o => return Err(bad(path, format!("privacy.queries {o:?} is not public or adaptive"))),
+        QuerySource::Adaptive => QueryPolicy::Adaptive,
     };
     let likelihood_ok = kind == CombinerKind::Noisy && unc == Uncertainty::Marginal;
-    let answers: AnswerForm = cfg
-        .model
-        .answers
-        .as_deref()
-        .unwrap_or(if honest && likelihood_ok { "likelihood" } else { "posterior" })
-        .parse()
-        .map_err(|e| bad(path, format!("model.answers: {e}")))?;
+    let answers = cfg.model.answers.unwrap_or(if honest && likelihood_ok {
+        AnswerForm::Likelihood
+    } else {
+        AnswerForm::Posterior
+    });
     for (name, v) in [("epsilon", pv.epsilon), ("delta", pv.delta)] {
         if !v.is_finite() || v <= 0.0 {
             return Err(bad(path, format!("privacy.{name} must be a positive number, got {v}")));
         }
     }
-    let mode = match pv.mode.as_str() {
-        "off" => DpMode::Off,
-        "thesis" => DpMode::Thesis { multiplier: THESIS_MULTIPLIER },
-        "calibrated" => DpMode::Calibrated {
+    let mode = match pv.mode {
+        PrivacyMode::Off => DpMode::Off,
+        PrivacyMode::Thesis => DpMode::Thesis { multiplier: THESIS_MULTIPLIER },
+        PrivacyMode::Calibrated => DpMode::Calibrated {
             epsilon: pv.epsilon,
             delta: pv.delta,
             mechanism: Mechanism::Analytic,
@@ -434,7 +510,6 @@ pub fn settings_from_config(cfg: &PartyConfig, path: &Path) -> Result<NodeSettin
                 .map_err(|e| bad(path, format!("privacy.label_range: {e}")))?,
             budget_epsilon: pv.budget_epsilon.unwrap_or(pv.epsilon),
         },
-        o => return Err(bad(path, format!("privacy.mode {o:?} is not off, thesis or calibrated"))),
     };
     if let DpMode::Calibrated { epsilon, budget_epsilon, .. } = mode
         && budget_epsilon < epsilon
@@ -450,7 +525,7 @@ pub fn settings_from_config(cfg: &PartyConfig, path: &Path) -> Result<NodeSettin
     dp.validate().map_err(|e| bad(path, format!("{e}")))?;
     dp.check_combiner(kind, unc).map_err(|e| bad(path, format!("[model] {e}")))?;
     answers.check(kind, unc).map_err(|e| bad(path, format!("model.answers: {e}")))?;
-    let guard: AnswerGuard = cfg.model.guard.parse().map_err(|e| bad(path, format!("model.guard: {e}")))?;
+    let guard = cfg.model.guard;
     if guard != AnswerGuard::Off && kind != CombinerKind::Noisy {
         return Err(bad(path, format!("model.guard = {:?} needs the noisy combiner", guard.name())));
     }

@@ -48,7 +48,8 @@ pub fn request_from_pb(r: &pb::PredictRequest) -> Result<PredictRequest, String>
         .iter()
         .map(|&i| usize::try_from(i).map_err(|_| format!("index {i} too large")))
         .collect::<Result<Vec<_>, _>>()?;
-    let uncertainty: Uncertainty = r.uncertainty.parse().map_err(|e: dpcotrain_cotrain::CotrainError| e.to_string())?;
+    let uncertainty: Uncertainty =
+        r.uncertainty.parse().map_err(|e: dpcotrain_cotrain::named::UnknownName| e.to_string())?;
     // The answer's size is known from the request alone: refuse one that could not be sent
     // before anything is computed, charged or saved.
     let k = indices.len() as f64;
