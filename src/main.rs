@@ -3,9 +3,6 @@
 //! Subcommands grow with the project; see README.md for the two commands a newcomer runs.
 
 mod cli;
-mod report;
-mod svg;
-mod thesis;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use cli::{bench, certs, data, demo, experiment, gp, node, privacy, run, status};

@@ -13,7 +13,6 @@
 use crate::cli::data::write_views;
 use crate::cli::experiment::write_atomic;
 use crate::cli::run::party_json;
-use crate::svg::{Figure, LineChart, Marker, Series};
 use anyhow::Context;
 use clap::Args;
 use dpcotrain_cotrain::answer::Uncertainty;
@@ -31,6 +30,7 @@ use dpcotrain_federation::config::{
 use dpcotrain_federation::launch::launch;
 use dpcotrain_federation::launch::{drive, orchestrator};
 use dpcotrain_federation::serve;
+use dpcotrain_report::svg::{Figure, LineChart, Marker, Series};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::Instant;

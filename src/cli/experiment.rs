@@ -1,6 +1,5 @@
 //! `dpcotrain experiment floors | simulated | ccpp`: the thesis's grids (Thomas 2017 §4.3, §4.5).
 
-use crate::report;
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use dpcotrain_cotrain::answer::Uncertainty;
@@ -10,6 +9,7 @@ use dpcotrain_cotrain::grid::{Dataset, DpSetting, Grid, RunRow, job_keys, run_gr
 use dpcotrain_cotrain::responder::ReleasePolicy;
 use dpcotrain_cotrain::simulate::SimConfig;
 use dpcotrain_privacy::sensitivity::LabelRange;
+use dpcotrain_report::tables as report;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -359,7 +359,10 @@ Each cell: our mean ± sd (the thesis's value; our difference). Anchor \
         md += &format!("- {f}\n");
     }
     if groups.keys().any(|(d, _)| d == "simulated") {
-        write_atomic(&dir.join("exchange.svg"), &report::exchange_svg(0)?)?;
+        write_atomic(
+            &dir.join("exchange.svg"),
+            &report::exchange_svg(0, &dpcotrain_cotrain::exchange::exchange_runs(0)?),
+        )?;
         md += "\n![One exchange without and with DP](exchange.svg)\n";
     }
     write_atomic(&dir.join("tables.md"), &md)?;

@@ -3,7 +3,6 @@
 //! release mechanism and θ policy, the share of the non-private gain recovered, and a figure.
 
 use crate::cli::experiment::{load_jsonl, write_atomic};
-use crate::svg::{LineChart, Marker, Series};
 use clap::Args;
 use dpcotrain_cotrain::combiner::{AnswerForm, AnswerGuard};
 use dpcotrain_cotrain::frontier::{
@@ -11,6 +10,7 @@ use dpcotrain_cotrain::frontier::{
 };
 use dpcotrain_privacy::finite::CapRule;
 use dpcotrain_privacy::sensitivity::LabelRange;
+use dpcotrain_report::svg::{LineChart, Marker, Series};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::{BTreeMap, HashSet};
 use std::io::Write;

@@ -19,6 +19,7 @@ pub mod ccpp;
 pub mod combiner;
 pub mod data;
 pub mod driver;
+pub mod exchange;
 pub mod floors;
 pub mod frontier;
 pub mod grid;

@@ -69,6 +69,12 @@ impl Default for SimConfig {
 
 impl SimConfig {
     /// Check the configuration: 0 < r ≤ 1 (r = 1 gives x_v = y exactly) and all sizes ≥ 1.
+    /// The true regression line of y on either covariate, E[y | x_v] = r·x_v (jointly Gaussian,
+    /// unit variances: the generator above).
+    pub fn regression_of_y(&self, x: f64) -> f64 {
+        self.r * x
+    }
+
     pub fn validate(&self) -> Result<(), CotrainError> {
         if !(self.r.is_finite() && self.r > 0.0 && self.r <= 1.0) {
             return Err(CotrainError::invalid(format!("correlation r must satisfy 0 < r ≤ 1, got {}", self.r)));

@@ -8,12 +8,8 @@
 
 use crate::svg::{ExchangePanel, Figure, LineChart, Marker, Series};
 use crate::thesis::{self, Cell};
-use dpcotrain_cotrain::answer::Uncertainty;
-use dpcotrain_cotrain::combiner::CombinerKind;
-use dpcotrain_cotrain::driver::{block_on, build_parties, run_in_process};
-use dpcotrain_cotrain::grid::{DpSetting, RunRow};
-use dpcotrain_cotrain::simulate::{SimConfig, simulate};
-use nalgebra::DMatrix;
+use dpcotrain_cotrain::exchange::ExchangeRun;
+use dpcotrain_cotrain::grid::RunRow;
 use std::fmt::Write;
 
 fn mean_sd(v: &[f64]) -> (f64, f64, usize) {
@@ -340,57 +336,26 @@ pub fn rmse_rounds_svg(rows: &[RunRow], title: &str) -> String {
     fig.to_svg()
 }
 
-/// The Fig 4.3/4.4-style picture of one simulated co-training (r = 0.9, CI, masked,
-/// n_obs = 25, Noisy + marginal, 25 rounds), party P1: its private points, the pool points it
-/// asked about (at the answers' means), its posterior mean and 95% band after co-training and
-/// the true regression line E[y | x₁] = r·x₁ — without DP, with the thesis's DP, and with
-/// calibrated DP (ε = 1, release-once).
-pub fn exchange_svg(seed: u64) -> anyhow::Result<String> {
-    let cfg =
-        SimConfig { r: 0.9, conditional_independence: true, masking: true, n_obs: 25, seed, ..SimConfig::default() };
-    let sc = simulate(&cfg)?;
-    let grid: Vec<f64> = (0..=120).map(|i| -3.0 + 6.0 * i as f64 / 120.0).collect();
-    let xs = DMatrix::from_column_slice(grid.len(), 1, &grid);
+/// The Fig 4.3/4.4-style picture of one simulated co-training (party P1): one panel per run of
+/// [`dpcotrain_cotrain::exchange::exchange_runs`] — its private points, the pool points it asked
+/// about (at the answers' means), its posterior mean and 95% band after co-training, and the
+/// generator's true regression line.
+pub fn exchange_svg(seed: u64, runs: &[ExchangeRun]) -> String {
     let mut fig = Figure::new(format!("One co-training run, party P1 (r = 0.9, masked, n_obs = 25, seed {seed})"));
-    for (title, dp) in [
-        ("without DP", DpSetting::Off),
-        ("thesis DP (σ = 0.42, no guarantee)", DpSetting::Thesis),
-        (
-            "calibrated DP (ε = 1, release-once)",
-            DpSetting::Calibrated {
-                epsilon: 1.0,
-                delta: 1e-5,
-                policy: dpcotrain_cotrain::responder::ReleasePolicy::ReleaseOnce,
-                range: dpcotrain_privacy::sensitivity::LabelRange { lo: -3.0, hi: 3.0 },
-            },
-        ),
-    ] {
-        let parties = build_parties(&sc, CombinerKind::Noisy, Uncertainty::Marginal, &dp.config(), seed)?;
-        block_on(run_in_process(&parties, 25))?;
-        let mut p = parties[0].lock().map_err(|_| anyhow::anyhow!("lock poisoned"))?;
-        let pred = p.model.predict(&xs, false)?;
-        let sd: Vec<f64> = pred.var.iter().map(|v| v.max(0.0).sqrt()).collect();
-        let train: Vec<(f64, f64)> =
-            (0..p.data.x_train.nrows()).map(|i| (p.data.x_train[(i, 0)], p.data.y_train[i])).collect();
-        let queried: Vec<(f64, f64)> = p
-            .turns()
-            .iter()
-            .filter_map(|t| Some((t.index?, t.answers.first()?.mean.first().copied()?)))
-            .map(|(i, m)| (p.data.x_pool[(i, 0)], m))
-            .collect();
+    for run in runs {
         fig = fig.with_panel(ExchangePanel {
-            train,
-            queried,
-            mean: pred.mean.iter().copied().collect(),
-            lower: pred.mean.iter().zip(&sd).map(|(m, s)| m - 1.96 * s).collect(),
-            upper: pred.mean.iter().zip(&sd).map(|(m, s)| m + 1.96 * s).collect(),
-            truth: Some(grid.iter().map(|x| 0.9 * x).collect()),
-            grid: grid.clone(),
+            train: run.train.clone(),
+            queried: run.queried.clone(),
+            mean: run.mean.clone(),
+            lower: run.lower.clone(),
+            upper: run.upper.clone(),
+            truth: Some(run.truth.clone()),
+            grid: run.grid.clone(),
             x_label: "x₁ (P1's covariate)".into(),
-            ..ExchangePanel::new(title)
+            ..ExchangePanel::new(&run.title)
         });
     }
-    Ok(fig.to_svg())
+    fig.to_svg()
 }
 
 #[cfg(test)]

@@ -1,0 +1,10 @@
+//! # dpcotrain-report — what the experiments write
+//!
+//! Plotting and report writing, computing nothing of the science: every function takes the
+//! experiment layer's results (run rows of `dpcotrain_cotrain::grid`, the runs of
+//! `dpcotrain_cotrain::exchange`) and returns text — SVG ([`svg`]) or Markdown ([`tables`]).
+//! [`thesis`] holds Thomas 2017's published tables as data, for the ours-vs-thesis comparisons.
+
+pub mod svg;
+pub mod tables;
+pub mod thesis;
