@@ -19,7 +19,7 @@ pub const RS: [f64; 4] = [0.5, 0.75, 0.9, 0.99];
 pub const T4_3: [Cell; 3] = [c(1.67, 3.03), c(0.574, 0.286), c(0.593, 0.280)];
 pub const T4_8: [Cell; 3] = [r(4.11, 20.6), c(0.672, 0.256), c(0.758, 0.274)];
 
-/// Table 4.4 / 4.9: [masking no, yes][r] → [blocky, noisy, hybrid].
+/// Table 4.4 / 4.9: `[masking no, yes][r]` → `[blocky, noisy, hybrid]`.
 pub const T4_4: [[[Cell; 3]; 4]; 2] = [
     [
         [c(1.04, 0.304), c(0.901, 0.0502), c(0.895, 0.0669)],
@@ -85,7 +85,7 @@ pub const T4_12: [[[Cell; 3]; 3]; 2] = [
     ],
 ];
 
-/// Table C.1 (pre-co-training, no-DP batch): [CI no, yes][masking no, yes][r] → n_obs 25, 50, 200.
+/// Table C.1 (pre-co-training, no-DP batch): `[CI no, yes][masking no, yes][r]` → n_obs 25, 50, 200.
 pub const NOBS: [usize; 3] = [25, 50, 200];
 pub const C1: [[[[Cell; 3]; 4]; 2]; 2] = [
     [
