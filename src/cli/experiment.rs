@@ -383,10 +383,10 @@ fn mean_sd(v: &[f64]) -> (f64, f64) {
 /// Mean ± sd of the after-co-training RMSE by combiner × uncertainty (pooling both parties,
 /// D14), with the pre-co-training RMSE.
 fn summary_table(rows: &[RunRow]) -> String {
-    let mut cells: BTreeMap<(String, String), Vec<f64>> = BTreeMap::new();
+    let mut cells: BTreeMap<(&str, &str), Vec<f64>> = BTreeMap::new();
     let mut before = Vec::new();
     for r in rows {
-        cells.entry((r.combiner.clone(), r.uncertainty.clone())).or_default().push(r.rmse_after);
+        cells.entry((r.combiner.name(), r.uncertainty.name())).or_default().push(r.rmse_after);
         before.push(r.rmse_before);
     }
     let (bm, bs) = mean_sd(&before);

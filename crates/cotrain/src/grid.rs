@@ -184,8 +184,8 @@ pub struct RunRow {
     pub masking: bool,
     pub nobs: usize,
     pub seed: u64,
-    pub combiner: String,
-    pub uncertainty: String,
+    pub combiner: CombinerKind,
+    pub uncertainty: Uncertainty,
     pub dp: String,
     pub party: String,
     /// The party's view (column names).
@@ -230,8 +230,8 @@ fn rows_of(
         masking: dc.masking,
         nobs: dc.nobs,
         seed: dc.seed,
-        combiner: kind.name().into(),
-        uncertainty: unc.name().into(),
+        combiner: kind,
+        uncertainty: unc,
         dp: grid.dp.name(),
         party: party.into(),
         view: view.into(),
@@ -305,8 +305,8 @@ impl RunRow {
             self.masking,
             self.nobs,
             self.seed,
-            &self.combiner,
-            &self.uncertainty,
+            self.combiner.name(),
+            self.uncertainty.name(),
             &self.dp,
         )
     }

@@ -8,6 +8,8 @@
 
 use crate::svg::{ExchangePanel, Figure, LineChart, Marker, Series};
 use crate::thesis::{self, Cell};
+use dpcotrain_cotrain::answer::Uncertainty;
+use dpcotrain_cotrain::combiner::CombinerKind;
 use dpcotrain_cotrain::exchange::ExchangeRun;
 use dpcotrain_cotrain::grid::RunRow;
 use std::fmt::Write;
@@ -66,7 +68,7 @@ fn yes(b: bool) -> &'static str {
     if b { "Yes" } else { "No" }
 }
 
-const UNC: [&str; 3] = ["none", "marginal", "full"];
+const UNC: [Uncertainty; 3] = [Uncertainty::None, Uncertainty::Marginal, Uncertainty::Full];
 
 /// The simulated-grid tables for rows of one DP setting (`dp`: "off", "thesis", or a
 /// calibrated name). Appends failed anchors to `fails`.
@@ -182,7 +184,7 @@ pub fn simulated_tables(rows: &[RunRow], fails: &mut Vec<String>) -> String {
             let _ = write!(md, "| {} | {} |", yes(*mask), yes(*ci));
             for c in thesis::COMBINERS {
                 let v = sel(&rows, |x| x.masking == *mask && x.ci == Some(*ci) && x.combiner == c);
-                let t = (c == "noisy").then_some(t6[m_i][ci_i]);
+                let t = (c == CombinerKind::Noisy).then_some(t6[m_i][ci_i]);
                 let _ = write!(md, " {} |", cell(&after(&v), t, false, fails, ""));
             }
             md += "\n";
@@ -247,8 +249,9 @@ pub fn ccpp_tables(rows: &[RunRow]) -> String {
         for (n_i, n) in thesis::CCPP_NOBS.iter().enumerate() {
             let _ = write!(md, "| {} | {n} |", yes(*mask));
             for (k, c) in thesis::COMBINERS.iter().enumerate() {
-                let v =
-                    sel(&rows, |x| x.masking == *mask && x.nobs == *n && x.combiner == *c && x.uncertainty == "full");
+                let v = sel(&rows, |x| {
+                    x.masking == *mask && x.nobs == *n && x.combiner == *c && x.uncertainty == Uncertainty::Full
+                });
                 let _ = write!(md, " {} |", fmt(pair(&v, |r| r.rmse_after), t[m_i][n_i][k]));
             }
             md += "\n";
@@ -266,8 +269,8 @@ pub fn orderings(rows: &[RunRow]) -> Vec<(String, bool, String)> {
     };
     let dps: std::collections::BTreeSet<String> = rows.iter().map(|r| r.dp.clone()).collect();
     for dp in &dps {
-        let of = |c: &str| m(&|r| r.dp == *dp && r.combiner == c);
-        let (b, n, h) = (of("blocky"), of("noisy"), of("hybrid"));
+        let of = |c: CombinerKind| m(&|r| r.dp == *dp && r.combiner == c);
+        let (b, n, h) = (of(CombinerKind::Blocky), of(CombinerKind::Noisy), of(CombinerKind::Hybrid));
         if b.is_finite() && n.is_finite() && h.is_finite() {
             out.push((
                 format!("DP {dp}: Blocky far worse than Noisy and Hybrid"),
@@ -278,9 +281,9 @@ pub fn orderings(rows: &[RunRow]) -> Vec<(String, bool, String)> {
         if dp != "off" && n.is_finite() && h.is_finite() {
             out.push((format!("DP {dp}: Noisy better than Hybrid"), n < h, format!("Noisy {n:.3}, Hybrid {h:.3}")));
         }
-        for c in ["noisy", "hybrid"] {
-            let u = |x: &str| m(&|r| r.dp == *dp && r.combiner == c && r.masking && r.uncertainty == x);
-            let (un, um, uf) = (u("none"), u("marginal"), u("full"));
+        for c in [CombinerKind::Noisy, CombinerKind::Hybrid] {
+            let u = |x: Uncertainty| m(&|r| r.dp == *dp && r.combiner == c && r.masking && r.uncertainty == x);
+            let (un, um, uf) = (u(Uncertainty::None), u(Uncertainty::Marginal), u(Uncertainty::Full));
             if un.is_finite() && um.is_finite() && uf.is_finite() {
                 out.push((
                     format!("DP {dp}, masked, {c}: sharing more uncertainty helps (none ≥ marginal ≥ full)"),
@@ -370,8 +373,8 @@ mod tests {
             masking,
             nobs: 25,
             seed: 0,
-            combiner: combiner.into(),
-            uncertainty: unc.into(),
+            combiner: combiner.parse().unwrap(),
+            uncertainty: unc.parse().unwrap(),
             dp: "off".into(),
             party: "P1".into(),
             view: "x1".into(),

@@ -2,6 +2,8 @@
 //! against (Thomas 2017 Tables 4.3–4.14 and C.1–C.2; † marks cells reconstructed where the published table did not survive extraction: docs/decisions.md, "Reproduction anchors").
 //! Each value is (mean, sd); the CCPP tables are single runs (sd = NaN).
 
+use dpcotrain_cotrain::combiner::CombinerKind;
+
 /// (mean, sd, reconstructed)
 pub type Cell = (f64, f64, bool);
 
@@ -12,7 +14,7 @@ const fn r(m: f64, s: f64) -> Cell {
     (m, s, true)
 }
 
-pub const COMBINERS: [&str; 3] = ["blocky", "noisy", "hybrid"];
+pub const COMBINERS: [CombinerKind; 3] = [CombinerKind::Blocky, CombinerKind::Noisy, CombinerKind::Hybrid];
 pub const RS: [f64; 4] = [0.5, 0.75, 0.9, 0.99];
 
 /// Table 4.3 (no DP) and 4.8 (thesis DP): by combiner [blocky, noisy, hybrid].
