@@ -85,6 +85,42 @@ fn fixed_exact_objective_equals_the_library_lml() {
     assert!(v.get("training").is_none());
 }
 
+/// A kernel expression (`arccos0+poly3`, Hughes-Hallett's step-function kernel) is built with
+/// the documented initial values, its LML equals the library's, and every parameter is reported
+/// by name.
+#[test]
+fn kernel_expressions_fit_and_report_every_parameter() {
+    use dpcotrain_gp::kernels::{ArcCosine, ArcCosineOrder, Kernel, Polynomial, Sum};
+    let (train, x, y) = train_csv();
+    let args = ["gp", "fit", "--train", train.to_str().unwrap(), "--kernel", "arccos0 + poly3", "--lengthscale", "1"];
+    let fixed: Vec<&str> =
+        args.iter().copied().chain(["--fixed", "--variance", "2", "--noise", "0.1", "--json"]).collect();
+    let v = json_of(&run(&fixed));
+    assert_eq!(v["kernel"], "arccos0+poly3");
+    // A sum splits the variance; weights 1/(D ℓ²) = 0.5, bias and offset 1.
+    let k: Box<dyn Kernel> = Box::new(Sum::new(
+        Box::new(ArcCosine::ard(ArcCosineOrder::Zero, 1.0, vec![0.5, 0.5], 1.0)),
+        Box::new(Polynomial::ard(3, vec![0.5, 0.5], 1.0)),
+    ));
+    let names = k.param_names();
+    let yc = y.add_scalar(-y.mean());
+    let lml = ExactGp::new(k, NoiseModel::homoscedastic(0.1), x, yc).unwrap().log_marginal_likelihood().unwrap();
+    assert!((v["objective"].as_f64().unwrap() - lml).abs() < 1e-10, "{} vs {lml}", v["objective"]);
+    let params = v["hyperparameters"]["kernel"].as_object().unwrap();
+    assert_eq!(params.len(), names.len());
+    for n in &names {
+        assert!(params.contains_key(n), "{n} missing from {params:?}");
+    }
+    assert!((params["arccos0.variance"].as_f64().unwrap() - 1.0).abs() < 1e-12);
+    assert!(v["hyperparameters"].get("lengthscales").is_none());
+    // Trained: the objective does not fall, and the report stays finite.
+    let trained: Vec<&str> = args.iter().copied().chain(["--json"]).collect();
+    let t = json_of(&run(&trained));
+    assert!(t["objective"].as_f64().unwrap().is_finite());
+    let fixed_default: Vec<&str> = args.iter().copied().chain(["--fixed", "--json"]).collect();
+    assert!(t["objective"].as_f64().unwrap() >= json_of(&run(&fixed_default))["objective"].as_f64().unwrap() - 1e-9);
+}
+
 #[test]
 fn fixed_vfe_with_file_inducing_points_equals_the_library_elbo() {
     let (train, x, y) = train_csv();
@@ -234,6 +270,10 @@ fn errors_name_file_row_and_column() {
             vec!["wide.csv", "--predict file", "unexpected \"c\""],
         ),
         (vec!["--train".into(), t.into(), "--lengthscale".into(), "1,2,3".into()], vec!["3 values"]),
+        (
+            vec!["--train".into(), t.into(), "--kernel".into(), "se".into(), "--lengthscale".into(), "1,2".into()],
+            vec!["2 values", "isotropic se"],
+        ),
     ];
     for (args, needles) in cases {
         let mut full = vec!["gp".to_string(), "fit".to_string()];
@@ -247,6 +287,20 @@ fn errors_name_file_row_and_column() {
         // One line, and no cause repeated (e.g. the OS error text twice).
         assert_eq!(err.trim().lines().count(), 1, "args {args:?}: {err}");
         assert!(err.matches("(os error").count() <= 1, "args {args:?}: {err}");
+    }
+}
+
+/// A bad kernel expression is a usage error (exit 2) that says where and why.
+#[test]
+fn bad_kernel_expressions_are_usage_errors() {
+    let (train, _, _) = train_csv();
+    for (expr, needle) in
+        [("se+rbf", "unknown kernel \"rbf\" at character 4"), ("(se+linear", "expected ')'"), ("", "empty")]
+    {
+        let out = run(&["gp", "fit", "--train", train.to_str().unwrap(), "--kernel", expr]);
+        assert_eq!(out.status.code(), Some(2), "{expr}");
+        let err = stderr(&out);
+        assert!(err.contains(needle) && !err.contains("panicked"), "{expr}: {err}");
     }
 }
 

@@ -4,7 +4,7 @@
 use clap::{Args, ValueEnum};
 use dpcotrain_cotrain::table::Table;
 use dpcotrain_gp::inducing::{greedy_variance, kmeans, random_subset};
-use dpcotrain_gp::kernels::{Kernel, Matern, MaternNu, SquaredExponential};
+use dpcotrain_gp::kernels::{Kernel, KernelInit, KernelSpec};
 use dpcotrain_gp::standardize::Standardizer;
 use dpcotrain_gp::train::{ProgressHook, SgprStrategy, TrainOptions, TrainProgress, TrainReport, train, train_sparse};
 use dpcotrain_gp::{ExactGp, NoiseModel, NoiseVariance, Prediction, SparseGp, SparseKind};
@@ -21,15 +21,6 @@ pub enum ModelArg {
     Vfe,
     Fitc,
     Dtc,
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum, PartialEq)]
-pub enum KernelArg {
-    Se,
-    SeArd,
-    Matern12,
-    Matern32,
-    Matern52,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq)]
@@ -54,8 +45,11 @@ pub struct FitArgs {
     pub target: Option<String>,
     #[arg(long, value_enum, default_value = "exact")]
     pub model: ModelArg,
-    #[arg(long, value_enum, default_value = "se-ard")]
-    pub kernel: KernelArg,
+    /// Kernel expression: se, se-ard, matern12 (exponential), matern32, matern52, linear,
+    /// constant, arccos0, arccos1, polyP (P ≥ 1), combined with '+' and '*' and parentheses,
+    /// e.g. "arccos0+poly3". Sums split the initial variance equally among their terms.
+    #[arg(long, default_value = "se-ard", value_name = "EXPR")]
+    pub kernel: KernelSpec,
     /// Inducing inputs for sparse models: greedy:M, kmeans:M, random:M or file:Z.csv.
     #[arg(long, value_name = "SPEC")]
     pub inducing: Option<String>,
@@ -156,55 +150,42 @@ fn build_kernel(args: &FitArgs, x: &DMatrix<f64>, y: &DVector<f64>) -> anyhow::R
         y.iter().map(|a| (a - m).powi(2)).sum::<f64>() / (y.len() as f64 - 1.0).max(1.0)
     };
     let variance = positive("variance", args.variance.unwrap_or(if yv > 0.0 { yv } else { 1.0 }))?;
-    let ard = !matches!(args.kernel, KernelArg::Se);
-    let ls: Vec<f64> = match &args.lengthscale {
+    let lengthscales: Vec<f64> = match &args.lengthscale {
         Some(l) => {
             for v in l {
                 positive("lengthscale", *v)?;
             }
-            match (l.len(), ard) {
-                (1, true) => vec![l[0]; d],
-                (1, false) => l.clone(),
-                (k, true) if k == d => l.clone(),
-                (k, _) => anyhow::bail!(
-                    "--lengthscale has {k} values; the {} kernel on {d} input columns takes {}",
-                    kernel_name(args.kernel),
-                    if ard { format!("1 or {d}") } else { "1".into() }
+            let iso = args.kernel.has_isotropic();
+            match l.len() {
+                1 => vec![l[0]; d],
+                k if k == d && !iso => l.clone(),
+                k => anyhow::bail!(
+                    "--lengthscale has {k} values; the kernel {} on {d} input columns takes {}",
+                    args.kernel,
+                    if iso { "1 (the isotropic se has one length-scale)".to_string() } else { format!("1 or {d}") }
                 ),
             }
         }
-        None => {
-            let sd = column_sd(x);
-            if ard { sd } else { vec![sd.iter().sum::<f64>() / d as f64] }
-        }
+        None => column_sd(x),
     };
-    Ok(match args.kernel {
-        KernelArg::Se => Box::new(SquaredExponential::isotropic(variance, ls[0])),
-        KernelArg::SeArd => Box::new(SquaredExponential::ard(variance, ls)),
-        KernelArg::Matern12 => Box::new(Matern::ard(MaternNu::Half, variance, ls)),
-        KernelArg::Matern32 => Box::new(Matern::ard(MaternNu::ThreeHalves, variance, ls)),
-        KernelArg::Matern52 => Box::new(Matern::ard(MaternNu::FiveHalves, variance, ls)),
-    })
+    Ok(args.kernel.build(&KernelInit { variance, lengthscales })?)
 }
 
-fn kernel_name(k: KernelArg) -> &'static str {
-    match k {
-        KernelArg::Se => "se",
-        KernelArg::SeArd => "se-ard",
-        KernelArg::Matern12 => "matern12",
-        KernelArg::Matern32 => "matern32",
-        KernelArg::Matern52 => "matern52",
-    }
-}
-
-/// Kernel variance and length-scales from the log-parameter vector (first is log s²).
+/// The fitted hyperparameters: the noise, every kernel parameter by name (natural scale), and
+/// for a single stationary kernel its `variance` and `lengthscales` (the keys scripts read).
 fn hyper_json(kernel: &dyn Kernel, noise: f64) -> Value {
-    let p = kernel.params();
-    json!({
-        "variance": p[0].exp(),
-        "lengthscales": p[1..].iter().map(|v| v.exp()).collect::<Vec<_>>(),
-        "noise": noise,
-    })
+    let names = kernel.param_names();
+    let values: Vec<f64> = kernel.params().iter().map(|v| v.exp()).collect();
+    let params: serde_json::Map<String, Value> = names.iter().cloned().zip(values.iter().map(|v| json!(v))).collect();
+    let mut out = json!({ "noise": noise, "kernel": params });
+    let stationary = names.first().is_some_and(|n| n == "variance")
+        && names.len() > 1
+        && names[1..].iter().all(|n| n.starts_with("lengthscale"));
+    if stationary {
+        out["variance"] = json!(values[0]);
+        out["lengthscales"] = json!(values[1..]);
+    }
+    out
 }
 
 fn rows_json(m: &DMatrix<f64>) -> Vec<Vec<f64>> {
@@ -373,7 +354,7 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
     };
     let mut out = json!({
         "model": model_name,
-        "kernel": kernel_name(args.kernel),
+        "kernel": args.kernel.to_string(),
         "objective": objective,
         "hyperparameters": hyper_json(kernel_out.as_ref(), noise_out),
         "jitter": jitter,
@@ -413,8 +394,11 @@ fn print_human(out: &Value) {
     println!("model       {}  (kernel {})", out["model"].as_str().unwrap_or(""), out["kernel"].as_str().unwrap_or(""));
     println!("objective   {:.6}  (higher is better)", out["objective"].as_f64().unwrap_or(f64::NAN));
     let h = &out["hyperparameters"];
-    println!("variance    {:.6}", h["variance"].as_f64().unwrap_or(f64::NAN));
-    println!("lengthscale {}", h["lengthscales"]);
+    if let Some(params) = h["kernel"].as_object() {
+        for (name, v) in params {
+            println!("  {name:<26} {:.6}", v.as_f64().unwrap_or(f64::NAN));
+        }
+    }
     println!("noise       {:.6}", h["noise"].as_f64().unwrap_or(f64::NAN));
     println!("jitter      {:.3e}", out["jitter"].as_f64().unwrap_or(0.0));
     if let Some(z) = out["inducing"].as_array() {

@@ -15,10 +15,14 @@
 
 use nalgebra::{DMatrix, DMatrixView, DVector, DVectorView};
 
+mod arc_cosine;
 mod combination;
 mod constant;
+mod dot_product;
 mod linear;
 mod matern;
+mod polynomial;
+mod spec;
 mod squared_exponential;
 mod stationary;
 #[cfg(test)]
@@ -26,10 +30,13 @@ mod test_support;
 mod tiling;
 mod vexp;
 
+pub use arc_cosine::{ArcCosine, ArcCosineOrder};
 pub use combination::{Product, Sum};
 pub use constant::Constant;
 pub use linear::Linear;
 pub use matern::{Matern, MaternNu};
+pub use polynomial::Polynomial;
+pub use spec::{BaseKernel, KERNEL_NAMES, KernelInit, KernelSpec, KernelSpecError};
 pub use squared_exponential::SquaredExponential;
 
 /// Box bounds on one log-parameter.
