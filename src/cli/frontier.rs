@@ -51,7 +51,8 @@ pub struct FrontierArgs {
     /// How queriers read answers: likelihood (the peer's prior removed) or posterior (the thesis).
     #[arg(long, default_value = "likelihood")]
     pub answers: AnswerForm,
-    /// Cap rule of finite+cap: auto (label-free choice of η), none, or eta=X (σ ≤ X prior sd).
+    /// Cap rule of finite+cap: auto (label-free choice of η), auto=X,Y,… (the same choice among
+    /// these η), none, or eta=X (σ ≤ X prior sd).
     #[arg(long, default_value = "auto")]
     pub cap: CapRule,
     /// Whether queriers check answers against their own labels before using them: off, or loo

@@ -275,7 +275,7 @@ pub struct PrivacyConfig {
     /// finite | rkhs (default: finite under policy batches, rkhs otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub release: Option<ReleaseKind>,
-    /// Influence cap of the finite release: auto | none | eta=X.
+    /// Influence cap of the finite release: auto | auto=X,Y,… | none | eta=X.
     #[serde(default = "auto")]
     pub cap: String,
     /// public | select | fitted: where the release's hyperparameters come from (default: public

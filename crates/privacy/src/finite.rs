@@ -383,14 +383,31 @@ pub enum CapRule {
 
 impl std::str::FromStr for CapRule {
     type Err = PrivacyError;
-    /// `auto`, `none`, or `eta=X` with X > 0 (the spelling of configs and the CLI).
+    /// `auto`, `auto=X,Y,…` (the automatic rule over these η), `none`, or `eta=X` with X > 0 (the
+    /// spelling of configs and the CLI).
     fn from_str(s: &str) -> Result<Self, PrivacyError> {
         match s.trim() {
             "auto" => Ok(CapRule::auto()),
             "none" => Ok(CapRule::None),
+            other if other.starts_with("auto=") => {
+                let list = &other["auto=".len()..];
+                let etas = list
+                    .split(',')
+                    .map(|t| t.trim().parse::<f64>().ok().filter(|e| e.is_finite() && *e > 0.0))
+                    .collect::<Option<Vec<f64>>>()
+                    .filter(|v| !v.is_empty())
+                    .ok_or_else(|| {
+                        PrivacyError::invalid(format!(
+                            "cap rule {other:?}: auto=X,Y,… needs a list of positive multipliers η"
+                        ))
+                    })?;
+                Ok(CapRule::Auto { etas })
+            }
             other => match other.strip_prefix("eta=").map(str::parse::<f64>) {
                 Some(Ok(eta)) if eta.is_finite() && eta > 0.0 => Ok(CapRule::Fixed { eta }),
-                _ => Err(PrivacyError::invalid(format!("cap rule {other:?} is not auto, none or eta=X with X > 0"))),
+                _ => Err(PrivacyError::invalid(format!(
+                    "cap rule {other:?} is not auto, auto=X,Y,…, none or eta=X with X > 0"
+                ))),
             },
         }
     }
@@ -406,7 +423,10 @@ impl CapRule {
         match self {
             CapRule::None => "none".into(),
             CapRule::Fixed { eta } => format!("eta={eta}"),
-            CapRule::Auto { .. } => "auto".into(),
+            CapRule::Auto { .. } if *self == CapRule::auto() => "auto".into(),
+            CapRule::Auto { etas } => {
+                format!("auto={}", etas.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(","))
+            }
         }
     }
 }
@@ -789,7 +809,13 @@ mod tests {
         assert_eq!("auto".parse::<CapRule>().unwrap(), CapRule::auto());
         assert_eq!("none".parse::<CapRule>().unwrap(), CapRule::None);
         assert_eq!("eta=0.5".parse::<CapRule>().unwrap(), CapRule::Fixed { eta: 0.5 });
-        for bad in ["eta=-1", "eta=x", "eta=inf", "half"] {
+        let floor = "auto=4,2,1".parse::<CapRule>().unwrap();
+        assert_eq!(floor, CapRule::Auto { etas: vec![4.0, 2.0, 1.0] });
+        // Every rule's name parses back to the rule (the frontier's resume keys rely on it).
+        for rule in [CapRule::auto(), CapRule::None, CapRule::Fixed { eta: 0.5 }, floor] {
+            assert_eq!(rule.name().parse::<CapRule>().unwrap(), rule);
+        }
+        for bad in ["eta=-1", "eta=x", "eta=inf", "half", "auto=", "auto=1,-2", "auto=1,,2"] {
             assert!(bad.parse::<CapRule>().unwrap_err().to_string().contains(bad));
         }
     }
