@@ -156,6 +156,17 @@ fn fixed_vfe_with_file_inducing_points_equals_the_library_elbo() {
     )
     .unwrap();
     assert!((v["objective"].as_f64().unwrap() - gp.objective_value().unwrap()).abs() < 1e-10);
+    // Bauer et al.'s diagnostics: the library's terms, which sum to the objective.
+    let terms = gp.objective_terms().unwrap();
+    for (key, want) in [
+        ("data_fit", terms.data_fit),
+        ("complexity", terms.complexity),
+        ("trace", terms.trace),
+        ("constant", terms.constant),
+    ] {
+        assert!((v["terms"][key].as_f64().unwrap() - want).abs() < 1e-10, "{key}: {} vs {want}", v["terms"][key]);
+    }
+    assert!(terms.trace < 0.0 && v["terms"]["fitc_noise"] == 0.0);
     assert_eq!(v["inducing"].as_array().unwrap().len(), 4);
     assert!(v["jitter"].as_f64().unwrap() > 0.0);
 }

@@ -7,7 +7,7 @@ use dpcotrain_gp::inducing::{greedy_variance, kmeans, random_subset};
 use dpcotrain_gp::kernels::{Kernel, KernelInit, KernelSpec};
 use dpcotrain_gp::standardize::Standardizer;
 use dpcotrain_gp::train::{ProgressHook, SgprStrategy, TrainOptions, TrainProgress, TrainReport, train, train_sparse};
-use dpcotrain_gp::{ExactGp, NoiseModel, NoiseVariance, Prediction, SparseGp, SparseKind};
+use dpcotrain_gp::{ExactGp, NoiseModel, NoiseVariance, ObjectiveTerms, Prediction, SparseGp, SparseKind};
 use nalgebra::{DMatrix, DVector};
 use serde_json::{Value, json};
 use std::path::PathBuf;
@@ -201,6 +201,8 @@ struct Fitted {
     noise: f64,
     z: Option<DMatrix<f64>>,
     pred: Option<Prediction>,
+    /// The sparse objective's terms (Bauer et al. 2016's diagnostics).
+    terms: Option<ObjectiveTerms>,
 }
 
 pub fn run(args: FitArgs) -> anyhow::Result<()> {
@@ -256,7 +258,7 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
         ..Default::default()
     };
 
-    let Fitted { objective, report, jitter, kernel: kernel_out, noise: noise_out, z: z_out, pred } =
+    let Fitted { objective, report, jitter, kernel: kernel_out, noise: noise_out, z: z_out, pred, terms } =
         if args.model == ModelArg::Exact {
             if args.inducing.is_some() {
                 anyhow::bail!("--inducing applies to sparse models (--model vfe, fitc or dtc), not to exact");
@@ -276,6 +278,7 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
                 noise: gp.noise.sigma2().variance,
                 z: None,
                 pred,
+                terms: None,
             }
         } else {
             let kind = match args.model {
@@ -325,6 +328,7 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
                 noise: gp.noise.sigma2().variance,
                 z: Some(gp.z().clone()),
                 pred,
+                terms: Some(gp.objective_terms()?),
             }
         };
 
@@ -369,6 +373,9 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
     if let Some(r) = &report {
         out["training"] = serde_json::to_value(r)?;
     }
+    if let Some(t) = &terms {
+        out["terms"] = serde_json::to_value(t)?;
+    }
     if let Some(p) = &pred {
         out["mean"] = json!(std.inverse_mean(&p.mean).as_slice());
         out["var"] = json!(std.inverse_var(&p.var).as_slice());
@@ -401,6 +408,17 @@ fn print_human(out: &Value) {
     }
     println!("noise       {:.6}", h["noise"].as_f64().unwrap_or(f64::NAN));
     println!("jitter      {:.3e}", out["jitter"].as_f64().unwrap_or(0.0));
+    if let Some(t) = out.get("terms") {
+        let f = |k: &str| t[k].as_f64().unwrap_or(f64::NAN);
+        println!(
+            "terms       data fit {:.4}, complexity {:.4}, trace {:.4}, constant {:.4}; FITC's extra noise Σ(k−q) {:.4}",
+            f("data_fit"),
+            f("complexity"),
+            f("trace"),
+            f("constant"),
+            f("fitc_noise")
+        );
+    }
     if let Some(z) = out["inducing"].as_array() {
         println!("inducing    {} points", z.len());
     }

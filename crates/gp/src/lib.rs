@@ -26,7 +26,7 @@ pub use kernels::{Bounds, Kernel};
 pub use linalg::{Cholesky, Jitter, JitterPolicy, LinalgError};
 pub use noise::{NoiseModel, NoiseVariance};
 pub use prediction::Prediction;
-pub use sparse::{SparseGp, SparseKind};
+pub use sparse::{ObjectiveTerms, SparseGp, SparseKind};
 
 /// Errors of the numerical core.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

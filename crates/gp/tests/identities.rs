@@ -285,3 +285,44 @@ fn cholesky_failure_is_a_typed_error_not_a_panic() {
     let err = Cholesky::factor(a, "K_test", JitterPolicy::IF_NEEDED).unwrap_err();
     assert!(err.to_string().contains("K_test"));
 }
+
+/// Bauer et al.'s diagnostics: the terms sum to the objective; VFE's trace term is ≤ 0 and the
+/// only difference from DTC; at Z = X the trace term and FITC's extra noise vanish and every
+/// term equals the exact GP's (data fit −½yᵀK_y⁻¹y, complexity −½log|K_y|).
+#[test]
+fn objective_terms_sum_to_the_objective_and_vanish_at_z_equals_x() {
+    let (x, y) = problem(30, 2, 5);
+    let k = SquaredExponential::ard(1.1, vec![0.7, 1.3]);
+    let z = random_rows(5, 2, 6);
+    let terms = |kind| {
+        let gp = sparse(kind, &k, 0.1, &x, &y, &z);
+        (gp.objective_terms().unwrap(), gp.objective_value().unwrap())
+    };
+    for kind in [SparseKind::Vfe, SparseKind::Dtc, SparseKind::Fitc] {
+        let (t, v) = terms(kind);
+        let sum = t.constant + t.complexity + t.data_fit + t.trace;
+        assert!((sum - v).abs() < 1e-10 * v.abs().max(1.0), "{kind:?}: {sum} vs {v}");
+        assert_eq!(t.trace != 0.0, kind == SparseKind::Vfe, "{kind:?}");
+        assert_eq!(t.fitc_noise > 0.0, kind == SparseKind::Fitc, "{kind:?}");
+    }
+    let ((vfe, _), (dtc, _)) = (terms(SparseKind::Vfe), terms(SparseKind::Dtc));
+    assert!(vfe.trace < 0.0);
+    assert_eq!((vfe.complexity, vfe.data_fit), (dtc.complexity, dtc.data_fit));
+
+    // Z = X on well-separated inputs: the exact GP's own terms.
+    let x = DMatrix::from_fn(12, 1, |i, _| -3.0 + 0.55 * i as f64);
+    let y = DVector::from_fn(12, |i, _| (0.7 * i as f64).sin());
+    let k = SquaredExponential::isotropic(1.2, 0.6);
+    let ky = k.k(x.as_view(), x.as_view()) + DMatrix::identity(12, 12) * 0.1;
+    let chol = Cholesky::factor(ky, "K_y", TINY_JITTER).unwrap();
+    let data_fit = -0.5 * y.dot(&chol.solve_vec(&y));
+    let complexity = -chol.l().diagonal().iter().map(|d| d.ln()).sum::<f64>();
+    for kind in [SparseKind::Vfe, SparseKind::Dtc, SparseKind::Fitc] {
+        let mut gp = sparse(kind, &k, 0.1, &x, &y, &x);
+        gp.jitter = TINY_JITTER;
+        let t = gp.objective_terms().unwrap();
+        assert!((t.data_fit - data_fit).abs() < 1e-8, "{kind:?}: {} vs {data_fit}", t.data_fit);
+        assert!((t.complexity - complexity).abs() < 1e-8, "{kind:?}: {} vs {complexity}", t.complexity);
+        assert!(t.trace.abs() < 1e-8 && t.fitc_noise.abs() < 1e-8, "{kind:?}: {t:?}");
+    }
+}

@@ -23,7 +23,7 @@
 //! ∂/∂K_uf = r vᵀ + (P₁L⁻¹) K_uf Λ⁻¹ [− 2K_uu⁻¹ K_uf diag(g_λ)], formed in column blocks and
 //! contracted with the kernel at once: peak memory is K_uf (M×N) plus one block.
 
-use super::{SparseGp, SparseKind, SparsePosterior};
+use super::{ObjectiveTerms, SparseGp, SparseKind, SparsePosterior};
 use crate::linalg::{Cholesky, JitterPolicy, aat, aat_acc, col_sq_norms, gemm, symmetrize_from_lower};
 use crate::{GpError, Jitter};
 use nalgebra::{DMatrix, DVector};
@@ -178,16 +178,40 @@ fn terms(gp: &SparseGp) -> Result<Terms, GpError> {
 
 /// log N(y | 0, Q + Λ) and, for VFE, minus the trace term.
 fn value(gp: &SparseGp, t: &Terms) -> f64 {
+    let parts = parts(gp, t);
+    parts.constant + parts.complexity + parts.data_fit + parts.trace
+}
+
+/// The objective's terms (Bauer, van der Wilk & Rasmussen 2016 eqs 8–10), summed by `value`.
+fn parts(gp: &SparseGp, t: &Terms) -> ObjectiveTerms {
     let n = t.lambda.len() as f64;
     let logdet_b: f64 = t.chol_b.l().diagonal().iter().map(|d| d.ln()).sum();
     let logdet_lambda: f64 = t.lambda.iter().map(|l| l.ln()).sum();
-    let mut v = -0.5 * n * LN_2PI - logdet_b - 0.5 * logdet_lambda - 0.5 * (t.quad_y - t.c.norm_squared());
-    if gp.kind == SparseKind::Vfe {
+    let trace = if gp.kind == SparseKind::Vfe {
         // Σ (k_nn − q_nn)/λ_n = Σ k_nn/λ_n − tr(AAᵀ).
         let k_over: f64 = t.knn.iter().zip(&t.lambda).map(|(k, l)| k / l).sum();
-        v -= 0.5 * (k_over - t.aat.trace());
+        -0.5 * (k_over - t.aat.trace())
+    } else {
+        0.0
+    };
+    let fitc_noise = match &t.qnn {
+        Some(q) if gp.kind == SparseKind::Fitc => t.knn.iter().zip(q).map(|(k, q)| (k - q).max(0.0)).sum(),
+        _ => 0.0,
+    };
+    ObjectiveTerms {
+        constant: -0.5 * n * LN_2PI,
+        complexity: -logdet_b - 0.5 * logdet_lambda,
+        data_fit: -0.5 * (t.quad_y - t.c.norm_squared()),
+        trace,
+        fitc_noise,
     }
-    v
+}
+
+pub(super) fn objective_terms(gp: &SparseGp) -> Result<ObjectiveTerms, GpError> {
+    let t = terms(gp)?;
+    let parts = parts(gp, &t);
+    gp.workspace.give_back(t.kuf);
+    Ok(parts)
 }
 
 /// tr(K_ff − Q_ff) = Σ k_nn − tr(L⁻¹ K_uf K_ufᵀ L⁻ᵀ).

@@ -49,6 +49,23 @@ impl SparseKind {
     }
 }
 
+/// The terms of a sparse objective, the diagnostics of Bauer, van der Wilk & Rasmussen (2016,
+/// eqs 8–10): objective = `constant` + `complexity` + `data_fit` + `trace`.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ObjectiveTerms {
+    /// −(N/2) log 2π.
+    pub constant: f64,
+    /// −½ log |Q_ff + Λ| (the complexity penalty).
+    pub complexity: f64,
+    /// −½ yᵀ(Q_ff + Λ)⁻¹ y (the data fit).
+    pub data_fit: f64,
+    /// VFE: −½ Σ_n (k_nn − q_nn)/λ_n (the trace term, ≤ 0); 0 for DTC and FITC.
+    pub trace: f64,
+    /// FITC: Σ_n (k_nn − q_nn), the input-dependent noise FITC adds to Λ (Bauer et al. §3.1:
+    /// FITC can explain data by this heteroscedastic noise and under-estimate σ²); 0 otherwise.
+    pub fitc_noise: f64,
+}
+
 #[derive(Debug, Clone)]
 pub struct SparseGp {
     pub kind: SparseKind,
@@ -169,6 +186,12 @@ impl SparseGp {
     /// The objective (ELBO for VFE; approximate LML for DTC/FITC) without gradient.
     pub fn objective_value(&self) -> Result<f64, GpError> {
         Ok(collapsed::evaluate(self, false)?.value)
+    }
+
+    /// The objective split into its terms (see [`ObjectiveTerms`]); they sum to
+    /// [`SparseGp::objective_value`].
+    pub fn objective_terms(&self) -> Result<ObjectiveTerms, GpError> {
+        collapsed::objective_terms(self)
     }
 
     /// tr(K_ff − Q_ff) at the current parameters (the numerator of the VFE trace term).
