@@ -95,6 +95,12 @@ fn main() {
     let matches = with_negative_numbers(Cli::command()).get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     init_logging(&cli);
+    if !matches!(
+        cli.command,
+        Command::Node(NodeCommand::Serve(_)) | Command::Demo(_) | Command::Run(_) | Command::Status(_)
+    ) {
+        default_sigpipe();
+    }
     let rt = || tokio::runtime::Builder::new_multi_thread().enable_all().build();
     let result = match cli.command {
         Command::Node(NodeCommand::Serve(a)) => {
@@ -114,6 +120,18 @@ fn main() {
     if let Err(e) = result {
         eprintln!("error: {}", error_line(&e));
         std::process::exit(1);
+    }
+}
+
+/// Let a write to a closed pipe end the process the way other command-line tools end (`… |
+/// head`), rather than as a panic in `println!`. Only for commands that write a report to
+/// stdout and hold no sockets: a node keeps the runtime's "ignore SIGPIPE" so a peer that hangs
+/// up is an error on that connection, never the end of the process.
+fn default_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: restoring the default disposition of one signal before any thread is started.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
 

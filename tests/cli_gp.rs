@@ -353,3 +353,43 @@ fn long_or_unconverged_fits_are_not_silent() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("exact GP on 3001 rows") && err.contains("--model vfe --inducing greedy:500"), "{err}");
 }
+
+/// `--inducing multiscale:M` trains ordinary points first, then Walder et al.'s multiscale
+/// features from there: the objective never falls at the switch, the widths are reported in
+/// data units and respect L > ℓ/√2, `--fixed` evaluates the ordinary model (widths = ℓ), and
+/// a non-SE kernel is refused by name.
+#[test]
+fn multiscale_features_train_from_the_ordinary_fit() {
+    let (train, _, _) = train_csv();
+    let t = train.to_str().unwrap();
+    let args = ["gp", "fit", "--train", t, "--model", "vfe", "--kernel", "se-ard", "--standardize", "--json"];
+    let out = run(&[&args[..], &["--inducing", "multiscale:5"]].concat());
+    let v = json_of(&out);
+    assert_eq!(v["features"], "multiscale");
+    let (obj, ord) = (v["objective"].as_f64().unwrap(), v["training_ordinary"]["objective"].as_f64().unwrap());
+    assert!(obj >= ord - 1e-9, "multiscale {obj} < ordinary {ord}");
+    let widths = v["widths"].as_array().unwrap();
+    assert_eq!(widths.len(), 5);
+    let ls: Vec<f64> =
+        v["hyperparameters"]["lengthscales"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+    // Widths are in data units and ℓ in standardised units: compare through the column sd.
+    let (_, x, _) = train_csv();
+    for (d, l) in ls.iter().enumerate() {
+        let c = x.column(d);
+        let sd = (c.iter().map(|a| (a - c.mean()).powi(2)).sum::<f64>() / (c.len() as f64 - 1.0)).sqrt();
+        for w in widths {
+            let w = w[d].as_f64().unwrap();
+            assert!(w > l * sd / 2f64.sqrt(), "width {w} ≤ ℓ/√2 = {}", l * sd / 2f64.sqrt());
+        }
+    }
+    // --fixed: multiscale features at widths ℓ are the ordinary model, to round-off.
+    let fixed = |ind: &str| {
+        json_of(&run(&[&args[..], &["--fixed", "--inducing", ind]].concat()))["objective"].as_f64().unwrap()
+    };
+    let (a, b) = (fixed("greedy:5"), fixed("multiscale:5"));
+    assert!((a - b).abs() < 1e-9 * a.abs(), "{a} vs {b}");
+    // Only the SE kernel has multiscale features.
+    let out = run(&["gp", "fit", "--train", t, "--model", "vfe", "--kernel", "matern52", "--inducing", "multiscale:5"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("needs a squared-exponential kernel") && stderr(&out).contains("matern52"));
+}

@@ -6,8 +6,12 @@ use dpcotrain_cotrain::table::Table;
 use dpcotrain_gp::inducing::{greedy_variance, kmeans, random_subset};
 use dpcotrain_gp::kernels::{Kernel, KernelInit, KernelSpec};
 use dpcotrain_gp::standardize::Standardizer;
-use dpcotrain_gp::train::{ProgressHook, SgprStrategy, TrainOptions, TrainProgress, TrainReport, train, train_sparse};
-use dpcotrain_gp::{ExactGp, NoiseModel, NoiseVariance, ObjectiveTerms, Prediction, SparseGp, SparseKind};
+use dpcotrain_gp::train::{
+    ProgressHook, SgprStrategy, TrainOptions, TrainProgress, TrainReport, train, train_multiscale, train_sparse,
+};
+use dpcotrain_gp::{
+    ExactGp, InducingFeatures, NoiseModel, NoiseVariance, ObjectiveTerms, Prediction, SparseGp, SparseKind,
+};
 use nalgebra::{DMatrix, DVector};
 use serde_json::{Value, json};
 use std::path::PathBuf;
@@ -50,7 +54,10 @@ pub struct FitArgs {
     /// e.g. "arccos0+poly3". Sums split the initial variance equally among their terms.
     #[arg(long, default_value = "se-ard", value_name = "EXPR")]
     pub kernel: KernelSpec,
-    /// Inducing inputs for sparse models: greedy:M, kmeans:M, random:M or file:Z.csv.
+    /// Inducing inputs for sparse models: greedy:M, kmeans:M, random:M or file:Z.csv; or
+    /// multiscale:M, Walder et al.'s (2008) features with their own widths (SE kernels): M
+    /// greedy centres trained as ordinary points with --strategy, then centres, widths and
+    /// hyperparameters jointly.
     #[arg(long, value_name = "SPEC")]
     pub inducing: Option<String>,
     /// Initial (or, with --fixed, the) kernel variance s². Default: the variance of y.
@@ -104,15 +111,16 @@ fn positive(name: &str, v: f64) -> anyhow::Result<f64> {
 
 enum InducingSpec {
     Greedy(usize),
+    Multiscale(usize),
     Kmeans(usize),
     Random(usize),
     File(PathBuf),
 }
 
 fn parse_inducing(s: &str) -> anyhow::Result<InducingSpec> {
-    let (kind, arg) = s
-        .split_once(':')
-        .ok_or_else(|| anyhow::anyhow!("--inducing {s:?}: expected greedy:M, kmeans:M, random:M or file:Z.csv"))?;
+    let (kind, arg) = s.split_once(':').ok_or_else(|| {
+        anyhow::anyhow!("--inducing {s:?}: expected greedy:M, kmeans:M, random:M, multiscale:M or file:Z.csv")
+    })?;
     let m = || -> anyhow::Result<usize> {
         let m: usize = arg
             .trim()
@@ -125,10 +133,11 @@ fn parse_inducing(s: &str) -> anyhow::Result<InducingSpec> {
     };
     Ok(match kind {
         "greedy" => InducingSpec::Greedy(m()?),
+        "multiscale" => InducingSpec::Multiscale(m()?),
         "kmeans" => InducingSpec::Kmeans(m()?),
         "random" => InducingSpec::Random(m()?),
         "file" => InducingSpec::File(PathBuf::from(arg)),
-        _ => anyhow::bail!("--inducing {s:?}: unknown method {kind:?} (greedy, kmeans, random or file)"),
+        _ => anyhow::bail!("--inducing {s:?}: unknown method {kind:?} (greedy, kmeans, random, multiscale or file)"),
     })
 }
 
@@ -203,6 +212,8 @@ struct Fitted {
     pred: Option<Prediction>,
     /// The sparse objective's terms (Bauer et al. 2016's diagnostics).
     terms: Option<ObjectiveTerms>,
+    /// Multiscale features: their widths L (M×D, model units) and the ordinary phase's report.
+    multiscale: Option<(DMatrix<f64>, Option<TrainReport>)>,
 }
 
 pub fn run(args: FitArgs) -> anyhow::Result<()> {
@@ -258,7 +269,7 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
         ..Default::default()
     };
 
-    let Fitted { objective, report, jitter, kernel: kernel_out, noise: noise_out, z: z_out, pred, terms } =
+    let Fitted { objective, report, jitter, kernel: kernel_out, noise: noise_out, z: z_out, pred, terms, multiscale } =
         if args.model == ModelArg::Exact {
             if args.inducing.is_some() {
                 anyhow::bail!("--inducing applies to sparse models (--model vfe, fitc or dtc), not to exact");
@@ -279,6 +290,7 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
                 z: None,
                 pred,
                 terms: None,
+                multiscale: None,
             }
         } else {
             let kind = match args.model {
@@ -287,7 +299,10 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
                 _ => SparseKind::Dtc,
             };
             let spec = parse_inducing(args.inducing.as_deref().ok_or_else(|| {
-                anyhow::anyhow!("--model {} needs --inducing (greedy:M, kmeans:M, random:M or file:Z.csv)", kind.name())
+                anyhow::anyhow!(
+                    "--model {} needs --inducing (greedy:M, kmeans:M, random:M, multiscale:M or file:Z.csv)",
+                    kind.name()
+                )
             })?)?;
             let m_of = |m: usize| -> anyhow::Result<usize> {
                 if m > n {
@@ -298,8 +313,17 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
                 }
                 Ok(m)
             };
+            let multiscale = matches!(spec, InducingSpec::Multiscale(_));
+            if multiscale && !args.kernel.is_squared_exponential() {
+                anyhow::bail!(
+                    "--inducing multiscale:M needs a squared-exponential kernel (--kernel se or se-ard), not {}",
+                    args.kernel
+                );
+            }
             let z = match spec {
-                InducingSpec::Greedy(m) => greedy_variance(kernel.as_ref(), &x, m_of(m)?, 1e-12, args.seed)?.z,
+                InducingSpec::Greedy(m) | InducingSpec::Multiscale(m) => {
+                    greedy_variance(kernel.as_ref(), &x, m_of(m)?, 1e-12, args.seed)?.z
+                }
                 InducingSpec::Kmeans(m) => kmeans(&x, m_of(m)?, 100, args.seed)?,
                 InducingSpec::Random(m) => random_subset(&x, m_of(m)?, args.seed)?,
                 InducingSpec::File(p) => {
@@ -314,7 +338,19 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
                 (_, Some(StrategyArg::Reinit)) => SgprStrategy::REINIT,
                 (_, Some(StrategyArg::ReinitRetrain)) | (_, None) => SgprStrategy::REINIT_RETRAIN,
             };
-            let report = if args.fixed { None } else { Some(train_sparse(&mut gp, strategy, &opts)?) };
+            let (report, ordinary) = match (args.fixed, multiscale) {
+                (true, ms) => {
+                    if ms {
+                        gp.use_multiscale()?;
+                    }
+                    (None, None)
+                }
+                (false, false) => (Some(train_sparse(&mut gp, strategy, &opts)?), None),
+                (false, true) => {
+                    let r = train_multiscale(&mut gp, strategy, &opts)?;
+                    (Some(r.multiscale), Some(r.ordinary))
+                }
+            };
             let post = gp.posterior()?;
             let pred = match &test {
                 Some(t) => Some(post.predict(t, args.full_cov)?),
@@ -329,6 +365,10 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
                 z: Some(gp.z().clone()),
                 pred,
                 terms: Some(gp.objective_terms()?),
+                multiscale: match (gp.features(), gp.kernel.as_squared_exponential()) {
+                    (InducingFeatures::Multiscale(ms), Some(se)) => Some((ms.widths(se), ordinary)),
+                    _ => None,
+                },
             }
         };
 
@@ -376,6 +416,21 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
     if let Some(t) = &terms {
         out["terms"] = serde_json::to_value(t)?;
     }
+    out["features"] = json!(match (&z_data, &multiscale) {
+        (None, _) => Value::Null,
+        (Some(_), None) => json!("points"),
+        (Some(_), Some(_)) => json!("multiscale"),
+    });
+    if let Some((widths, ordinary)) = &multiscale {
+        let mut w = widths.clone();
+        for (j, mut col) in w.column_iter_mut().enumerate() {
+            col *= std.x_scale[j];
+        }
+        out["widths"] = json!(rows_json(&w));
+        if let Some(r) = ordinary {
+            out["training_ordinary"] = serde_json::to_value(r)?;
+        }
+    }
     if let Some(p) = &pred {
         out["mean"] = json!(std.inverse_mean(&p.mean).as_slice());
         out["var"] = json!(std.inverse_var(&p.var).as_slice());
@@ -420,7 +475,13 @@ fn print_human(out: &Value) {
         );
     }
     if let Some(z) = out["inducing"].as_array() {
-        println!("inducing    {} points", z.len());
+        match out["widths"].as_array() {
+            Some(_) => println!("inducing    {} multiscale features (centres and widths in the JSON output)", z.len()),
+            None => println!("inducing    {} points", z.len()),
+        }
+    }
+    if let Some(o) = out["training_ordinary"]["objective"].as_f64() {
+        println!("ordinary    objective {o:.6} before the multiscale phase");
     }
     if let Some(t) = out.get("training") {
         println!(

@@ -60,9 +60,11 @@ impl ExactGp {
 
 impl SparseGp {
     /// RKHS norm of the change in the VFE/DTC posterior mean per unit change of each label.
+    /// Multiscale features lie in the RKHS with Gram matrix K̃_uu (Walder et al. 2008 eq 12), so
+    /// the same formula holds with their K̃_uu and K̃_uf.
     pub fn label_influence_rkhs(&self) -> Result<DVector<f64>, GpError> {
-        let (x, z) = (self.x(), self.z());
-        let kuu = self.kernel.k(z.as_view(), z.as_view());
+        let (x, z, features) = (self.x(), self.z(), self.features());
+        let kuu = features.kuu(self.kernel.as_ref(), z);
         let chol_uu = Cholesky::factor(kuu, "K_uu", self.jitter)?;
         let lambda =
             self.noise.diagonal(x.nrows()).ok_or_else(|| GpError::invalid("label influence needs diagonal noise"))?;
@@ -71,7 +73,7 @@ impl SparseGp {
                 "label influence is implemented for VFE/DTC posteriors; FITC's effective noise depends on the inputs differently",
             ));
         }
-        let mut u = self.kernel.k(z.as_view(), x.as_view());
+        let mut u = features.kuf(self.kernel.as_ref(), z, x.as_view());
         chol_uu.solve_l_in_place(&mut u); // L⁻¹ K_uf
         let mut a = u.clone();
         for (j, mut col) in a.column_iter_mut().enumerate() {
@@ -85,5 +87,56 @@ impl SparseGp {
         chol_b.solve_l_in_place(&mut t);
         chol_b.solve_lt_in_place(&mut t);
         Ok(DVector::from_fn(x.nrows(), |j, _| t.column(j).norm() / lambda[j]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::features::{InducingFeatures, Multiscale};
+    use crate::kernels::SquaredExponential;
+    use crate::linalg::Cholesky;
+    use crate::{NoiseModel, SparseGp, SparseKind};
+    use nalgebra::{DMatrix, DVector};
+
+    /// Brute force: move one label by 1, refit q(u), and take the RKHS norm of the change in
+    /// the mean function f = Σ α_i φ_i (α = K_uu⁻¹ m_u, ‖f‖² = αᵀ K_uu α), for ordinary and
+    /// multiscale features.
+    #[test]
+    fn vfe_influence_equals_the_rkhs_norm_of_a_unit_label_change() {
+        let x = DMatrix::from_fn(25, 2, |i, j| ((i * 7 + j * 11) % 13) as f64 * 0.3 - 1.8);
+        let y = DVector::from_fn(25, |i, _| (x[(i, 0)] * 1.3).sin() + 0.4 * x[(i, 1)]);
+        let z = DMatrix::from_fn(6, 2, |i, j| i as f64 * 0.6 - 1.5 + 0.1 * j as f64);
+        let k = SquaredExponential::ard(1.2, vec![0.8, 1.1]);
+        let a = DMatrix::from_fn(6, 2, |i, j| 0.8 + 0.3 * ((i + j) % 4) as f64);
+        for features in [InducingFeatures::Points, InducingFeatures::Multiscale(Multiscale::from_relative(&a).unwrap())]
+        {
+            let model = |y: DVector<f64>| {
+                let mut gp = SparseGp::new(
+                    SparseKind::Vfe,
+                    Box::new(k.clone()),
+                    NoiseModel::homoscedastic(0.2),
+                    x.clone(),
+                    y,
+                    z.clone(),
+                )
+                .unwrap();
+                gp.set_features(features.clone()).unwrap();
+                gp
+            };
+            let gp = model(y.clone());
+            let inf = gp.label_influence_rkhs().unwrap();
+            let kuu = features.kuu(&k, &z);
+            let chol = Cholesky::factor(kuu, "K_uu", gp.jitter).unwrap();
+            let kj = chol.l() * chol.l().transpose();
+            let alpha = |gp: &SparseGp| chol.solve_vec(&gp.posterior().unwrap().q_u().0);
+            let a0 = alpha(&gp);
+            for j in [0, 7, 24] {
+                let mut y2 = y.clone();
+                y2[j] += 1.0;
+                let d = alpha(&model(y2)) - &a0;
+                let norm = d.dot(&(&kj * &d)).sqrt();
+                assert!((norm - inf[j]).abs() < 1e-8 * norm, "{features:?} row {j}: {norm} vs {}", inf[j]);
+            }
+        }
     }
 }

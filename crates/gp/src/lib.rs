@@ -9,6 +9,7 @@
 //! Williams 2006; Titsias 2009; Bauer, van der Wilk & Rasmussen 2016; Hughes-Hallett 2022).
 
 pub mod exact;
+pub mod features;
 pub mod inducing;
 pub mod influence;
 pub mod kernels;
@@ -22,6 +23,7 @@ pub mod standardize;
 pub mod train;
 
 pub use exact::ExactGp;
+pub use features::{InducingFeatures, Multiscale};
 pub use kernels::{Bounds, Kernel};
 pub use linalg::{Cholesky, Jitter, JitterPolicy, LinalgError};
 pub use noise::{NoiseModel, NoiseVariance};

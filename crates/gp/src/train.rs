@@ -341,3 +341,29 @@ fn reinit(
         jitter: eval.jitter,
     })
 }
+
+/// The result of [`train_multiscale`]: the ordinary phase's report and the multiscale phase's.
+#[derive(Debug, Clone)]
+pub struct MultiscaleReport {
+    /// Training with ordinary inducing points (the given strategy).
+    pub ordinary: TrainReport,
+    /// Joint training of θ, σ², centres and widths from the ordinary optimum.
+    pub multiscale: TrainReport,
+}
+
+/// Walder, Kim & Schölkopf's (2008 §4) "ordinary first, then multiscale": train with ordinary
+/// inducing points using `strategy`, switch to multiscale features whose widths equal the
+/// fitted length-scales (the same model, so the objective is continuous at the switch), then
+/// optimise hyperparameters, centres and widths jointly from there (warm start only: random
+/// restarts would throw the ordinary solution away). The model ends with multiscale features.
+pub fn train_multiscale(
+    gp: &mut SparseGp,
+    strategy: SgprStrategy,
+    opts: &TrainOptions,
+) -> Result<MultiscaleReport, GpError> {
+    let ordinary = train_sparse(gp, strategy, opts)?;
+    gp.use_multiscale()?;
+    let warm = TrainOptions { restarts: 0, ..opts.clone() };
+    let multiscale = train_sparse(gp, SgprStrategy::Joint, &warm)?;
+    Ok(MultiscaleReport { ordinary, multiscale })
+}

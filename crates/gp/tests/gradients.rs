@@ -5,7 +5,7 @@ use common::*;
 use dpcotrain_gp::kernels::{
     ArcCosine, ArcCosineOrder, Constant, Kernel, Linear, Matern, MaternNu, Polynomial, Product, SquaredExponential, Sum,
 };
-use dpcotrain_gp::{ExactGp, NoiseModel, NoiseVariance, SparseGp, SparseKind};
+use dpcotrain_gp::{ExactGp, InducingFeatures, Multiscale, NoiseModel, NoiseVariance, SparseGp, SparseKind};
 use nalgebra::{DMatrix, DVector};
 use rand::Rng;
 
@@ -149,6 +149,31 @@ fn arc_cosine_and_polynomial_kernels_exact_and_sparse() {
                 SparseGp::new(kind, k, NoiseModel::homoscedastic(0.1), x.clone(), y.clone(), z.clone()).unwrap();
             gp.optimize_inducing = true;
             let e = fd_error(&gp, 1e-4);
+            assert!(e < TOL, "{kind:?} {name}: {e}");
+        }
+    }
+}
+
+/// Walder et al.'s multiscale features: gradients in the kernel, σ², the centres Z and the
+/// widths ρ, for VFE, DTC and FITC, ARD and isotropic SE, homoscedastic and per-point noise.
+#[test]
+fn multiscale_features_in_every_sparse_objective() {
+    let (x, y) = problem(50, 2, 40);
+    let z = random_rows(7, 2, 41);
+    let a = DMatrix::from_fn(7, 2, |i, j| 0.75 + 0.35 * ((i * 3 + j * 5) % 7) as f64);
+    for kind in [SparseKind::Vfe, SparseKind::Dtc, SparseKind::Fitc] {
+        for (k, noise) in [
+            (se_ard(2), NoiseModel::homoscedastic(0.1)),
+            (Box::new(SquaredExponential::isotropic(0.9, 0.8)) as Box<dyn Kernel>, per_point(50, 42)),
+        ] {
+            let name = k.name();
+            let mut gp = SparseGp::new(kind, k, noise, x.clone(), y.clone(), z.clone()).unwrap();
+            gp.set_features(InducingFeatures::Multiscale(Multiscale::from_relative(&a).unwrap())).unwrap();
+            gp.optimize_inducing = true;
+            let n = dpcotrain_gp::Objective::param_names(&gp);
+            assert_eq!(n.len(), gp.kernel.n_params() + 1 + 14 + 14, "{n:?}");
+            assert_eq!(n.last().unwrap(), "width_raw[6,1]");
+            let e = fd_error(&gp, 1e-5);
             assert!(e < TOL, "{kind:?} {name}: {e}");
         }
     }

@@ -6,7 +6,7 @@ use common::*;
 use dpcotrain_gp::inducing::greedy_variance;
 use dpcotrain_gp::kernels::{Kernel, SquaredExponential};
 use dpcotrain_gp::linalg::Cholesky;
-use dpcotrain_gp::{ExactGp, JitterPolicy, NoiseModel, Objective, SparseGp, SparseKind};
+use dpcotrain_gp::{ExactGp, InducingFeatures, JitterPolicy, Multiscale, NoiseModel, Objective, SparseGp, SparseKind};
 use nalgebra::{DMatrix, DVector};
 use rand::Rng;
 
@@ -324,5 +324,61 @@ fn objective_terms_sum_to_the_objective_and_vanish_at_z_equals_x() {
         assert!((t.data_fit - data_fit).abs() < 1e-8, "{kind:?}: {} vs {data_fit}", t.data_fit);
         assert!((t.complexity - complexity).abs() < 1e-8, "{kind:?}: {} vs {complexity}", t.complexity);
         assert!(t.trace.abs() < 1e-8 && t.fitc_noise.abs() < 1e-8, "{kind:?}: {t:?}");
+    }
+}
+
+/// Multiscale features whose widths equal the length-scales are ordinary inducing points
+/// (Walder et al. 2008): same objective, gradient (kernel, σ², Z) and predictive to 1e-12.
+#[test]
+fn multiscale_at_the_kernel_lengthscales_equals_inducing_points() {
+    let (x, y) = problem(80, 2, 50);
+    let z = random_rows(9, 2, 51);
+    let xs = random_rows(6, 2, 52);
+    let k = SquaredExponential::ard(1.4, vec![0.6, 1.1]);
+    for kind in [SparseKind::Vfe, SparseKind::Dtc, SparseKind::Fitc] {
+        let mut pts = sparse(kind, &k, 0.1, &x, &y, &z);
+        pts.optimize_inducing = true;
+        let mut ms = pts.clone();
+        ms.use_multiscale().unwrap();
+        let (ep, em) = (pts.evaluate().unwrap(), ms.evaluate().unwrap());
+        assert!(
+            (ep.value - em.value).abs() < 1e-12 * ep.value.abs().max(1.0),
+            "{kind:?}: {} vs {}",
+            ep.value,
+            em.value
+        );
+        assert_eq!(em.grad.len(), ep.grad.len() + z.len());
+        for (i, (a, b)) in ep.grad.iter().zip(&em.grad).enumerate() {
+            assert!((a - b).abs() < 1e-12 * a.abs().max(1.0), "{kind:?} grad {i}: {a} vs {b}");
+        }
+        let (pp, pm) = (pts.posterior().unwrap(), ms.posterior().unwrap());
+        let (a, b) = (pp.predict(&xs, true).unwrap(), pm.predict(&xs, true).unwrap());
+        assert!((a.mean - b.mean).abs().max() < 1e-12);
+        assert!((a.var - b.var).abs().max() < 1e-12);
+        // And they really differ once the widths move.
+        let wider = Multiscale::from_relative(&DMatrix::from_element(9, 2, 1.5)).unwrap();
+        ms.set_features(InducingFeatures::Multiscale(wider)).unwrap();
+        assert!((ms.objective_value().unwrap() - ep.value).abs() > 1e-3);
+    }
+}
+
+/// The multiscale features lie in the RKHS (widths > ℓ/√2), so VFE stays a lower bound on
+/// the exact log marginal likelihood for any widths (Titsias 2009; Walder et al. 2008 Lemma 3.1).
+#[test]
+fn multiscale_vfe_never_exceeds_exact_lml() {
+    let mut r = rng(60);
+    for trial in 0..20 {
+        let d = 1 + trial % 3;
+        let (x, y) = problem(40, d, 60 + trial as u64);
+        let k = SquaredExponential::ard(r.random_range(0.3..3.0), (0..d).map(|_| r.random_range(0.2..2.0)).collect());
+        let noise = r.random_range(0.01..0.5);
+        let m = 1 + trial % 8;
+        let z = random_rows(m, d, 2000 + trial as u64);
+        let a = DMatrix::from_fn(m, d, |_, _| r.random_range(0.71..4.0));
+        let mut gp = sparse(SparseKind::Vfe, &k, noise, &x, &y, &z);
+        gp.set_features(InducingFeatures::Multiscale(Multiscale::from_relative(&a).unwrap())).unwrap();
+        let vfe = gp.objective_value().unwrap();
+        let exact = exact_lml(&k, noise, &x, &y);
+        assert!(vfe <= exact + 1e-9 * exact.abs(), "trial {trial}: VFE {vfe} > exact {exact}");
     }
 }

@@ -138,6 +138,11 @@ pub trait Kernel: std::fmt::Debug + Send + Sync {
     fn diag_vjp(&self, x: DMatrixView<'_, f64>, g: DVectorView<'_, f64>) -> Vec<f64>;
     /// Clone into a box (kernels are stored as `Box<dyn Kernel>` in models).
     fn clone_box(&self) -> Box<dyn Kernel>;
+    /// This kernel as a squared exponential, if it is one (multiscale inducing features are
+    /// defined for the SE kernel only; see `features`).
+    fn as_squared_exponential(&self) -> Option<&SquaredExponential> {
+        None
+    }
 }
 
 impl Clone for Box<dyn Kernel> {

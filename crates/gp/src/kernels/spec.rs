@@ -145,6 +145,12 @@ impl KernelSpec {
         }
     }
 
+    /// A single squared-exponential kernel (se or se-ard), the kernel multiscale inducing
+    /// features are defined for.
+    pub fn is_squared_exponential(&self) -> bool {
+        matches!(self, KernelSpec::Base(BaseKernel::Se | BaseKernel::SeArd))
+    }
+
     /// Build the kernel with its prior variance at `init.variance`: a sum splits it equally
     /// among its terms; in a product the first factor carries it and the others start at
     /// variance 1. Polynomial kernels have no variance of their own and start at offset 1.
@@ -371,6 +377,8 @@ mod tests {
         let k = parse("poly3").build(&init).unwrap();
         assert!((k.diag(x.rows(2, 1))[0] - 8.0).abs() < 1e-12);
         assert!(parse("se").has_isotropic() && !parse("se-ard*linear").has_isotropic());
+        assert!(parse("se").is_squared_exponential() && parse("(se-ard)").is_squared_exponential());
+        assert!(!parse("se+se").is_squared_exponential() && !parse("matern52").is_squared_exponential());
         for bad in [
             KernelInit { variance: -1.0, lengthscales: vec![1.0] },
             KernelInit { variance: 1.0, lengthscales: vec![] },

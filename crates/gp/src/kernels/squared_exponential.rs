@@ -62,6 +62,9 @@ impl SquaredExponential {
 
 impl Kernel for SquaredExponential {
     delegate_stationary!();
+    fn as_squared_exponential(&self) -> Option<&SquaredExponential> {
+        Some(self)
+    }
     fn name(&self) -> String {
         if self.core.is_ard() { "se-ard" } else { "se" }.to_string()
     }

@@ -46,6 +46,8 @@ pub(super) struct Gradients {
     pub kernel: Vec<f64>,
     pub log_sigma2: f64,
     pub z: DMatrix<f64>,
+    /// ∂/∂ρ of multiscale feature widths (when Z is optimised).
+    pub widths: Option<DMatrix<f64>>,
 }
 
 pub(super) struct Evaluated {
@@ -143,11 +145,11 @@ fn column_norms(chol_uu: &Cholesky, lb: Option<&Cholesky>, kuf: &DMatrix<f64>) -
 }
 
 fn terms(gp: &SparseGp) -> Result<Terms, GpError> {
-    let (x, z, kernel) = (gp.x(), gp.z(), gp.kernel.as_ref());
+    let (x, z, kernel, features) = (gp.x(), gp.z(), gp.kernel.as_ref(), gp.features());
     let n = x.nrows();
-    let chol_uu = Cholesky::factor(kernel.k(z.as_view(), z.as_view()), "K_uu", gp.jitter)?;
+    let chol_uu = Cholesky::factor(features.kuu(kernel, z), "K_uu", gp.jitter)?;
     let mut kuf = gp.workspace.take();
-    kernel.k_into(z.as_view(), x.as_view(), &mut kuf);
+    features.kuf_into(kernel, z, x.as_view(), &mut kuf);
     let knn = kernel.diag(x.as_view());
     let base = gp.noise.diagonal(n).expect("sparse models use diagonal noise");
     let (lambda, qnn) = match gp.kind {
@@ -245,11 +247,11 @@ pub(super) fn posterior(gp: &SparseGp) -> Result<SparsePosterior, GpError> {
     let value = value(gp, &t);
     let trace = trace_k_minus_q(&t);
     gp.workspace.give_back(t.kuf);
-    Ok(SparsePosterior::new(gp.kernel.clone(), gp.z().clone(), t.chol_uu, t.chol_b, t.c, value, trace))
+    Ok(SparsePosterior::new(gp, t.chol_uu, t.chol_b, t.c, value, trace))
 }
 
 fn gradients(gp: &SparseGp, t: &Terms) -> Gradients {
-    let (x, z, kernel) = (gp.x(), gp.z(), gp.kernel.as_ref());
+    let (x, z, kernel, features) = (gp.x(), gp.z(), gp.kernel.as_ref(), gp.features());
     let (m, n) = (t.kuf.nrows(), t.kuf.ncols());
     let kind = gp.kind;
 
@@ -315,7 +317,22 @@ fn gradients(gp: &SparseGp, t: &Terms) -> Gradients {
     let p2 = (kind == SparseKind::Fitc).then(|| sandwich(&t.chol_uu, &eye) * -2.0);
     let mut g_theta = vec![0.0; kernel.n_params()];
     let mut g_z = DMatrix::<f64>::zeros(z.nrows(), z.ncols());
+    let mut g_widths: Option<DMatrix<f64>> = None;
     let want_z = gp.optimize_inducing;
+    let mut add = |fg: crate::features::FeatureGrad| {
+        for (acc, d) in g_theta.iter_mut().zip(fg.kernel) {
+            *acc += d;
+        }
+        if let Some(gx) = fg.z {
+            g_z += gx;
+        }
+        if let Some(gw) = fg.widths {
+            match &mut g_widths {
+                Some(acc) => *acc += gw,
+                None => g_widths = Some(gw),
+            }
+        }
+    };
     // One block buffer for all full-width blocks (a fresh M×block allocation per block cost
     // page faults and a memset each time); the GEMM overwrites it.
     let full = blocks(m, n).next().map_or(0, |(_, len)| len);
@@ -342,21 +359,9 @@ fn gradients(gp: &SparseGp, t: &Terms) -> Gradients {
             gemm(g, 1.0, p2.as_view(), false, s2.as_view(), false, true);
         }
         g.ger(1.0, &r, &v.rows(start, len), 1.0);
-        let kg = kernel.vjp_given_k(z.as_view(), x.rows(start, len), kc, g.as_view(), want_z);
-        for (acc, d) in g_theta.iter_mut().zip(kg.params) {
-            *acc += d;
-        }
-        if let Some(gx) = kg.x1 {
-            g_z += gx;
-        }
+        add(features.vjp_kuf(kernel, z, x.rows(start, len), kc, g.as_view(), want_z));
     }
-    let kg = kernel.vjp(z.as_view(), z.as_view(), g_uu.as_view(), want_z);
-    for (acc, d) in g_theta.iter_mut().zip(kg.params) {
-        *acc += d;
-    }
-    if let Some(gx) = kg.x1 {
-        g_z += gx * 2.0;
-    }
+    add(features.vjp_kuu(kernel, z, g_uu.as_view(), want_z));
 
     // ∂/∂k_nn.
     let g_knn: Option<DVector<f64>> = match kind {
@@ -370,5 +375,5 @@ fn gradients(gp: &SparseGp, t: &Terms) -> Gradients {
         }
     }
     let log_sigma2 = gp.noise.sigma2().variance * g_lambda_sum;
-    Gradients { kernel: g_theta, log_sigma2, z: g_z }
+    Gradients { kernel: g_theta, log_sigma2, z: g_z, widths: g_widths }
 }

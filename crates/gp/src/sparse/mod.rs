@@ -13,8 +13,12 @@
 //! - DTC: Λ = Σ_noise, objective = the above.
 //! - FITC: Λ = diag(K_ff − Q_ff) + Σ_noise, objective = the above.
 //!
+//! The inducing features are ordinary points (u = f(Z)) or Walder et al.'s (2008) multiscale
+//! features (see [`crate::features`]); the collapsed code sees only K_uu, K_uf and their vjps.
+//!
 //! Parameter vector: kernel log-parameters, then log σ² (if learnable), then Z (column-major,
-//! natural scale) when `optimize_inducing` is set.
+//! natural scale) when `optimize_inducing` is set, then, for multiscale features, their
+//! unconstrained widths ρ (column-major).
 
 mod collapsed;
 mod posterior;
@@ -22,6 +26,7 @@ mod posterior;
 pub use collapsed::set_block_entries;
 pub use posterior::SparsePosterior;
 
+use crate::features::{InducingFeatures, Multiscale};
 use crate::kernels::{Bounds, Kernel};
 use crate::noise::NoiseModel;
 use crate::{Evaluation, GpError, Objective, validate_data, validate_inputs};
@@ -74,7 +79,9 @@ pub struct SparseGp {
     x: DMatrix<f64>,
     y: DVector<f64>,
     z: DMatrix<f64>,
-    /// Whether Z is part of the parameter vector (joint optimisation).
+    /// Ordinary inducing points or multiscale features centred on Z.
+    features: InducingFeatures,
+    /// Whether Z (and multiscale widths) are part of the parameter vector (joint optimisation).
     pub optimize_inducing: bool,
     /// Jitter ladder for K_uu (default: always 1e-6·mean diag, ×10 up to 5 tries).
     pub jitter: crate::JitterPolicy,
@@ -140,6 +147,7 @@ impl SparseGp {
             x,
             y,
             z,
+            features: InducingFeatures::Points,
             optimize_inducing: false,
             jitter: crate::JitterPolicy::ALWAYS,
             workspace: KufWorkspace::default(),
@@ -176,11 +184,43 @@ impl SparseGp {
         self.workspace.clear();
     }
 
-    /// Replace the inducing inputs.
+    /// Replace the inducing inputs. Multiscale features keep their widths if Z keeps its
+    /// shape; otherwise they restart at the kernel's length-scales (ordinary points).
     pub fn set_z(&mut self, z: DMatrix<f64>) -> Result<(), GpError> {
         Self::check_z(&z, &self.x, self.kernel.as_ref())?;
+        if let InducingFeatures::Multiscale(ms) = &mut self.features
+            && ms.raw().shape() != z.shape()
+        {
+            *ms = Multiscale::ordinary(z.nrows(), z.ncols());
+        }
         self.z = z;
         Ok(())
+    }
+
+    /// The inducing features (ordinary points or multiscale).
+    pub fn features(&self) -> &InducingFeatures {
+        &self.features
+    }
+
+    /// Replace the inducing features; multiscale features need the SE kernel and one width
+    /// per entry of Z.
+    pub fn set_features(&mut self, features: InducingFeatures) -> Result<(), GpError> {
+        features.check(&self.z, self.kernel.as_ref())?;
+        self.features = features;
+        Ok(())
+    }
+
+    /// Switch to multiscale features with widths equal to the kernel's length-scales: the
+    /// same model as now (Walder et al.'s "ordinary first, then multiscale").
+    pub fn use_multiscale(&mut self) -> Result<(), GpError> {
+        self.set_features(InducingFeatures::Multiscale(Multiscale::ordinary(self.z.nrows(), self.z.ncols())))
+    }
+
+    fn multiscale_widths(&self) -> Option<&Multiscale> {
+        match &self.features {
+            InducingFeatures::Multiscale(ms) if self.optimize_inducing => Some(ms),
+            _ => None,
+        }
     }
 
     /// The objective (ELBO for VFE; approximate LML for DTC/FITC) without gradient.
@@ -215,6 +255,9 @@ impl Objective for SparseGp {
         if self.optimize_inducing {
             p.extend_from_slice(self.z.as_slice());
         }
+        if let Some(ms) = self.multiscale_widths() {
+            p.extend_from_slice(ms.raw().as_slice());
+        }
         p
     }
 
@@ -230,6 +273,12 @@ impl Objective for SparseGp {
         if self.optimize_inducing {
             let len = self.z.len();
             self.z.as_mut_slice().copy_from_slice(&p[i..i + len]);
+            i += len;
+            if let InducingFeatures::Multiscale(ms) = &mut self.features {
+                let raw = ms.raw_mut();
+                let len = raw.len();
+                raw.as_mut_slice().copy_from_slice(&p[i..i + len]);
+            }
         }
     }
 
@@ -241,6 +290,10 @@ impl Objective for SparseGp {
         }
         if self.optimize_inducing {
             b.extend(std::iter::repeat_n(Bounds::new(f64::NEG_INFINITY, f64::INFINITY), self.z.len()));
+        }
+        if let Some(ms) = self.multiscale_widths() {
+            // ρ = ±20: relative widths from 1/√2 + 2e-9 to 20.7.
+            b.extend(std::iter::repeat_n(Bounds::new(-20.0, 20.0), ms.raw().len()));
         }
         b
     }
@@ -257,6 +310,13 @@ impl Objective for SparseGp {
                 }
             }
         }
+        if self.multiscale_widths().is_some() {
+            for d in 0..self.z.ncols() {
+                for m in 0..self.z.nrows() {
+                    n.push(format!("width_raw[{m},{d}]"));
+                }
+            }
+        }
         n
     }
 
@@ -269,6 +329,9 @@ impl Objective for SparseGp {
         }
         if self.optimize_inducing {
             grad.extend_from_slice(g.z.as_slice());
+        }
+        if self.multiscale_widths().is_some() {
+            grad.extend_from_slice(g.widths.as_ref().expect("multiscale gradient").as_slice());
         }
         Ok(Evaluation { value: t.value, grad, jitter: t.jitter })
     }

@@ -10,6 +10,7 @@
 //!
 //! The same formulas serve VFE, DTC (identical predictive) and FITC (with FITC's Λ in A).
 
+use crate::features::InducingFeatures;
 use crate::kernels::Kernel;
 use crate::linalg::{Cholesky, col_sq_norms, gemm};
 use crate::{GpError, Jitter, Prediction, validate_inputs};
@@ -19,6 +20,7 @@ use nalgebra::{DMatrix, DVector};
 pub struct SparsePosterior {
     kernel: Box<dyn Kernel>,
     z: DMatrix<f64>,
+    features: InducingFeatures,
     chol_uu: Cholesky,
     chol_b: Cholesky,
     c: DVector<f64>,
@@ -28,15 +30,23 @@ pub struct SparsePosterior {
 
 impl SparsePosterior {
     pub(super) fn new(
-        kernel: Box<dyn Kernel>,
-        z: DMatrix<f64>,
+        gp: &super::SparseGp,
         chol_uu: Cholesky,
         chol_b: Cholesky,
         c: DVector<f64>,
         objective: f64,
         trace_k_minus_q: f64,
     ) -> Self {
-        SparsePosterior { kernel, z, chol_uu, chol_b, c, objective, trace_k_minus_q }
+        SparsePosterior {
+            kernel: gp.kernel.clone(),
+            z: gp.z().clone(),
+            features: gp.features().clone(),
+            chol_uu,
+            chol_b,
+            c,
+            objective,
+            trace_k_minus_q,
+        }
     }
 
     /// The training objective at which this posterior was formed.
@@ -57,6 +67,11 @@ impl SparsePosterior {
         &self.z
     }
 
+    /// The inducing features the posterior conditions on.
+    pub fn features(&self) -> &InducingFeatures {
+        &self.features
+    }
+
     /// Latent predictive at `xs` (rows).
     pub fn predict(&self, xs: &DMatrix<f64>, full_cov: bool) -> Result<Prediction, GpError> {
         validate_inputs(xs, self.kernel.as_ref(), "test inputs")?;
@@ -67,7 +82,7 @@ impl SparsePosterior {
                 self.z.ncols()
             )));
         }
-        let mut t1 = self.kernel.k(self.z.as_view(), xs.as_view());
+        let mut t1 = self.features.kuf(self.kernel.as_ref(), &self.z, xs.as_view());
         self.chol_uu.solve_l_in_place(&mut t1);
         let mut t2 = t1.clone();
         self.chol_b.solve_l_in_place(&mut t2);
