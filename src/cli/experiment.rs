@@ -31,6 +31,9 @@ pub enum ExperimentCommand {
     /// The privacy–utility frontier of honest co-training: RMSE alone / without DP / at each ε
     /// for each release mechanism and θ policy, with the share of the no-DP gain recovered.
     Frontier(crate::cli::frontier::FrontierArgs),
+    /// The sparse-GP papers' experiments (Bauer et al. 2016; Walder et al. 2008).
+    #[command(subcommand)]
+    Sparse(crate::cli::sparse::SparseCommand),
     /// One report (tables vs the thesis, orderings, figures) from the runs.jsonl of several
     /// experiment folders (e.g. no DP, thesis DP, calibrated ε = 1 and ε = 4).
     Report {
@@ -182,6 +185,7 @@ pub fn run(cmd: ExperimentCommand) -> anyhow::Result<()> {
             execute(&grid, &a)
         }
         ExperimentCommand::Frontier(a) => crate::cli::frontier::run(a),
+        ExperimentCommand::Sparse(c) => crate::cli::sparse::run(c),
         ExperimentCommand::Report { runs, out } => {
             let mut rows = Vec::new();
             for d in &runs {

@@ -10,4 +10,5 @@ pub mod gp;
 pub mod node;
 pub mod privacy;
 pub mod run;
+pub mod sparse;
 pub mod status;

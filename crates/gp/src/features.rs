@@ -171,7 +171,9 @@ impl InducingFeatures {
         out
     }
 
-    /// K_uf (M×N) written into `out`.
+    /// K_uf (M×N) written into `out`. Per column: the exponent −½Σ_d (x_d − v_id)²/L_id² plus
+    /// the log prefactor, accumulated over d with i innermost (contiguous, vectorised), then
+    /// one vectorised exp per column.
     pub fn kuf_into(&self, kernel: &dyn Kernel, z: &DMatrix<f64>, x: DMatrixView<'_, f64>, out: &mut DMatrix<f64>) {
         let Some((ms, se)) = self.multiscale(kernel) else {
             kernel.k_into(z.as_view(), x, out);
@@ -180,16 +182,24 @@ impl InducingFeatures {
         let (m, d) = z.shape();
         let n = x.nrows();
         let (inv, pref) = uf_factors(ms, se, d);
+        let log_pref: Vec<f64> = pref.iter().map(|p| p.ln()).collect();
+        let (zs, invs) = (z.as_slice(), inv.as_slice());
         if out.shape() != (m, n) {
             *out = DMatrix::zeros(m, n);
         }
         out.as_mut_slice().par_chunks_mut(m * COLS_PER_TASK).enumerate().for_each(|(c, block)| {
             for (k, col) in block.chunks_exact_mut(m).enumerate() {
                 let nn = c * COLS_PER_TASK + k;
-                for (i, o) in col.iter_mut().enumerate() {
-                    let e: f64 = (0..d).map(|dd| (x[(nn, dd)] - z[(i, dd)]).powi(2) * inv[(i, dd)]).sum();
-                    *o = pref[i] * (-0.5 * e).exp();
+                col.copy_from_slice(&log_pref);
+                for dd in 0..d {
+                    let xv = x[(nn, dd)];
+                    let (zc, ic) = (&zs[dd * m..(dd + 1) * m], &invs[dd * m..(dd + 1) * m]);
+                    for ((o, zv), iv) in col.iter_mut().zip(zc).zip(ic) {
+                        let t = xv - zv;
+                        *o -= 0.5 * t * t * iv;
+                    }
                 }
+                crate::kernels::vexp::exp_in_place(col);
             }
         });
     }
@@ -219,39 +229,48 @@ impl InducingFeatures {
         let n = x.nrows();
         let (inv, _) = uf_factors(ms, se, d);
         let a = ms.relative();
-        // Partial sums per fixed column chunk, folded in chunk order: (Σw, ∂/∂log ℓ, ∂/∂v, ∂/∂a).
+        let (zs, invs) = (z.as_slice(), inv.as_slice());
+        // Per fixed column chunk, folded in chunk order: Σ_n w_in (M), Σ_n w_in t_ind (∂/∂v,
+        // M×D) and Σ_n w_in δ_ind t_ind (M×D), with w = G∘K, δ = x_nd − v_id, t = δ/L_id².
         let part = |c: usize| {
-            let (mut gs2, mut gl, mut gv, mut ga) = (0.0, vec![0.0; d], DMatrix::zeros(m, d), DMatrix::zeros(m, d));
+            let (mut wsum, mut gv, mut gq) = (vec![0.0; m], vec![0.0; m * d], vec![0.0; m * d]);
+            let mut w = vec![0.0; m];
             for nn in c * COLS_PER_TASK..((c + 1) * COLS_PER_TASK).min(n) {
-                for i in 0..m {
-                    let w = g[(i, nn)] * kuf[(i, nn)];
-                    if w == 0.0 {
-                        continue;
-                    }
-                    gs2 += w;
-                    for dd in 0..d {
-                        let delta = x[(nn, dd)] - z[(i, dd)];
-                        let t = delta * inv[(i, dd)];
-                        gv[(i, dd)] += w * t;
-                        gl[dd] += w * delta * t;
-                        ga[(i, dd)] += w * (delta * t - 1.0) / a[(i, dd)];
+                let (gc, kc) = (g.column(nn), kuf.column(nn));
+                for (i, wi) in w.iter_mut().enumerate() {
+                    *wi = gc[i] * kc[i];
+                    wsum[i] += *wi;
+                }
+                for dd in 0..d {
+                    let xv = x[(nn, dd)];
+                    let r = dd * m..(dd + 1) * m;
+                    let (zc, ic) = (&zs[r.clone()], &invs[r.clone()]);
+                    let (gvc, gqc) = (&mut gv[r.clone()], &mut gq[r]);
+                    for i in 0..m {
+                        let delta = xv - zc[i];
+                        let wt = w[i] * delta * ic[i];
+                        gvc[i] += wt;
+                        gqc[i] += wt * delta;
                     }
                 }
             }
-            (gs2, gl, gv, ga)
+            (wsum, gv, gq)
         };
         let parts: Vec<_> = (0..n.div_ceil(COLS_PER_TASK)).into_par_iter().map(part).collect();
-        let (mut gs2, mut gl, mut gv, mut ga) = (0.0, vec![0.0; d], DMatrix::zeros(m, d), DMatrix::zeros(m, d));
-        for (s, l, v, aa) in parts {
-            gs2 += s;
-            gl.iter_mut().zip(l).for_each(|(acc, x)| *acc += x);
-            gv += v;
-            ga += aa;
+        let (mut wsum, mut gv, mut gq) = (vec![0.0; m], vec![0.0; m * d], vec![0.0; m * d]);
+        for (ws, v, q) in parts {
+            wsum.iter_mut().zip(ws).for_each(|(acc, x)| *acc += x);
+            gv.iter_mut().zip(v).for_each(|(acc, x)| *acc += x);
+            gq.iter_mut().zip(q).for_each(|(acc, x)| *acc += x);
         }
+        let gs2: f64 = wsum.iter().sum();
+        let gl: Vec<f64> = (0..d).map(|dd| gq[dd * m..(dd + 1) * m].iter().sum()).collect();
+        // ∂ log K_uf/∂a_id = (δ²/L² − 1)/a_id, through a = 1/√2 + softplus(ρ).
+        let ga = DMatrix::from_fn(m, d, |i, dd| (gq[dd * m + i] - wsum[i]) / a[(i, dd)] * sigmoid(ms.raw[(i, dd)]));
         FeatureGrad {
             kernel: kernel_grad(se, gs2, gl),
-            z: want_z.then_some(gv),
-            widths: want_z.then(|| ga.zip_map(&ms.raw, |g: f64, r| g * sigmoid(r))),
+            z: want_z.then(|| DMatrix::from_column_slice(m, d, &gv)),
+            widths: want_z.then_some(ga),
         }
     }
 

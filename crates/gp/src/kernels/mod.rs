@@ -28,7 +28,7 @@ mod stationary;
 #[cfg(test)]
 mod test_support;
 mod tiling;
-mod vexp;
+pub(crate) mod vexp;
 
 pub use arc_cosine::{ArcCosine, ArcCosineOrder};
 pub use combination::{Product, Sum};
