@@ -139,3 +139,63 @@ fn quick_frontier_runs_resumes_and_reports() {
         assert!(err.contains(needle), "{bad:?}: {err}");
     }
 }
+
+/// `--shard K/N` and `experiment merge`: four shards of a grid, merged, give the same
+/// runs.jsonl, runs.csv, summary.md and tables.md as the unsharded run, bit for bit; a missing,
+/// repeated or unfinished shard is refused by name.
+#[test]
+fn sharded_grid_merges_to_the_unsharded_result_bit_for_bit() {
+    let dir = tempfile::tempdir().unwrap();
+    let grid = [
+        "experiment",
+        "simulated",
+        "--quick",
+        "--r",
+        "0.9",
+        "--ci",
+        "no",
+        "--masking",
+        "yes,no",
+        "--combiner",
+        "noisy",
+        "--uncertainty",
+        "none,full",
+        "--rounds",
+        "2",
+    ];
+    let path = |name: &str| dir.path().join(name);
+    let run = |extra: &[&str]| {
+        let out = bin().args(grid).args(extra).output().unwrap();
+        assert!(out.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    run(&["--out", path("whole").to_str().unwrap()]);
+    for k in 0..4 {
+        run(&["--shard", &format!("{k}/4"), "--out", path(&format!("s{k}")).to_str().unwrap()]);
+    }
+    // 2 seeds × 2 maskings × 2 uncertainty modes = 8 runs, 2 per shard.
+    let shard0 = std::fs::read_to_string(path("s0").join("runs.jsonl")).unwrap();
+    assert_eq!(shard0.lines().count(), 2 * 2);
+    let shards: Vec<String> = (0..4).map(|k| path(&format!("s{k}")).to_str().unwrap().to_string()).collect();
+    let merge = |dirs: &[String], out: &str| {
+        bin().args(["experiment", "merge", "--out", path(out).to_str().unwrap()]).args(dirs).output().unwrap()
+    };
+    let out = merge(&shards, "merged");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for f in ["runs.jsonl", "runs.csv", "summary.md", "tables.md"] {
+        let (a, b) = (std::fs::read(path("whole").join(f)).unwrap(), std::fs::read(path("merged").join(f)).unwrap());
+        assert!(a == b, "{f} differs between the unsharded and the merged run");
+    }
+    let err = |o: std::process::Output| {
+        assert!(!o.status.success());
+        String::from_utf8_lossy(&o.stderr).to_string()
+    };
+    assert!(err(merge(&shards[..3], "bad1")).contains("shard 3/4 is missing"));
+    let twice = [shards.clone(), vec![shards[1].clone()]].concat();
+    assert!(err(merge(&twice, "bad2")).contains("shard 1/4 is given more than once"));
+    // An unfinished shard (a run missing from its journal) is refused.
+    let trimmed: String = shard0.lines().skip(2).map(|l| format!("{l}\n")).collect();
+    std::fs::write(path("s0").join("runs.jsonl"), trimmed).unwrap();
+    assert!(err(merge(&shards, "bad3")).contains("has 1 of its 2 runs"));
+    let bad = bin().args(grid).args(["--shard", "4/4", "--out", path("x").to_str().unwrap()]).output().unwrap();
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("0 ≤ K < N"));
+}

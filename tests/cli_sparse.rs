@@ -91,13 +91,14 @@ fn walder_multiscale_never_ends_worse_than_its_ordinary_start() {
     assert!(nlml(&toy, "vsgp-full") <= nlml(&toy, "spgp-full") + 1e-9);
     assert!(nlml(&toy, "vfe-multiscale") <= nlml(&toy, "vfe") + 1e-9);
     let curves = v["test_error"].as_array().unwrap();
-    assert_eq!(curves.len(), 2 * 2 * 4);
+    assert_eq!(curves.len(), 2 * 2 * 6);
     for data in ["ccpp", "sim9"] {
         for m in [4, 8] {
             let fits: Vec<Value> =
                 curves.iter().filter(|c| c["data"] == data && c["fit"]["m"] == m).map(|c| c["fit"].clone()).collect();
             assert!(nlml(&fits, "vsgp-full") <= nlml(&fits, "spgp-full") + 1e-9, "{data} m = {m}");
             assert!(nlml(&fits, "vfe-multiscale") <= nlml(&fits, "vfe") + 1e-9, "{data} m = {m}");
+            assert!(nlml(&fits, "vsgp-basis") <= nlml(&fits, "spgp-basis") + 1e-9, "{data} m = {m}");
         }
     }
     let bad = run(&["experiment", "sparse", "walder", "--out", dir.path().to_str().unwrap(), "--data", "kin40k"]);

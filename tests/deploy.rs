@@ -455,3 +455,84 @@ fn compose_user_can_write_the_ledger_volume() {
         assert!(user.ends_with(":0"), "{}: user {user:?} must be in group 0 to write /state", s(name));
     }
 }
+
+/// The sharded grid's Kubernetes Indexed Job and its merge Job: N = completions = parallelism
+/// shards, each pod's command runs shard $(JOB_COMPLETION_INDEX)/N into the shared volume, the
+/// merge Job lists exactly shards 0..N−1 — and the commands themselves, run here on a small grid
+/// with the volume replaced by a temporary folder, shard and merge.
+#[test]
+fn kubernetes_indexed_job_shards_and_merges_the_grid() {
+    let job_docs = docs(&root().join("deploy/k8s/experiment-job.yaml"));
+    let job = job_docs.iter().find(|d| s(&d["kind"]) == "Job").expect("a Job");
+    let pvc = job_docs.iter().find(|d| s(&d["kind"]) == "PersistentVolumeClaim").expect("a claim");
+    let spec = &job["spec"];
+    assert_eq!(s(&spec["completionMode"]), "Indexed");
+    let n: usize = s(&spec["completions"]).parse().unwrap();
+    assert_eq!(s(&spec["parallelism"]), n.to_string());
+    let pod = &spec["template"]["spec"];
+    let c = &list(&pod["containers"])[0];
+    let mount = s(&list(&c["volumeMounts"])[0]["mountPath"]);
+    assert_eq!(s(&list(&pod["volumes"])[0]["persistentVolumeClaim"]["claimName"]), s(&pvc["metadata"]["name"]));
+    let script = s(&list(&c["args"])[0]);
+    assert!(script.contains(&format!("--shard \"${{JOB_COMPLETION_INDEX}}/{n}\"")), "{script}");
+    let merge_docs = docs(&root().join("deploy/k8s/experiment-merge.yaml"));
+    let merge_args: Vec<String> =
+        list(&merge_docs[0]["spec"]["template"]["spec"]["containers"][0]["args"]).iter().map(s).collect();
+    let shard_dirs: Vec<String> = (0..n).map(|k| format!("{mount}/shard-{k}")).collect();
+    assert_eq!(merge_args[merge_args.len() - n..], shard_dirs[..]);
+
+    // Run the pods' commands on a small grid.
+    let tmp = tempfile::tempdir().unwrap();
+    let results = tmp.path().to_str().unwrap();
+    let small = ["--quick", "--r", "0.9", "--ci", "no", "--masking", "yes", "--combiner", "noisy", "--rounds", "1"];
+    for k in 0..n {
+        let line = script.replace("${JOB_COMPLETION_INDEX}", &k.to_string()).replace(&mount, results);
+        let words: Vec<String> = line.split_whitespace().map(|w| w.trim_matches('"').to_string()).collect();
+        assert_eq!(words[..2], ["exec".to_string(), "dpcotrain".to_string()]);
+        let out = Command::new(env!("CARGO_BIN_EXE_dpcotrain")).args(&words[2..]).args(small).output().unwrap();
+        assert!(out.status.success(), "shard {k}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let args: Vec<String> = merge_args.iter().map(|a| a.replace(&mount, results)).collect();
+    let out = Command::new(env!("CARGO_BIN_EXE_dpcotrain")).args(&args).output().unwrap();
+    assert!(out.status.success(), "merge: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(tmp.path().join("merged/tables.md").exists());
+}
+
+/// The Slurm job array and its merge: --array=0-(N−1) matches SHARDS in both scripts, and the
+/// scripts themselves, run with bash here (SLURM_ARRAY_TASK_ID set by hand, dpcotrain on the
+/// PATH), shard a small grid and merge it.
+#[test]
+fn slurm_job_array_shards_and_merges_the_grid() {
+    let dir = root().join("deploy/slurm");
+    let grid = std::fs::read_to_string(dir.join("experiment.sbatch")).unwrap();
+    let merge = std::fs::read_to_string(dir.join("merge.sbatch")).unwrap();
+    let array = grid.lines().find_map(|l| l.strip_prefix("#SBATCH --array=0-")).expect("#SBATCH --array=0-K");
+    let n: usize = array.trim().parse::<usize>().unwrap() + 1;
+    for text in [&grid, &merge] {
+        assert!(text.lines().any(|l| l.trim() == format!("SHARDS={n}")), "SHARDS={n} in both scripts");
+    }
+    assert!(std::fs::read_to_string(dir.join("submit.sh")).unwrap().contains("--dependency=\"afterok:${array}\""));
+    let tmp = tempfile::tempdir().unwrap();
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_dpcotrain")).parent().unwrap().to_path_buf();
+    let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap_or_default());
+    let small = ["--quick", "--r", "0.9", "--ci", "no", "--masking", "yes", "--combiner", "noisy", "--rounds", "1"];
+    for k in 0..n {
+        let out = Command::new("bash")
+            .arg(dir.join("experiment.sbatch"))
+            .args(small)
+            .env("SLURM_ARRAY_TASK_ID", k.to_string())
+            .env("RESULTS", tmp.path())
+            .env("PATH", &path)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "task {k}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let out = Command::new("bash")
+        .arg(dir.join("merge.sbatch"))
+        .env("RESULTS", tmp.path())
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "merge: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(tmp.path().join("merged/runs.jsonl").exists());
+}

@@ -5,7 +5,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use dpcotrain_cotrain::answer::Uncertainty;
 use dpcotrain_cotrain::combiner::CombinerKind;
 use dpcotrain_cotrain::floors::{floors_table, monte_carlo_floor};
-use dpcotrain_cotrain::grid::{Dataset, DpSetting, Grid, RunRow, job_keys, run_grid_resumable};
+use dpcotrain_cotrain::grid::{Dataset, DpSetting, Grid, RunRow, Shard, job_keys, run_grid_resumable, sort_rows};
 use dpcotrain_cotrain::responder::ReleasePolicy;
 use dpcotrain_cotrain::simulate::SimConfig;
 use dpcotrain_privacy::sensitivity::LabelRange;
@@ -40,6 +40,15 @@ pub enum ExperimentCommand {
         /// Experiment folders (each with runs.jsonl).
         #[arg(long = "runs", required = true)]
         runs: Vec<PathBuf>,
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Merge the folders of a sharded grid (`--shard K/N` runs) into one folder with the same
+    /// runs.jsonl, tables and figures as an unsharded run; refuses overlapping or missing shards.
+    Merge {
+        /// Shard folders (each with runs.jsonl and shard.json).
+        #[arg(required = true)]
+        shards: Vec<PathBuf>,
         #[arg(long)]
         out: PathBuf,
     },
@@ -97,6 +106,10 @@ pub struct GridArgs {
     /// Ignore (delete) runs saved in --out by an earlier invocation.
     #[arg(long)]
     pub fresh: bool,
+    /// Run only the K-th of N deterministic slices of the grid (K in 0..N; run j of the grid
+    /// belongs to shard j mod N) into --out; `experiment merge` joins the shards' folders.
+    #[arg(long, value_name = "K/N", requires = "out")]
+    pub shard: Option<Shard>,
     /// Print one JSON row per run and party.
     #[arg(long)]
     pub json: bool,
@@ -186,6 +199,7 @@ pub fn run(cmd: ExperimentCommand) -> anyhow::Result<()> {
         }
         ExperimentCommand::Frontier(a) => crate::cli::frontier::run(a),
         ExperimentCommand::Sparse(c) => crate::cli::sparse::run(c),
+        ExperimentCommand::Merge { shards, out } => merge(&shards, &out),
         ExperimentCommand::Report { runs, out } => {
             let mut rows = Vec::new();
             for d in &runs {
@@ -264,7 +278,14 @@ pub(crate) fn load_jsonl<T: serde::de::DeserializeOwned>(path: &std::path::Path)
 }
 
 fn execute(grid: &Grid, a: &GridArgs) -> anyhow::Result<()> {
-    let keys: std::collections::HashSet<String> = job_keys(grid).into_iter().collect();
+    let all_keys = job_keys(grid);
+    // This invocation's runs: the whole grid, or its shard.
+    let keys: std::collections::HashSet<String> = all_keys
+        .iter()
+        .enumerate()
+        .filter(|(j, _)| a.shard.is_none_or(|s| s.contains(*j)))
+        .map(|(_, k)| k.clone())
+        .collect();
     let mut saved = Vec::new();
     let mut journal = None;
     if let Some(dir) = &a.out {
@@ -272,6 +293,10 @@ fn execute(grid: &Grid, a: &GridArgs) -> anyhow::Result<()> {
         let path = dir.join("runs.jsonl");
         if a.fresh && path.exists() {
             std::fs::remove_file(&path).map_err(|e| anyhow::anyhow!("cannot delete {}: {e}", path.display()))?;
+        }
+        if let Some(shard) = a.shard {
+            let tag = ShardTag { shard, runs: keys.len(), grid_runs: all_keys.len() };
+            write_atomic(&dir.join("shard.json"), &serde_json::to_string_pretty(&tag)?)?;
         }
         saved = load_runs(dir)?.into_iter().filter(|r| keys.contains(&r.key())).collect();
         let f = std::fs::OpenOptions::new()
@@ -285,8 +310,11 @@ fn execute(grid: &Grid, a: &GridArgs) -> anyhow::Result<()> {
     if !done.is_empty() {
         eprintln!("resuming: {} of {} runs already in runs.jsonl", done.len(), keys.len());
     }
-    let total = grid.n_runs();
-    let bar = ProgressBar::new(total as u64);
+    // Runs of other shards are skipped like finished ones.
+    let skip: std::collections::HashSet<String> =
+        all_keys.iter().filter(|k| done.contains(*k) || !keys.contains(*k)).cloned().collect();
+    let total = keys.len();
+    let bar = ProgressBar::new(all_keys.len() as u64);
     bar.set_style(
         ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} runs  ETA {eta}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
@@ -304,18 +332,25 @@ fn execute(grid: &Grid, a: &GridArgs) -> anyhow::Result<()> {
             let _ = w.flush();
         }
     };
-    let mut rows = run_grid_resumable(grid, &done, &save, &|done, _| bar.set_position(done as u64))?;
+    let mut rows = run_grid_resumable(grid, &skip, &save, &|done, _| bar.set_position(done as u64))?;
     bar.finish_and_clear();
     let secs = start.elapsed().as_secs_f64();
     eprintln!("{} runs in {secs:.1} s on {} threads", total - done.len(), rayon::current_num_threads());
     saved.append(&mut rows);
-    let rows = saved;
+    let mut rows = saved;
+    sort_rows(&mut rows);
     let failed = rows.iter().filter(|r| r.error.is_some()).count();
     if failed > 0 {
         eprintln!("warning: {failed} party-rows come from failed runs (see the error column)");
     }
+    drop(journal);
     if let Some(dir) = &a.out {
-        write_report(dir, grid, &rows, secs)?;
+        // The journal has every row in the order runs finished; write_report rewrites it in
+        // canonical order so that the folder is the same however the grid was run or sharded.
+        write_report(dir, &rows)?;
+        if a.shard.is_none() {
+            thesis_report(dir, &rows)?;
+        }
         eprintln!("report written to {}", dir.display());
     }
     if a.json {
@@ -404,7 +439,16 @@ fn summary_table(rows: &[RunRow]) -> String {
     s
 }
 
-fn write_report(dir: &PathBuf, grid: &Grid, rows: &[RunRow], secs: f64) -> anyhow::Result<()> {
+/// runs.jsonl (rewritten whole, atomically, in canonical order: see [`sort_rows`]), runs.csv and
+/// summary.md of `rows`; everything in them comes from the rows, so a merged sharded grid
+/// writes the same files as an unsharded one.
+fn write_report(dir: &std::path::Path, rows: &[RunRow]) -> anyhow::Result<()> {
+    let mut jsonl = String::new();
+    for r in rows {
+        jsonl += &serde_json::to_string(r)?;
+        jsonl.push('\n');
+    }
+    write_atomic(&dir.join("runs.jsonl"), &jsonl)?;
     std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
     let mut csv = String::from(
         "dataset,r,ci,masking,nobs,seed,combiner,uncertainty,dp,party,view,rmse_before,rmse_after,nlpd_before,nlpd_after,epsilon_spent,error\n",
@@ -433,17 +477,90 @@ fn write_report(dir: &PathBuf, grid: &Grid, rows: &[RunRow], secs: f64) -> anyho
         );
     }
     write_atomic(&dir.join("runs.csv"), &csv)?;
+    let runs: std::collections::BTreeSet<String> = rows.iter().map(RunRow::key).collect();
+    let dps: std::collections::BTreeSet<&str> = rows.iter().map(|r| r.dp.as_str()).collect();
+    let rounds = rows.iter().map(|r| r.rmse_per_round.len()).max().unwrap_or(0);
     let md = format!(
-        "# dpcotrain experiment\n\n- runs: {} ({} party-rows), {:.1} s\n- DP: {}\n- rounds: {}\n\n{}",
-        grid.n_runs(),
+        "# dpcotrain experiment\n\n- runs: {} ({} party-rows)\n- DP: {}\n- rounds: {rounds}\n\n{}",
+        runs.len(),
         rows.len(),
-        secs,
-        grid.dp.name(),
-        grid.rounds,
+        dps.into_iter().collect::<Vec<_>>().join(", "),
         summary_table(rows)
     );
     write_atomic(&dir.join("summary.md"), &md)?;
-    thesis_report(dir, rows)?;
+    Ok(())
+}
+
+/// What a shard's folder records about its slice (shard.json), checked by `experiment merge`.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct ShardTag {
+    shard: Shard,
+    /// Runs in this shard and in the whole grid.
+    runs: usize,
+    grid_runs: usize,
+}
+
+/// `experiment merge`: every shard 0..N of one grid present exactly once and complete; rows
+/// joined in canonical order; runs.jsonl, runs.csv, summary.md, tables.md and figures written
+/// as an unsharded run writes them.
+fn merge(shards: &[PathBuf], out: &std::path::Path) -> anyhow::Result<()> {
+    let mut tags: Vec<(ShardTag, &PathBuf)> = Vec::new();
+    for d in shards {
+        let path = d.join("shard.json");
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            anyhow::anyhow!("{}: {e} (is {} the --out of a `--shard K/N` run?)", path.display(), d.display())
+        })?;
+        let tag: ShardTag = serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        tags.push((tag, d));
+    }
+    let n = tags[0].0.shard.count;
+    let grid_runs = tags[0].0.grid_runs;
+    for (t, d) in &tags {
+        if t.shard.count != n || t.grid_runs != grid_runs {
+            anyhow::bail!(
+                "{} is shard {} of a grid of {} runs, but {} is shard {} of {} runs: not the same sharded grid",
+                d.display(),
+                t.shard,
+                t.grid_runs,
+                tags[0].1.display(),
+                tags[0].0.shard,
+                grid_runs
+            );
+        }
+    }
+    for k in 0..n {
+        match tags.iter().filter(|(t, _)| t.shard.index == k).count() {
+            1 => {}
+            0 => anyhow::bail!("shard {k}/{n} is missing (give every shard's folder)"),
+            _ => anyhow::bail!("shard {k}/{n} is given more than once"),
+        }
+    }
+    let mut rows: Vec<RunRow> = Vec::new();
+    let mut seen: std::collections::HashMap<String, &PathBuf> = std::collections::HashMap::new();
+    for (t, d) in &tags {
+        let r = load_runs(d)?;
+        let keys: std::collections::BTreeSet<String> = r.iter().map(RunRow::key).collect();
+        if keys.len() != t.runs {
+            anyhow::bail!(
+                "{}: shard {} has {} of its {} runs; finish it (run the same command again) before merging",
+                d.display(),
+                t.shard,
+                keys.len(),
+                t.runs
+            );
+        }
+        for k in keys {
+            if let Some(other) = seen.insert(k.clone(), d) {
+                anyhow::bail!("run {k} is in both {} and {}", other.display(), d.display());
+            }
+        }
+        rows.extend(r);
+    }
+    sort_rows(&mut rows);
+    std::fs::create_dir_all(out).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", out.display()))?;
+    write_report(out, &rows)?;
+    thesis_report(out, &rows)?;
+    eprintln!("merged {n} shards: {} runs, {} party-rows into {}", seen.len(), rows.len(), out.display());
     Ok(())
 }
 

@@ -382,3 +382,77 @@ pub fn run_grid_resumable(
     }
     Ok(out)
 }
+
+/// The K-th of N deterministic slices of a grid (`--shard K/N`, K in 0..N): run j of
+/// [`job_keys`] belongs to shard j mod N, which deals the n_obs levels (the runs' main cost)
+/// round-robin so shards take about equally long. The slices are disjoint and cover the grid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Shard {
+    pub index: usize,
+    pub count: usize,
+}
+
+impl Shard {
+    /// Whether run `j` (its position in [`job_keys`]) is in this shard.
+    pub fn contains(self, j: usize) -> bool {
+        j % self.count == self.index
+    }
+}
+
+impl std::fmt::Display for Shard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.index, self.count)
+    }
+}
+
+impl std::str::FromStr for Shard {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("{s:?} is not a shard K/N with 0 ≤ K < N (e.g. 0/4 … 3/4)");
+        let (k, n) = s.split_once('/').ok_or_else(bad)?;
+        let (index, count): (usize, usize) =
+            (k.trim().parse().map_err(|_| bad())?, n.trim().parse().map_err(|_| bad())?);
+        if count == 0 || index >= count {
+            return Err(bad());
+        }
+        Ok(Shard { index, count })
+    }
+}
+
+/// Rows in one canonical order, whatever order runs finished or shards were merged in: by
+/// dataset, r, CI, masking, n_obs, seed, combiner, uncertainty, DP setting and party. Tables
+/// built from rows in this order are identical bit for bit however the grid was run.
+pub fn sort_rows(rows: &mut [RunRow]) {
+    rows.sort_by(|a, b| {
+        let r = |x: &RunRow| x.r.unwrap_or(f64::NEG_INFINITY);
+        a.dataset
+            .cmp(&b.dataset)
+            .then(r(a).total_cmp(&r(b)))
+            .then(a.ci.cmp(&b.ci))
+            .then(a.masking.cmp(&b.masking))
+            .then(a.nobs.cmp(&b.nobs))
+            .then(a.seed.cmp(&b.seed))
+            .then(a.combiner.name().cmp(b.combiner.name()))
+            .then(a.uncertainty.name().cmp(b.uncertainty.name()))
+            .then(a.dp.cmp(&b.dp))
+            .then(a.party.cmp(&b.party))
+    });
+}
+
+#[cfg(test)]
+mod shard_tests {
+    use super::*;
+
+    #[test]
+    fn shards_parse_and_partition_the_runs() {
+        let s: Shard = "2/4".parse().unwrap();
+        assert_eq!((s.index, s.count, s.to_string()), (2, 4, "2/4".to_string()));
+        for bad in ["4/4", "1/0", "x/2", "3", "-1/2"] {
+            assert!(bad.parse::<Shard>().unwrap_err().contains("0 ≤ K < N"), "{bad}");
+        }
+        for j in 0..50 {
+            let owners = (0..4).filter(|&k| Shard { index: k, count: 4 }.contains(j)).count();
+            assert_eq!(owners, 1, "run {j}");
+        }
+    }
+}

@@ -179,6 +179,32 @@ fn multiscale_features_in_every_sparse_objective() {
     }
 }
 
+/// Walder et al.'s "basis" variants: kernel and noise fixed, only centres and widths train.
+#[test]
+fn inducing_features_alone_with_the_kernel_fixed() {
+    let (x, y) = problem(40, 2, 43);
+    let z = random_rows(5, 2, 44);
+    for multiscale in [false, true] {
+        let noise = NoiseModel::Homoscedastic(NoiseVariance::fixed(0.1));
+        let mut gp = SparseGp::new(SparseKind::Fitc, se_ard(2), noise, x.clone(), y.clone(), z.clone()).unwrap();
+        if multiscale {
+            gp.use_multiscale().unwrap();
+        }
+        gp.optimize_inducing = true;
+        gp.optimize_kernel = false;
+        let names = dpcotrain_gp::Objective::param_names(&gp);
+        assert_eq!(names.len(), if multiscale { 20 } else { 10 }, "{names:?}");
+        assert_eq!(names[0], "Z[0,0]");
+        let k0 = gp.kernel.params();
+        let mut moved = gp.clone();
+        let mut p = dpcotrain_gp::Objective::params(&gp);
+        p[0] += 0.1;
+        dpcotrain_gp::Objective::set_params(&mut moved, &p);
+        assert_eq!(moved.kernel.params(), k0, "the kernel must not move");
+        assert!(fd_error(&gp, 1e-5) < TOL);
+    }
+}
+
 #[test]
 fn gradient_check_can_fail() {
     // Guard against a vacuous checker: a deliberately wrong gradient is caught.

@@ -16,7 +16,8 @@
 //! The inducing features are ordinary points (u = f(Z)) or Walder et al.'s (2008) multiscale
 //! features (see [`crate::features`]); the collapsed code sees only K_uu, K_uf and their vjps.
 //!
-//! Parameter vector: kernel log-parameters, then log σ² (if learnable), then Z (column-major,
+//! Parameter vector: kernel log-parameters (unless `optimize_kernel` is off), then log σ² (if
+//! learnable), then Z (column-major,
 //! natural scale) when `optimize_inducing` is set, then, for multiscale features, their
 //! unconstrained widths ρ (column-major).
 
@@ -83,6 +84,10 @@ pub struct SparseGp {
     features: InducingFeatures,
     /// Whether Z (and multiscale widths) are part of the parameter vector (joint optimisation).
     pub optimize_inducing: bool,
+    /// Whether the kernel's parameters are part of the parameter vector (default true). With
+    /// false and a fixed noise, training moves only the inducing features: Walder et al.'s
+    /// (2008) "basis" variants, whose hyperparameters come from a GP on a subset.
+    pub optimize_kernel: bool,
     /// Jitter ladder for K_uu (default: always 1e-6·mean diag, ×10 up to 5 tries).
     pub jitter: crate::JitterPolicy,
     /// Storage for K_uf reused across evaluations (see [`KufWorkspace`]).
@@ -149,6 +154,7 @@ impl SparseGp {
             z,
             features: InducingFeatures::Points,
             optimize_inducing: false,
+            optimize_kernel: true,
             jitter: crate::JitterPolicy::ALWAYS,
             workspace: KufWorkspace::default(),
         })
@@ -247,7 +253,7 @@ impl SparseGp {
 
 impl Objective for SparseGp {
     fn params(&self) -> Vec<f64> {
-        let mut p = self.kernel.params();
+        let mut p = if self.optimize_kernel { self.kernel.params() } else { vec![] };
         let s = self.noise.sigma2();
         if s.learn {
             p.push(s.variance.ln());
@@ -262,8 +268,10 @@ impl Objective for SparseGp {
     }
 
     fn set_params(&mut self, p: &[f64]) {
-        let nk = self.kernel.n_params();
-        self.kernel.set_params(&p[..nk]);
+        let nk = if self.optimize_kernel { self.kernel.n_params() } else { 0 };
+        if self.optimize_kernel {
+            self.kernel.set_params(&p[..nk]);
+        }
         let mut i = nk;
         let s = self.noise.sigma2_mut();
         if s.learn {
@@ -283,7 +291,7 @@ impl Objective for SparseGp {
     }
 
     fn bounds(&self) -> Vec<Bounds> {
-        let mut b = self.kernel.bounds();
+        let mut b = if self.optimize_kernel { self.kernel.bounds() } else { vec![] };
         let s = self.noise.sigma2();
         if s.learn {
             b.push(s.bounds);
@@ -299,7 +307,7 @@ impl Objective for SparseGp {
     }
 
     fn param_names(&self) -> Vec<String> {
-        let mut n = self.kernel.param_names();
+        let mut n = if self.optimize_kernel { self.kernel.param_names() } else { vec![] };
         if self.noise.sigma2().learn {
             n.push("noise_variance".into());
         }
@@ -323,7 +331,7 @@ impl Objective for SparseGp {
     fn evaluate(&self) -> Result<Evaluation, GpError> {
         let t = collapsed::evaluate(self, true)?;
         let g = t.grad.expect("gradient requested");
-        let mut grad = g.kernel;
+        let mut grad = if self.optimize_kernel { g.kernel } else { vec![] };
         if self.noise.sigma2().learn {
             grad.push(g.log_sigma2);
         }
