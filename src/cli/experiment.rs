@@ -5,7 +5,9 @@ use clap::{Args, Subcommand, ValueEnum};
 use dpcotrain_cotrain::answer::Uncertainty;
 use dpcotrain_cotrain::combiner::CombinerKind;
 use dpcotrain_cotrain::floors::{floors_table, monte_carlo_floor};
-use dpcotrain_cotrain::grid::{Dataset, DpSetting, Grid, RunRow, Shard, job_keys, run_grid_resumable, sort_rows};
+use dpcotrain_cotrain::grid::{
+    Dataset, DpLabel, DpSetting, Grid, RunRow, Shard, job_keys, run_grid_resumable, sort_rows,
+};
 use dpcotrain_cotrain::responder::ReleasePolicy;
 use dpcotrain_cotrain::simulate::SimConfig;
 use dpcotrain_privacy::sensitivity::LabelRange;
@@ -373,13 +375,13 @@ Each cell: our mean ± sd (the thesis's value; our difference). Anchor \
          cells (docs/decisions.md, \"Reproduction anchors\") are marked ✓ when |ours − thesis| ≤ max(0.02, thesis sd), ✗ otherwise.\n\n",
     );
     let mut fails = Vec::new();
-    let mut groups: BTreeMap<(String, String), Vec<RunRow>> = BTreeMap::new();
+    let mut groups: BTreeMap<(String, DpLabel), Vec<RunRow>> = BTreeMap::new();
     for r in rows {
-        groups.entry((r.dataset.clone(), r.dp.clone())).or_default().push(r.clone());
+        groups.entry((r.dataset.clone(), r.dp)).or_default().push(r.clone());
     }
     for ((dataset, dp), g) in &groups {
         md += &if dataset == "simulated" { report::simulated_tables(g, &mut fails) } else { report::ccpp_tables(g) };
-        let file = format!("rmse_rounds_{dataset}_{}.svg", dp.replace(['(', ')', ',', '='], "_"));
+        let file = format!("rmse_rounds_{dataset}_{}.svg", dp.to_string().replace(['(', ')', ',', '='], "_"));
         write_atomic(
             &dir.join(&file),
             &report::rmse_rounds_svg(g, &format!("Test RMSE per round — {dataset}, DP {dp}")),
@@ -478,7 +480,7 @@ fn write_report(dir: &std::path::Path, rows: &[RunRow]) -> anyhow::Result<()> {
     }
     write_atomic(&dir.join("runs.csv"), &csv)?;
     let runs: std::collections::BTreeSet<String> = rows.iter().map(RunRow::key).collect();
-    let dps: std::collections::BTreeSet<&str> = rows.iter().map(|r| r.dp.as_str()).collect();
+    let dps: std::collections::BTreeSet<String> = rows.iter().map(|r| r.dp.to_string()).collect();
     let rounds = rows.iter().map(|r| r.rmse_per_round.len()).max().unwrap_or(0);
     let md = format!(
         "# dpcotrain experiment\n\n- runs: {} ({} party-rows)\n- DP: {}\n- rounds: {rounds}\n\n{}",

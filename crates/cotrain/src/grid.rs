@@ -33,16 +33,86 @@ pub enum DpSetting {
     },
 }
 
-impl DpSetting {
-    pub fn name(&self) -> String {
+/// The DP setting a run was made under, as reports group and compare it. Written in JSON and
+/// CSV as `off`, `thesis` or `calibrated(eps=E,POLICY)` (the spelling of earlier versions, so
+/// saved runs.jsonl files still load).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum DpLabel {
+    Off,
+    Thesis,
+    Calibrated { epsilon: f64, policy: ReleasePolicy },
+}
+
+impl std::fmt::Display for DpLabel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            DpSetting::Off => "off".into(),
-            DpSetting::Thesis => "thesis".into(),
-            DpSetting::Calibrated { epsilon, policy, .. } => format!(
-                "calibrated(eps={epsilon},{})",
-                if *policy == ReleasePolicy::ReleaseOnce { "release-once" } else { "per-query" }
-            ),
+            DpLabel::Off => f.write_str("off"),
+            DpLabel::Thesis => f.write_str("thesis"),
+            DpLabel::Calibrated { epsilon, policy } => write!(f, "calibrated(eps={epsilon},{})", policy.name()),
         }
+    }
+}
+
+impl std::str::FromStr for DpLabel {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("{s:?} is not a DP setting (off, thesis or calibrated(eps=E,POLICY))");
+        Ok(match s {
+            "off" => DpLabel::Off,
+            "thesis" => DpLabel::Thesis,
+            _ => {
+                let inner = s.strip_prefix("calibrated(eps=").and_then(|r| r.strip_suffix(')')).ok_or_else(bad)?;
+                let (eps, policy) = inner.split_once(',').ok_or_else(bad)?;
+                let epsilon: f64 = eps.parse().map_err(|_| bad())?;
+                let policy: ReleasePolicy = policy.parse().map_err(|_| bad())?;
+                if !(epsilon.is_finite() && epsilon > 0.0) {
+                    return Err(bad());
+                }
+                DpLabel::Calibrated { epsilon, policy }
+            }
+        })
+    }
+}
+
+impl Eq for DpLabel {}
+
+/// Ordered by spelling (calibrated… < off < thesis), the order reports have always used.
+impl Ord for DpLabel {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.to_string().cmp(&other.to_string())
+    }
+}
+
+impl PartialOrd for DpLabel {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Serialize for DpLabel {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for DpLabel {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl DpSetting {
+    /// How run rows record this setting.
+    pub fn label(&self) -> DpLabel {
+        match self {
+            DpSetting::Off => DpLabel::Off,
+            DpSetting::Thesis => DpLabel::Thesis,
+            DpSetting::Calibrated { epsilon, policy, .. } => DpLabel::Calibrated { epsilon: *epsilon, policy: *policy },
+        }
+    }
+
+    pub fn name(&self) -> String {
+        self.label().to_string()
     }
 
     pub fn config(&self) -> DpConfig {
@@ -186,7 +256,7 @@ pub struct RunRow {
     pub seed: u64,
     pub combiner: CombinerKind,
     pub uncertainty: Uncertainty,
-    pub dp: String,
+    pub dp: DpLabel,
     pub party: String,
     /// The party's view (column names).
     pub view: String,
@@ -232,7 +302,7 @@ fn rows_of(
         seed: dc.seed,
         combiner: kind,
         uncertainty: unc,
-        dp: grid.dp.name(),
+        dp: grid.dp.label(),
         party: party.into(),
         view: view.into(),
         rmse_before: f64::NAN,
@@ -307,7 +377,7 @@ impl RunRow {
             self.seed,
             self.combiner.name(),
             self.uncertainty.name(),
-            &self.dp,
+            &self.dp.to_string(),
         )
     }
 }
@@ -442,6 +512,29 @@ pub fn sort_rows(rows: &mut [RunRow]) {
 #[cfg(test)]
 mod shard_tests {
     use super::*;
+
+    #[test]
+    fn dp_labels_keep_their_spelling() {
+        for text in ["off", "thesis", "calibrated(eps=1,release-once)", "calibrated(eps=0.25,per-query)"] {
+            let l: DpLabel = text.parse().unwrap();
+            assert_eq!(l.to_string(), text);
+            assert_eq!(serde_json::to_string(&l).unwrap(), format!("\"{text}\""));
+            assert_eq!(serde_json::from_str::<DpLabel>(&format!("\"{text}\"")).unwrap(), l);
+        }
+        for bad in
+            ["on", "calibrated(eps=x,release-once)", "calibrated(eps=1,sometimes)", "calibrated(eps=-1,per-query)"]
+        {
+            assert!(bad.parse::<DpLabel>().is_err(), "{bad}");
+        }
+        let cal = DpSetting::Calibrated {
+            epsilon: 1.0,
+            delta: 1e-5,
+            policy: ReleasePolicy::PerQuery,
+            range: LabelRange::new(-3.0, 3.0).unwrap(),
+        };
+        assert_eq!(cal.name(), "calibrated(eps=1,per-query)");
+        assert!(DpLabel::Calibrated { epsilon: 4.0, policy: ReleasePolicy::ReleaseOnce } < DpLabel::Off);
+    }
 
     #[test]
     fn shards_parse_and_partition_the_runs() {

@@ -11,7 +11,7 @@ use crate::thesis::{self, Cell};
 use dpcotrain_cotrain::answer::Uncertainty;
 use dpcotrain_cotrain::combiner::CombinerKind;
 use dpcotrain_cotrain::exchange::ExchangeRun;
-use dpcotrain_cotrain::grid::RunRow;
+use dpcotrain_cotrain::grid::{DpLabel, RunRow};
 use std::fmt::Write;
 
 fn mean_sd(v: &[f64]) -> (f64, f64, usize) {
@@ -74,9 +74,9 @@ const UNC: [Uncertainty; 3] = [Uncertainty::None, Uncertainty::Marginal, Uncerta
 /// calibrated name). Appends failed anchors to `fails`.
 pub fn simulated_tables(rows: &[RunRow], fails: &mut Vec<String>) -> String {
     let rows: Vec<RunRow> = rows.iter().filter(|r| r.dataset == "simulated").cloned().collect();
-    let Some(dp) = rows.first().map(|r| r.dp.clone()) else { return String::new() };
-    let nodp = dp == "off";
-    let thesis_dp = dp == "thesis";
+    let Some(dp) = rows.first().map(|r| r.dp) else { return String::new() };
+    let nodp = dp == DpLabel::Off;
+    let thesis_dp = dp == DpLabel::Thesis;
     let against = if nodp { "the thesis without DP" } else { "the thesis's DP mode (σ = 0.42·s, no guarantee)" };
     let (t3, t4, t5, t6, t7) = if nodp {
         (&thesis::T4_3, &thesis::T4_4, &thesis::T4_5, &thesis::T4_6, &thesis::T4_7)
@@ -211,7 +211,7 @@ pub fn simulated_tables(rows: &[RunRow], fails: &mut Vec<String>) -> String {
 /// The CCPP tables (4.13 before; 4.14 no DP / 4.15 with DP, full covariance as in the thesis).
 pub fn ccpp_tables(rows: &[RunRow]) -> String {
     let rows: Vec<RunRow> = rows.iter().filter(|r| r.dataset == "ccpp").cloned().collect();
-    let Some(dp) = rows.first().map(|r| r.dp.clone()) else { return String::new() };
+    let Some(dp) = rows.first().map(|r| r.dp) else { return String::new() };
     let pair = |v: &[&RunRow], f: fn(&RunRow) -> f64| -> (f64, f64) {
         let p = |name: &str| mean_sd(&v.iter().filter(|r| r.party == name).map(|r| f(r)).collect::<Vec<_>>()).0;
         (p("P1"), p("P2"))
@@ -239,11 +239,11 @@ pub fn ccpp_tables(rows: &[RunRow]) -> String {
         }
         md += "\n";
     }
-    let (name, t) = if dp == "off" { ("4.14", &thesis::T4_14) } else { ("4.15", &thesis::T4_15) };
+    let (name, t) = if dp == DpLabel::Off { ("4.14", &thesis::T4_14) } else { ("4.15", &thesis::T4_15) };
     let _ = write!(
         md,
         "\n### Table {name} — after co-training, full covariance{}\n\n| Mask | n | Blocky | Noisy | Hybrid |\n|---|---|---|---|---|\n",
-        if dp == "off" || dp == "thesis" { "" } else { " (bracket: the thesis's DP mode)" }
+        if matches!(dp, DpLabel::Off | DpLabel::Thesis) { "" } else { " (bracket: the thesis's DP mode)" }
     );
     for (m_i, mask) in [false, true].iter().enumerate() {
         for (n_i, n) in thesis::CCPP_NOBS.iter().enumerate() {
@@ -267,7 +267,7 @@ pub fn orderings(rows: &[RunRow]) -> Vec<(String, bool, String)> {
     let m = |f: &dyn Fn(&RunRow) -> bool| {
         mean_sd(&rows.iter().filter(|r| f(r)).map(|r| r.rmse_after).collect::<Vec<_>>()).0
     };
-    let dps: std::collections::BTreeSet<String> = rows.iter().map(|r| r.dp.clone()).collect();
+    let dps: std::collections::BTreeSet<DpLabel> = rows.iter().map(|r| r.dp).collect();
     for dp in &dps {
         let of = |c: CombinerKind| m(&|r| r.dp == *dp && r.combiner == c);
         let (b, n, h) = (of(CombinerKind::Blocky), of(CombinerKind::Noisy), of(CombinerKind::Hybrid));
@@ -278,7 +278,7 @@ pub fn orderings(rows: &[RunRow]) -> Vec<(String, bool, String)> {
                 format!("Blocky {b:.3}, Noisy {n:.3}, Hybrid {h:.3}"),
             ));
         }
-        if dp != "off" && n.is_finite() && h.is_finite() {
+        if *dp != DpLabel::Off && n.is_finite() && h.is_finite() {
             out.push((format!("DP {dp}: Noisy better than Hybrid"), n < h, format!("Noisy {n:.3}, Hybrid {h:.3}")));
         }
         for c in [CombinerKind::Noisy, CombinerKind::Hybrid] {
@@ -291,7 +291,7 @@ pub fn orderings(rows: &[RunRow]) -> Vec<(String, bool, String)> {
                     format!("none {un:.3}, marginal {um:.3}, full {uf:.3}"),
                 ));
             }
-            if dp == "off" {
+            if *dp == DpLabel::Off {
                 let sel: Vec<&RunRow> = rows.iter().filter(|r| r.dp == *dp && r.combiner == c).collect();
                 let (bf, af) = (mean_sd(&before(&sel)).0, mean_sd(&after(&sel)).0);
                 if bf.is_finite() {
@@ -375,7 +375,7 @@ mod tests {
             seed: 0,
             combiner: combiner.parse().unwrap(),
             uncertainty: unc.parse().unwrap(),
-            dp: "off".into(),
+            dp: DpLabel::Off,
             party: "P1".into(),
             view: "x1".into(),
             rmse_before: before,
