@@ -199,3 +199,35 @@ fn sharded_grid_merges_to_the_unsharded_result_bit_for_bit() {
     let bad = bin().args(grid).args(["--shard", "4/4", "--out", path("x").to_str().unwrap()]).output().unwrap();
     assert!(String::from_utf8_lossy(&bad.stderr).contains("0 ≤ K < N"));
 }
+
+/// A folder holds runs of one grid: resuming it with settings that change every run's numbers
+/// but not its key (rounds, the re-fit policy) is refused unless --fresh; a bad policy is one line.
+#[test]
+fn resuming_with_other_grid_settings_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("g");
+    let grid = [
+        "experiment",
+        "simulated",
+        "--quick",
+        "--r",
+        "0.9",
+        "--ci",
+        "no",
+        "--masking",
+        "yes",
+        "--combiner",
+        "noisy",
+        "--uncertainty",
+        "none",
+    ];
+    let run = |extra: &[&str]| bin().args(grid).args(["--out", out.to_str().unwrap()]).args(extra).output().unwrap();
+    assert!(run(&["--rounds", "2"]).status.success());
+    let again = run(&["--rounds", "2", "--refit", "warm"]);
+    assert!(!again.status.success());
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(err.contains("other settings") && err.contains("warm+restart") && err.contains("--fresh"), "{err}");
+    assert!(run(&["--rounds", "2", "--refit", "warm", "--fresh"]).status.success());
+    let bad = run(&["--refit", "every=0"]);
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("every=K with K ≥ 1"));
+}

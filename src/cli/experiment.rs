@@ -3,7 +3,7 @@
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use dpcotrain_cotrain::answer::Uncertainty;
-use dpcotrain_cotrain::combiner::CombinerKind;
+use dpcotrain_cotrain::combiner::{CombinerKind, RefitPolicy};
 use dpcotrain_cotrain::floors::{floors_table, monte_carlo_floor};
 use dpcotrain_cotrain::grid::{
     Dataset, DpLabel, DpSetting, Grid, RunRow, Shard, job_keys, run_grid_resumable, sort_rows,
@@ -98,6 +98,11 @@ pub struct GridArgs {
     pub label_range: Vec<f64>,
     #[arg(long, default_value_t = 25)]
     pub rounds: usize,
+    /// Where each D5 re-fit starts: warm (the current θ), warm+restart (also from the private
+    /// fit's θ, the better kept; the thesis-reproduction default), or every=K (the restart on every
+    /// K-th re-fit only).
+    #[arg(long, default_value = "warm+restart", value_name = "POLICY")]
+    pub refit: RefitPolicy,
     /// A small subset (2 seeds, n_obs 25, 5 rounds) for smoke tests.
     #[arg(long)]
     pub quick: bool,
@@ -170,6 +175,7 @@ fn fill_grid(grid: &mut Grid, a: &GridArgs) -> anyhow::Result<()> {
     grid.combiners = a.combiner.clone();
     grid.uncertainty = a.uncertainty.clone();
     grid.rounds = a.rounds;
+    grid.refit = a.refit;
     if a.quick {
         grid.seeds = (0..a.seeds.min(2)).collect();
         grid.nobs = vec![25];
@@ -296,6 +302,21 @@ fn execute(grid: &Grid, a: &GridArgs) -> anyhow::Result<()> {
         if a.fresh && path.exists() {
             std::fs::remove_file(&path).map_err(|e| anyhow::anyhow!("cannot delete {}: {e}", path.display()))?;
         }
+        // Settings that change every run's numbers but not its key: a folder holds runs of one.
+        let settings = serde_json::to_string_pretty(&GridSettings { rounds: grid.rounds, refit: grid.refit })?;
+        let settings_path = dir.join("grid.json");
+        if let Ok(old) = std::fs::read_to_string(&settings_path)
+            && old != settings
+            && path.exists()
+        {
+            anyhow::bail!(
+                "{} holds runs of a grid with other settings ({}) than this one ({}): use --fresh to start over, or another --out",
+                dir.display(),
+                old.split_whitespace().collect::<Vec<_>>().join(" "),
+                settings.split_whitespace().collect::<Vec<_>>().join(" ")
+            );
+        }
+        write_atomic(&settings_path, &settings)?;
         if let Some(shard) = a.shard {
             let tag = ShardTag { shard, runs: keys.len(), grid_runs: all_keys.len() };
             write_atomic(&dir.join("shard.json"), &serde_json::to_string_pretty(&tag)?)?;
@@ -493,6 +514,13 @@ fn write_report(dir: &std::path::Path, rows: &[RunRow]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The grid settings that are not part of a run's key (grid.json in --out).
+#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct GridSettings {
+    rounds: usize,
+    refit: RefitPolicy,
+}
+
 /// What a shard's folder records about its slice (shard.json), checked by `experiment merge`.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct ShardTag {
@@ -530,6 +558,15 @@ fn merge(shards: &[PathBuf], out: &std::path::Path) -> anyhow::Result<()> {
             );
         }
     }
+    let settings: Vec<String> =
+        tags.iter().map(|(_, d)| std::fs::read_to_string(d.join("grid.json")).unwrap_or_default()).collect();
+    if let Some(i) = settings.iter().position(|x| *x != settings[0]) {
+        anyhow::bail!(
+            "{} and {} were run with different grid settings (grid.json): not the same grid",
+            tags[0].1.display(),
+            tags[i].1.display()
+        );
+    }
     for k in 0..n {
         match tags.iter().filter(|(t, _)| t.shard.index == k).count() {
             1 => {}
@@ -560,6 +597,7 @@ fn merge(shards: &[PathBuf], out: &std::path::Path) -> anyhow::Result<()> {
     }
     sort_rows(&mut rows);
     std::fs::create_dir_all(out).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", out.display()))?;
+    write_atomic(&out.join("grid.json"), &settings[0])?;
     write_report(out, &rows)?;
     thesis_report(out, &rows)?;
     eprintln!("merged {n} shards: {} runs, {} party-rows into {}", seen.len(), rows.len(), out.display());

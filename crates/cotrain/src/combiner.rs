@@ -139,6 +139,66 @@ pub struct PeerBlock {
     pub prior: Option<DMatrix<f64>>,
 }
 
+/// How the D5 re-fit after each received answer starts (Thomas 2017 §4.2.1 re-optimises θ₁ on
+/// the augmented data; where from is our choice). Each L-BFGS run is an exact LML + gradient
+/// evaluation loop, so a restart doubles a re-fit's cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefitPolicy {
+    /// From the current θ only.
+    Warm,
+    /// From the current θ and from the private fit's θ; the better objective is kept (default).
+    WarmRestart,
+    /// As `WarmRestart` on every K-th re-fit, `Warm` on the others.
+    RestartEvery(usize),
+}
+
+impl RefitPolicy {
+    /// Whether re-fit number `n` (0-based) also restarts from the private fit's θ.
+    pub fn restarts(self, n: usize) -> bool {
+        match self {
+            RefitPolicy::Warm => false,
+            RefitPolicy::WarmRestart => true,
+            RefitPolicy::RestartEvery(k) => (n + 1).is_multiple_of(k),
+        }
+    }
+}
+
+impl std::fmt::Display for RefitPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RefitPolicy::Warm => f.write_str("warm"),
+            RefitPolicy::WarmRestart => f.write_str("warm+restart"),
+            RefitPolicy::RestartEvery(k) => write!(f, "every={k}"),
+        }
+    }
+}
+
+impl std::str::FromStr for RefitPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "warm" => Ok(RefitPolicy::Warm),
+            "warm+restart" => Ok(RefitPolicy::WarmRestart),
+            other => match other.strip_prefix("every=").map(str::parse::<usize>) {
+                Some(Ok(k)) if k >= 1 => Ok(RefitPolicy::RestartEvery(k)),
+                _ => Err(format!("{s:?} is not a re-fit policy (warm, warm+restart or every=K with K ≥ 1)")),
+            },
+        }
+    }
+}
+
+impl Serialize for RefitPolicy {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for RefitPolicy {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct CoModel {
     pub kind: CombinerKind,
@@ -161,6 +221,10 @@ pub struct CoModel {
     /// Hyperparameters of the private-only fit (the restart point of every re-fit).
     pre_params: Option<Vec<f64>>,
     pub train: TrainOptions,
+    /// Where D5 re-fits start (see [`RefitPolicy`]).
+    pub refit_policy: RefitPolicy,
+    /// Re-fits so far (replayed on restore, so the policy's choices repeat).
+    refits: usize,
     /// Eigenvalues clipped while projecting reported matrices to PSD (diagnostic).
     pub psd_clipped: usize,
     /// Large private sets: the local GP is VFE with these inducing inputs (greedy variance,
@@ -299,6 +363,8 @@ impl CoModel {
             version: 0,
             pre_params: None,
             train: TrainOptions::default(),
+            refit_policy: RefitPolicy::WarmRestart,
+            refits: 0,
             psd_clipped: 0,
             post: None,
             sparse_z: None,
@@ -735,14 +801,15 @@ impl CoModel {
         })
     }
 
-    /// D5: re-optimise θ₁ on the augmented objective (warm start, plus a restart from the
-    /// pre-co-training θ; the better is kept), then apply the answer guard. Returns the
-    /// objective of the re-fitted augmented model.
+    /// D5: re-optimise θ₁ on the augmented objective (warm start, plus, as the
+    /// [`RefitPolicy`] says, a restart from the pre-co-training θ; the better is kept), then
+    /// apply the answer guard. Returns the objective of the re-fitted augmented model.
     pub fn refit(&mut self) -> Result<f64, CotrainError> {
         // Answers set aside earlier are judged afresh with this re-fit.
         self.loo = None;
         let built = self.build()?;
-        let pre = self.pre_params.clone();
+        let pre = if self.refit_policy.restarts(self.refits) { self.pre_params.clone() } else { None };
+        self.refits += 1;
         let opts = self.train.clone();
         fn fit<M: Objective>(
             m: &mut M,

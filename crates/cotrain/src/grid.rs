@@ -6,7 +6,7 @@
 use crate::CotrainError;
 use crate::answer::Uncertainty;
 use crate::ccpp::{CcppConfig, ccpp};
-use crate::combiner::CombinerKind;
+use crate::combiner::{CombinerKind, RefitPolicy};
 use crate::data::Scenario;
 use crate::driver::{RunReport, block_on, build_parties, run_in_process};
 use crate::responder::{DpConfig, DpMode, ReleasePolicy};
@@ -148,6 +148,8 @@ pub struct Grid {
     pub uncertainty: Vec<Uncertainty>,
     pub dp: DpSetting,
     pub rounds: usize,
+    /// Where every party's D5 re-fits start.
+    pub refit: RefitPolicy,
 }
 
 impl Grid {
@@ -168,6 +170,7 @@ impl Grid {
             uncertainty: vec![Uncertainty::None, Uncertainty::Marginal, Uncertainty::Full],
             dp,
             rounds: 25,
+            refit: RefitPolicy::WarmRestart,
         }
     }
 
@@ -182,6 +185,7 @@ impl Grid {
             uncertainty: vec![Uncertainty::None, Uncertainty::Marginal, Uncertainty::Full],
             dp,
             rounds: 25,
+            refit: RefitPolicy::WarmRestart,
         }
     }
 
@@ -438,8 +442,12 @@ pub fn run_grid_resumable(
         .par_iter()
         .map(|(dc, kind, unc)| {
             let sc = grid.scenario(dc)?;
-            let rep =
-                build_parties(&sc, *kind, *unc, &dp, dc.seed).and_then(|ps| block_on(run_in_process(&ps, grid.rounds)));
+            let rep = build_parties(&sc, *kind, *unc, &dp, dc.seed).and_then(|ps| {
+                for p in &ps {
+                    p.lock().map_err(|_| CotrainError::invalid("party lock poisoned"))?.model.refit_policy = grid.refit;
+                }
+                block_on(run_in_process(&ps, grid.rounds))
+            });
             let rows = rows_of(grid, dc, &sc, *kind, *unc, rep);
             on_run(&rows);
             progress(finished.fetch_add(1, Ordering::Relaxed) + 1, total);
@@ -512,6 +520,25 @@ pub fn sort_rows(rows: &mut [RunRow]) {
 #[cfg(test)]
 mod shard_tests {
     use super::*;
+
+    #[test]
+    fn refit_policies_parse_and_choose_their_restarts() {
+        for (text, want) in [
+            ("warm", RefitPolicy::Warm),
+            ("warm+restart", RefitPolicy::WarmRestart),
+            ("every=3", RefitPolicy::RestartEvery(3)),
+        ] {
+            let p: RefitPolicy = text.parse().unwrap();
+            assert_eq!((p, p.to_string()), (want, text.to_string()));
+        }
+        for bad in ["every=0", "every=x", "cold", ""] {
+            assert!(bad.parse::<RefitPolicy>().unwrap_err().contains("warm, warm+restart or every=K"), "{bad}");
+        }
+        let pattern = |p: RefitPolicy| (0..6).map(|n| p.restarts(n)).collect::<Vec<_>>();
+        assert_eq!(pattern(RefitPolicy::Warm), vec![false; 6]);
+        assert_eq!(pattern(RefitPolicy::WarmRestart), vec![true; 6]);
+        assert_eq!(pattern(RefitPolicy::RestartEvery(3)), vec![false, false, true, false, false, true]);
+    }
 
     #[test]
     fn dp_labels_keep_their_spelling() {

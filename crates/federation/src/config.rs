@@ -10,7 +10,7 @@
 use crate::auth::ORCHESTRATOR;
 use dpcotrain_cotrain::CotrainError;
 use dpcotrain_cotrain::answer::Uncertainty;
-use dpcotrain_cotrain::combiner::{AnswerForm, AnswerGuard, CombinerKind};
+use dpcotrain_cotrain::combiner::{AnswerForm, AnswerGuard, CombinerKind, RefitPolicy};
 use dpcotrain_cotrain::data::PartyData;
 use dpcotrain_cotrain::driver::default_kernel;
 use dpcotrain_cotrain::release_model::{PublicTheta, QueryPolicy, ReleaseForm, ThetaPolicy};
@@ -151,6 +151,13 @@ pub struct ModelConfig {
     /// worse (noisy combiner, exact local model; not with policy per-query).
     #[serde(default = "off")]
     pub guard: AnswerGuard,
+    /// Where each re-fit after received answers starts: warm, warm+restart (default), every=K.
+    #[serde(default = "warm_restart")]
+    pub refit: RefitPolicy,
+}
+
+fn warm_restart() -> RefitPolicy {
+    RefitPolicy::WarmRestart
 }
 
 fn off() -> AnswerGuard {
@@ -166,7 +173,7 @@ fn marginal() -> Uncertainty {
 
 impl Default for ModelConfig {
     fn default() -> Self {
-        ModelConfig { combiner: noisy(), uncertainty: marginal(), answers: None, guard: off() }
+        ModelConfig { combiner: noisy(), uncertainty: marginal(), answers: None, guard: off(), refit: warm_restart() }
     }
 }
 
@@ -437,6 +444,7 @@ pub fn party_from_config(cfg: &PartyConfig, path: &Path) -> Result<Party, Config
         .map_err(|source| ConfigError::Party { path: path.to_path_buf(), source })?;
     party.model.set_answer_form(answers).map_err(|e| bad(path, format!("model.answers: {e}")))?;
     party.model.set_guard(guard).map_err(|e| bad(path, format!("model.guard: {e}")))?;
+    party.model.refit_policy = cfg.model.refit;
     Ok(party)
 }
 
