@@ -435,6 +435,10 @@ pub fn run_grid_resumable(
             }
         }
     }
+    // Longest runs first (cost grows with n_obs), so the last runs to finish are short ones and
+    // neither core idles at the end; results are per-run deterministic, so the order changes no
+    // number (callers order rows with `sort_rows`).
+    jobs.sort_by_key(|(dc, _, _)| std::cmp::Reverse(dc.nobs));
     let total = jobs.len() + skipped;
     let finished = AtomicUsize::new(skipped);
     let dp = grid.dp.config();
