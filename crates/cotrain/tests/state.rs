@@ -185,3 +185,37 @@ fn an_edited_ledger_is_refused_naming_the_entry() {
     let err = build()[0].lock().unwrap().restore(&sigma).unwrap_err().to_string();
     assert!(err.contains("batch 0 was released with"), "{err}");
 }
+
+/// The re-fit policy's choices (restart on every K-th re-fit) are replayed on restore: a party
+/// restored mid-run with `every=2` continues number for number, and the policy changes numbers
+/// (so the replay really exercises it).
+#[test]
+fn a_restored_party_replays_its_refit_policy() {
+    use dpcotrain_cotrain::combiner::RefitPolicy;
+    let policy = ReleasePolicy::ReleaseOnce;
+    let with = |refit: RefitPolicy, ps: Vec<Arc<Mutex<Party>>>| {
+        for p in &ps {
+            p.lock().unwrap().model.refit_policy = refit;
+        }
+        ps
+    };
+    let a = with(RefitPolicy::RestartEvery(2), parties(policy, 7));
+    rounds(&a, 0..5);
+    let saved: Vec<String> = a.iter().map(snapshot).collect();
+    let b = with(RefitPolicy::RestartEvery(2), parties(policy, 7));
+    for (p, s) in b.iter().zip(&saved) {
+        p.lock().unwrap().restore(&serde_json::from_str(s).unwrap()).unwrap();
+    }
+    rounds(&a, 5..9);
+    rounds(&b, 5..9);
+    for (pa, pb) in a.iter().zip(&b) {
+        assert_eq!(snapshot(pa), snapshot(pb));
+    }
+    let warm = with(RefitPolicy::Warm, parties(policy, 7));
+    rounds(&warm, 0..9);
+    let restart = with(RefitPolicy::WarmRestart, parties(policy, 7));
+    rounds(&restart, 0..9);
+    let theta =
+        |ps: &[Arc<Mutex<Party>>]| ps.iter().map(|p| p.lock().unwrap().model.kernel.params()).collect::<Vec<_>>();
+    assert_ne!(theta(&warm), theta(&restart), "the policy must matter somewhere in 9 rounds");
+}
