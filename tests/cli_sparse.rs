@@ -32,7 +32,7 @@ fn bauer_reproduces_the_z_equals_x_table() {
         "200",
     ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    for f in ["bauer.json", "bauer.md", "bauer-fig3.svg", "bauer-fig5.svg"] {
+    for f in ["bauer.json", "bauer.md", "bauer-fig2.svg", "bauer-fig3.svg", "bauer-fig5.svg"] {
         assert!(dir.path().join(f).exists(), "{f}");
     }
     let v = load(dir.path(), "bauer.json");
@@ -52,6 +52,15 @@ fn bauer_reproduces_the_z_equals_x_table() {
     assert!((vfe["nlml"].as_f64().unwrap() - exact).abs() < 0.01, "VFE moved: {vfe}");
     assert!(fitc["nlml"].as_f64().unwrap() < exact - 3.0, "FITC did not over-fit: {fitc}");
     assert!(fitc["sigma_n"].as_f64().unwrap() < vfe["sigma_n"].as_f64().unwrap());
+    // Fig 2 / Remark 3: adding an inducing input anywhere never lowers VFE's objective; FITC's
+    // it can.
+    let scans = v["snelson_m7_add_one"].as_array().unwrap();
+    let deltas = |kind: &str| -> Vec<f64> {
+        let s = scans.iter().find(|s| s["kind"] == kind).unwrap();
+        s["objective"].as_array().unwrap().iter().map(|d| d.as_f64().unwrap()).collect()
+    };
+    assert!(deltas("vfe").iter().all(|d| *d >= -1e-6), "VFE fell when an input was added");
+    assert!(deltas("fitc").iter().any(|d| *d < -1e-3), "FITC never fell");
     let toy = &v["toy4d"];
     let exact4 = toy["exact"]["nlml"].as_f64().unwrap();
     for f in toy["fits"].as_array().unwrap() {

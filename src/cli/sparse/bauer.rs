@@ -130,7 +130,7 @@ pub fn run(a: BauerArgs) -> anyhow::Result<()> {
     let idx: Vec<usize> = (0..x_all.nrows()).step_by(2).collect();
     let x100 = x_all.select_rows(&idx);
     let y100 = y_all.select_rows(&idx);
-    let bar = progress(5 + 1 + 2 * a.starts + 1 + 2 * a.m.len() as u64, "bauer");
+    let bar = progress(5 + 1 + 2 * a.starts + 2 + 1 + 2 * a.m.len() as u64, "bauer");
     let exact100 = exact_fit(&x100, &y100, a.seed)?;
     let exact100_nlml = -exact100.log_marginal_likelihood()?;
     bar.inc(1);
@@ -166,6 +166,25 @@ pub fn run(a: BauerArgs) -> anyhow::Result<()> {
         }
     }
     let fig3 = fig3_svg(&exact200, &m15)?;
+
+    // Fig 2: the change of each objective, and of its terms, when one inducing input is added
+    // at x (θ and the other inputs fixed), for the M = 7 fits from the first random start.
+    let z7 = random_subset(&x_all, 7, a.seed)?;
+    let mut fig2 = vec![];
+    for kind in [SparseKind::Vfe, SparseKind::Fitc] {
+        let f = sparse_fit(
+            kind,
+            exact_start(&exact200),
+            (&x_all, &y_all),
+            z7.clone(),
+            JitterPolicy::ALWAYS,
+            a.max_iters,
+            None,
+        )?;
+        fig2.push(add_one_scan(&f, &x_all, &y_all)?);
+        bar.inc(1);
+    }
+    let fig2_svg = fig2_svg(&fig2);
 
     // Fig 5: the 4-D toy. 2,048 inputs ~ N(0, I₄), f from a GP with isotropic SE (ℓ = 1.5,
     // s_f = 1), y = f + N(0, 0.01); 1,024 train and 1,024 test.
@@ -206,12 +225,16 @@ pub fn run(a: BauerArgs) -> anyhow::Result<()> {
         "snelson_m15": { "exact_nlml": exact200_nlml, "exact_sigma_n": exact_start(&exact200).2.sqrt(),
             "fits": m15.iter().map(|(s, f)| json!({"start": s, "fit": f, "z": f.z.as_slice()})).collect::<Vec<_>>() },
         "toy4d": { "exact": exact4, "fits": toy },
+        "snelson_m7_add_one": fig2,
         "settings": { "max_iters": a.max_iters, "starts": a.starts, "seed": a.seed },
     });
     write(&a.out, "bauer.json", &serde_json::to_string_pretty(&out)?)?;
-    write(&a.out, "bauer.md", &markdown(exact100_nlml, &zx, exact200_nlml, &m15, &exact4, &toy))?;
+    let mut md = markdown(exact100_nlml, &zx, exact200_nlml, &m15, &exact4, &toy);
+    md += &fig2_markdown(&fig2);
+    write(&a.out, "bauer.md", &md)?;
     write(&a.out, "bauer-fig3.svg", &fig3)?;
     write(&a.out, "bauer-fig5.svg", &fig5)?;
+    write(&a.out, "bauer-fig2.svg", &fig2_svg)?;
     Ok(())
 }
 
@@ -365,6 +388,100 @@ fn fig5_svg(exact: &serde_json::Value, toy: &[SparseFit]) -> String {
         }
         c.width = 420.0;
         c.height = 320.0;
+        fig = fig.with_panel(c);
+    }
+    fig.to_svg()
+}
+
+/// Bauer et al. Fig 2: for a fitted M = 7 model, the change of the objective and of its terms
+/// (`SparseGp::objective_terms`) when one inducing input is added at each x of a grid.
+#[derive(Debug, Clone, Serialize)]
+struct AddOne {
+    kind: &'static str,
+    nlml: f64,
+    x: Vec<f64>,
+    objective: Vec<f64>,
+    data_fit: Vec<f64>,
+    complexity: Vec<f64>,
+    trace: Vec<f64>,
+    z: Vec<f64>,
+}
+
+fn add_one_scan(f: &SparseFit, x: &DMatrix<f64>, y: &DVector<f64>) -> anyhow::Result<AddOne> {
+    let kind = if f.kind == "vfe" { SparseKind::Vfe } else { SparseKind::Fitc };
+    let model = |z: DMatrix<f64>| -> anyhow::Result<SparseGp> {
+        let noise = NoiseModel::Homoscedastic(NoiseVariance::fixed(f.sigma_n.powi(2)));
+        let mut gp = SparseGp::new(kind, se(f.variance, vec![f.lengthscale], false), noise, x.clone(), y.clone(), z)?;
+        gp.jitter = JitterPolicy::ALWAYS;
+        Ok(gp)
+    };
+    let base = model(f.z.clone())?.objective_terms()?;
+    let grid: Vec<f64> = (0..161).map(|i| -1.0 + 8.0 * i as f64 / 160.0).collect();
+    let mut out = AddOne {
+        kind: f.kind,
+        nlml: f.nlml,
+        x: grid.clone(),
+        objective: vec![],
+        data_fit: vec![],
+        complexity: vec![],
+        trace: vec![],
+        z: f.z.iter().copied().collect(),
+    };
+    for g in grid {
+        let mut z = f.z.clone().insert_row(f.z.nrows(), 0.0);
+        z[(f.z.nrows(), 0)] = g;
+        let t = model(z)?.objective_terms()?;
+        let total = |t: &dpcotrain_gp::ObjectiveTerms| t.constant + t.complexity + t.data_fit + t.trace;
+        out.objective.push(total(&t) - total(&base));
+        out.data_fit.push(t.data_fit - base.data_fit);
+        out.complexity.push(t.complexity - base.complexity);
+        out.trace.push(t.trace - base.trace);
+    }
+    Ok(out)
+}
+
+fn fig2_markdown(scans: &[AddOne]) -> String {
+    let mut s = String::from("\n## Adding one inducing input anywhere (paper Fig 2; all 200 points, M = 7)\n\n");
+    s += "Change of the objective (higher is better) when an 8th inducing input is added at x ∈ [−1, 7], θ fixed.\n\n";
+    s += "| method | NLML (M = 7) | min Δ objective | at x | max Δ objective | Δ < 0 at |\n|---|---|---|---|---|---|\n";
+    for a in scans {
+        let (imin, min) = a
+            .objective
+            .iter()
+            .copied()
+            .enumerate()
+            .fold((0, f64::INFINITY), |b, (i, v)| if v < b.1 { (i, v) } else { b });
+        let max = a.objective.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let neg = a.objective.iter().filter(|v| **v < -1e-9).count();
+        s += &format!(
+            "| {} | {:.3} | {min:.4} | {:.2} | {max:.4} | {neg} of {} grid points |\n",
+            a.kind.to_uppercase(),
+            a.nlml,
+            a.x[imin],
+            a.x.len()
+        );
+    }
+    s
+}
+
+fn fig2_svg(scans: &[AddOne]) -> String {
+    let mut fig = Figure::new(
+        "Change of the objective and its terms when one inducing input is added (Bauer et al. 2016, Fig 2)",
+    );
+    for a in scans {
+        let pts = |v: &[f64]| a.x.iter().copied().zip(v.iter().copied()).collect::<Vec<_>>();
+        let mut c = LineChart::new(
+            format!("{} (M = 7, NLML {:.2})", a.kind.to_uppercase(), a.nlml),
+            "x of the added input",
+            "Δ",
+        )
+        .with_series(Series::new("Δ objective", pts(&a.objective), 0))
+        .with_series(Series::new("Δ data fit", pts(&a.data_fit), 1).dashed())
+        .with_series(Series::new("Δ complexity", pts(&a.complexity), 2).dashed())
+        .with_series(Series::new("Δ trace", pts(&a.trace), 3).dashed())
+        .with_series(Series::new("inducing inputs", a.z.iter().map(|&z| (z, 0.0)).collect(), 6).scatter(Marker::Cross))
+        .with_ref_line(0.0, "0");
+        c.width = 600.0;
         fig = fig.with_panel(c);
     }
     fig.to_svg()
