@@ -125,8 +125,9 @@ pub struct ThetaSelection {
 }
 
 /// Choose θ from [`theta_grid`]`(default)` by the vote of [`voting_groups`] disjoint groups of
-/// the private rows (labels already clipped), released with μ-GDP noise (μ = ∞: DP off); `z`
-/// holds one standard-normal draw per candidate.
+/// the private rows, released with μ-GDP noise (μ = ∞: DP off); `z` holds one standard-normal
+/// draw per candidate. The labels need no clipping here: however far one label moves, it changes
+/// at most its own group's vote, so the histogram's sensitivity is √2 for any labels.
 pub fn select_theta(
     x: &DMatrix<f64>,
     y: &DVector<f64>,
