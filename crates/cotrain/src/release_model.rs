@@ -84,8 +84,9 @@ pub const GRID_NOISES: [f64; 3] = [0.1, 1.0, 5.0];
 pub const ROWS_PER_GROUP: usize = 40;
 pub const MAX_GROUPS: usize = 64;
 /// Head start of the default candidate, in noise sds of the vote histogram: another candidate
-/// must out-vote it by this much, so that drowned votes keep the default (a chance of about
-/// Φ(−4/√2) ≈ 0.2% per candidate that noise alone overturns it).
+/// must out-vote it by this much, so that drowned votes keep the default (noise alone lets one
+/// given rival overturn it with chance Φ(−4/√2) ≈ 0.23%, any of the 14 rivals with about 3.2%
+/// at equal counts).
 pub const HEAD_START_SD: f64 = 4.0;
 
 /// The public candidate grid of θ selection: every length-scale multiplier × noise multiplier
@@ -126,21 +127,24 @@ pub struct ThetaSelection {
 
 /// Choose θ from [`theta_grid`]`(default)` by the vote of [`voting_groups`] disjoint groups of
 /// the private rows, released with μ-GDP noise (μ = ∞: DP off); `z` holds one standard-normal
-/// draw per candidate. The labels need no clipping here: however far one label moves, it changes
-/// at most its own group's vote, so the histogram's sensitivity is √2 for any labels.
+/// draw per candidate and `order` the uniformly random order that forms the groups
+/// ([`dpcotrain_privacy::select::random_order`], drawn with `z`). The labels need no clipping
+/// here: however far one label moves, it changes at most its own group's vote, so the
+/// histogram's sensitivity is √2 for any labels and any order the rows arrive in.
 pub fn select_theta(
     x: &DMatrix<f64>,
     y: &DVector<f64>,
     default: PublicTheta,
     mu: f64,
     z: &DVector<f64>,
+    order: &[usize],
 ) -> Result<ThetaSelection, CotrainError> {
     default.validate()?;
     let (grid, at) = theta_grid(default);
     let candidates: Vec<Candidate> =
         grid.iter().map(|t| Candidate { kernel: t.kernel(x.ncols()), noise: t.noise_variance }).collect();
     let groups = voting_groups(x.nrows());
-    let votes = group_votes(&candidates, x, y, groups, at)?;
+    let votes = group_votes(&candidates, x, y, groups, at, order)?;
     let r = noisy_vote(&votes, grid.len(), at, HEAD_START_SD, mu, z)?;
     Ok(ThetaSelection {
         chosen: grid[r.winner],

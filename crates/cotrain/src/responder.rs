@@ -415,8 +415,18 @@ impl Party {
         if let ThetaPolicy::Selected { default, mu } = party.dp.theta {
             let mu = if matches!(party.dp.mode, DpMode::Calibrated { .. }) { mu } else { f64::INFINITY };
             let (grid, _) = crate::release_model::theta_grid(default);
-            let z = iid_standard_normal(grid.len(), party.seed.map(|s| mix(s, "theta-selection", 0)));
-            party.theta_selection = Some(select_theta(&party.data.x_train, &party.data.y_train, default, mu, &z)?);
+            // Seeded (experiments only): per party, under names no requester can take (they are
+            // letters, digits, '-' and '_'), so parties' votes are not correlated.
+            let tag = |what: &str| format!("\u{0}{what}/{}", party.name);
+            let z = iid_standard_normal(grid.len(), party.seed.map(|s| mix(s, &tag("theta-selection"), 0)));
+            // The groups come from a fresh uniform permutation, so the row order of the party's
+            // file (which may depend on the labels) cannot widen the vote's sensitivity.
+            let order = dpcotrain_privacy::select::random_order(
+                party.data.x_train.nrows(),
+                party.seed.map(|s| mix(s, &tag("theta-selection-groups"), 0)),
+            );
+            party.theta_selection =
+                Some(select_theta(&party.data.x_train, &party.data.y_train, default, mu, &z, &order)?);
         }
         party.rebuild_release()?;
         if party.dp.policy == ReleasePolicy::PerQuery {

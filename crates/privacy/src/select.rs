@@ -3,7 +3,9 @@
 //! (docs/honest-dp.md, "Choosing θ with DP").
 //!
 //! # Mechanism
-//! The private rows are split into k groups by a label-free rule (row i goes to group i mod k).
+//! The private rows are split into k groups by a uniformly random permutation π drawn with the
+//! vote's noise (row π(j) goes to group j mod k), independent of the data and of the order in
+//! which the rows arrive.
 //! Each group votes for the candidate θ of the public grid with the largest log marginal
 //! likelihood (Rasmussen & Williams 2006, eq 5.8) of that group's rows alone. The vote counts
 //! h ∈ ℕ^C are released as h̃ = h + σz, z ~ N(0, I_C), and θ̂ = argmax_c (h̃_c + b·[c = c₀]), where
@@ -12,7 +14,13 @@
 //!
 //! # Theorem (selection is μ-GDP, μ = √2/σ)
 //! Changing one label changes the data of exactly one group, hence at most one vote: one count
-//! falls by one and another rises by one, ‖h − h′‖₂ ≤ √2. The histogram release is a Gaussian
+//! falls by one and another rises by one, ‖h − h′‖₂ ≤ √2. This holds even when the rows arrive
+//! in an order that depends on the labels (a file sorted by its target, say, where changing one
+//! label moves rows): π is uniform and drawn afresh, so for any arrival order the assignment of
+//! rows to groups has the same distribution, and coupling the two neighbours' permutations so that
+//! every row lands in the same group leaves only the changed row's group different. With a fixed
+//! rule such as "row i to group i mod k" it would not (a re-sorted file shifts every row between
+//! the old and the new position of the changed one). The histogram release is a Gaussian
 //! mechanism with L2 sensitivity √2, so it is (√2/σ)-GDP (Dong, Roth & Su 2019, Thm 2.7), and
 //! θ̂ — a function of h̃ and public constants only — is post-processing. Its cost enters the
 //! ledger as a Gaussian release with Δ = √2 and this σ (ρ = 1/σ²). The label-free parts released
@@ -35,20 +43,36 @@ pub struct Candidate {
     pub noise: f64,
 }
 
-/// The rows of group g out of k (row i belongs to group i mod k): a label-free partition.
+/// The positions in the group order of group g out of k (position j belongs to group j mod k).
 pub fn group_rows(n: usize, k: usize, g: usize) -> Vec<usize> {
     (g..n).step_by(k.max(1)).collect()
 }
 
+/// A uniformly random order of n rows for the vote's groups: from OS entropy (a deployed node)
+/// or from `seed` (reproducible experiments, which carry no guarantee).
+pub fn random_order(n: usize, seed: Option<u64>) -> Vec<usize> {
+    use rand::SeedableRng;
+    use rand::seq::SliceRandom;
+    let mut rng = match seed {
+        Some(s) => rand_chacha::ChaCha20Rng::seed_from_u64(s),
+        None => rand_chacha::ChaCha20Rng::from_os_rng(),
+    };
+    let mut order: Vec<usize> = (0..n).collect();
+    order.shuffle(&mut rng);
+    order
+}
+
 /// Each group's vote: the index of the candidate with the largest log marginal likelihood of
 /// that group's rows (ties and failed fits go to the lower index; a group whose every fit fails
-/// votes for `fallback`). Group g's vote reads only group g's labels.
+/// votes for `fallback`). Group g holds rows `order[g]`, `order[g + k]`, …; its vote reads only
+/// its own labels. `order` must be a permutation of the rows ([`random_order`]).
 pub fn group_votes(
     candidates: &[Candidate],
     x: &DMatrix<f64>,
     y: &DVector<f64>,
     groups: usize,
     fallback: usize,
+    order: &[usize],
 ) -> Result<Vec<usize>, PrivacyError> {
     if candidates.is_empty() {
         return Err(PrivacyError::invalid("θ selection: the candidate grid is empty"));
@@ -74,9 +98,16 @@ pub fn group_votes(
             candidates[c].noise
         )));
     }
+    let mut seen = vec![false; x.nrows()];
+    if order.len() != x.nrows() || !order.iter().all(|&i| i < seen.len() && !std::mem::replace(&mut seen[i], true)) {
+        return Err(PrivacyError::invalid(format!(
+            "θ selection: the group order is not a permutation of the {} rows",
+            x.nrows()
+        )));
+    }
     let mut votes = Vec::with_capacity(groups);
     for g in 0..groups {
-        let rows = group_rows(x.nrows(), groups, g);
+        let rows: Vec<usize> = group_rows(x.nrows(), groups, g).into_iter().map(|j| order[j]).collect();
         let xg = x.select_rows(rows.iter());
         let yg = y.select_rows(rows.iter());
         let mut best: Option<(usize, f64)> = None;
@@ -160,10 +191,26 @@ mod tests {
             .collect()
     }
 
+    fn identity(n: usize) -> Vec<usize> {
+        (0..n).collect()
+    }
+
     fn data(n: usize) -> (DMatrix<f64>, DVector<f64>) {
         let x = DMatrix::from_fn(n, 1, |i, _| -2.0 + 4.0 * i as f64 / n as f64);
         let y = x.column(0).map(|v| (3.0 * v).sin());
         (x, y)
+    }
+
+    #[test]
+    fn random_orders_are_permutations_seeded_or_not() {
+        for seed in [Some(3), None] {
+            let mut o = random_order(50, seed);
+            assert_ne!(o, identity(50), "a shuffle of 50 rows left them in place");
+            o.sort_unstable();
+            assert_eq!(o, identity(50));
+        }
+        assert_eq!(random_order(50, Some(3)), random_order(50, Some(3)));
+        assert_ne!(random_order(50, None), random_order(50, None));
     }
 
     #[test]
@@ -178,7 +225,7 @@ mod tests {
     fn groups_vote_for_the_length_scale_of_the_data() {
         // sin(3x) has a length-scale of about 0.3 and no noise: every group prefers (0.5, 0.05).
         let (x, y) = data(120);
-        let votes = group_votes(&grid(), &x, &y, 4, 0).unwrap();
+        let votes = group_votes(&grid(), &x, &y, 4, 0, &identity(120)).unwrap();
         assert_eq!(votes, vec![1; 4]);
     }
 
@@ -188,7 +235,7 @@ mod tests {
     fn one_label_moves_at_most_one_vote() {
         let (x, y) = data(24);
         let k = 4;
-        let base = group_votes(&grid(), &x, &y, k, 0).unwrap();
+        let base = group_votes(&grid(), &x, &y, k, 0, &identity(24)).unwrap();
         let hist = |v: &[usize]| {
             let mut h = [0.0f64; 4];
             for &c in v {
@@ -201,7 +248,7 @@ mod tests {
             for end in [-6.0, 6.0] {
                 let mut y2 = y.clone();
                 y2[j] = end;
-                let v2 = group_votes(&grid(), &x, &y2, k, 0).unwrap();
+                let v2 = group_votes(&grid(), &x, &y2, k, 0, &identity(24)).unwrap();
                 for g in 0..k {
                     if g != j % k {
                         assert_eq!(v2[g], base[g], "row {j} changed group {g}'s vote");
@@ -245,10 +292,16 @@ mod tests {
         assert!(noisy_vote(&[0], 3, 3, 0.0, 1.0, &z).is_err());
         assert!(noisy_vote(&[0], 2, 0, 0.0, 1.0, &z).is_err());
         let (x, y) = data(10);
-        assert!(group_votes(&[], &x, &y, 2, 0).is_err());
-        assert!(group_votes(&grid(), &x, &y, 0, 0).is_err());
-        assert!(group_votes(&grid(), &x, &y, 11, 0).is_err());
-        assert!(group_votes(&grid(), &x, &y, 2, 4).is_err());
-        assert!(group_votes(&grid(), &x, &y.rows(0, 9).into_owned(), 2, 0).is_err());
+        let id = identity(10);
+        assert!(group_votes(&[], &x, &y, 2, 0, &id).is_err());
+        assert!(group_votes(&grid(), &x, &y, 0, 0, &id).is_err());
+        assert!(group_votes(&grid(), &x, &y, 11, 0, &id).is_err());
+        assert!(group_votes(&grid(), &x, &y, 2, 4, &id).is_err());
+        assert!(group_votes(&grid(), &x, &y.rows(0, 9).into_owned(), 2, 0, &id).is_err());
+        // The group order must be a permutation of the rows.
+        for bad in [vec![0; 10], (0..9).collect::<Vec<_>>(), (1..11).collect::<Vec<_>>()] {
+            let e = group_votes(&grid(), &x, &y, 2, 0, &bad).unwrap_err().to_string();
+            assert!(e.contains("not a permutation"), "{e}");
+        }
     }
 }
