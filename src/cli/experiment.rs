@@ -431,7 +431,8 @@ Each cell: our mean ± sd (the thesis's value; our difference). Anchor \
     Ok(fails)
 }
 
-fn mean_sd(v: &[f64]) -> (f64, f64) {
+/// Mean and sample sd of the finite values (NaN, NaN when there are none).
+pub(crate) fn mean_sd(v: &[f64]) -> (f64, f64) {
     let v: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
     let n = v.len() as f64;
     if n == 0.0 {

@@ -187,17 +187,7 @@ impl std::str::FromStr for RefitPolicy {
     }
 }
 
-impl Serialize for RefitPolicy {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for RefitPolicy {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
-    }
-}
+crate::serde_via_str!(RefitPolicy);
 
 #[derive(Debug, Clone)]
 pub struct CoModel {

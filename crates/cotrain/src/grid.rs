@@ -89,17 +89,7 @@ impl PartialOrd for DpLabel {
     }
 }
 
-impl Serialize for DpLabel {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for DpLabel {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
-    }
-}
+crate::serde_via_str!(DpLabel);
 
 impl DpSetting {
     /// How run rows record this setting.

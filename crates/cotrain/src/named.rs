@@ -87,6 +87,26 @@ macro_rules! named_enum {
     };
 }
 
+/// Serde through `Display` and `FromStr` (error: `FromStr`'s message) for types whose text form
+/// carries data (`RefitPolicy`'s `every=K`, `DpLabel`'s `calibrated(eps=E,…)`), which
+/// [`named_enum!`] — fieldless enums only — cannot spell.
+#[macro_export]
+macro_rules! serde_via_str {
+    ($ty:ty) => {
+        impl $crate::__serde::Serialize for $ty {
+            fn serialize<S: $crate::__serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(self)
+            }
+        }
+        impl<'de> $crate::__serde::Deserialize<'de> for $ty {
+            fn deserialize<D: $crate::__serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = <String as $crate::__serde::Deserialize>::deserialize(d)?;
+                s.parse().map_err(<D::Error as $crate::__serde::de::Error>::custom)
+            }
+        }
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::Named;

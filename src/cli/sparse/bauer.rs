@@ -11,6 +11,7 @@
 //!   the marginal likelihood with σ_n far too small at intermediate M.
 
 use super::{TestMetrics, TrainTest, clusters, progress, se, se_params, snelson, test_metrics, write};
+use crate::cli::experiment::mean_sd;
 use clap::Args;
 use dpcotrain_gp::inducing::random_subset;
 use dpcotrain_gp::train::{SgprStrategy, TrainOptions, train, train_sparse};
@@ -251,12 +252,6 @@ fn toy4d(seed: u64) -> anyhow::Result<TrainTest> {
     let tr: Vec<usize> = (0..n / 2).collect();
     let te: Vec<usize> = (n / 2..n).collect();
     Ok((x.select_rows(&tr), y.select_rows(&tr), x.select_rows(&te), y.select_rows(&te)))
-}
-
-fn mean_sd(v: &[f64]) -> (f64, f64) {
-    let n = v.len() as f64;
-    let m = v.iter().sum::<f64>() / n;
-    (m, (v.iter().map(|a| (a - m).powi(2)).sum::<f64>() / (n - 1.0).max(1.0)).sqrt())
 }
 
 fn markdown(

@@ -89,11 +89,7 @@ fn load(name: &str) -> anyhow::Result<(DMatrix<f64>, DVector<f64>)> {
             let s = t.split_target(Some("y"))?;
             (s.0, s.1)
         }
-        "ccpp" => {
-            let (_, raw) = dpcotrain_cotrain::ccpp::ccpp_raw()?;
-            let d = raw.ncols() - 1;
-            (raw.columns(0, d).clone_owned(), raw.column(d).clone_owned())
-        }
+        "ccpp" => super::ccpp_xy()?,
         other => anyhow::bail!("--data {other:?}: expected wine, energy, concrete, airfoil, solar or ccpp"),
     };
     let st = Standardizer::fit(&x, &y)?;

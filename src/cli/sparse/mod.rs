@@ -51,6 +51,13 @@ fn snelson() -> anyhow::Result<(DMatrix<f64>, DVector<f64>)> {
 /// Training inputs and targets, then test inputs and targets.
 type TrainTest = (DMatrix<f64>, DVector<f64>, DMatrix<f64>, DVector<f64>);
 
+/// CCPP's four inputs and its target (unstandardised).
+fn ccpp_xy() -> anyhow::Result<(DMatrix<f64>, DVector<f64>)> {
+    let (_, raw) = dpcotrain_cotrain::ccpp::ccpp_raw()?;
+    let d = raw.ncols() - 1;
+    Ok((raw.columns(0, d).clone_owned(), raw.column(d).clone_owned()))
+}
+
 /// Test metrics of a predictive on held-out targets (σ² the observation noise).
 #[derive(Debug, Clone, Copy, serde::Serialize)]
 struct TestMetrics {

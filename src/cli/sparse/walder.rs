@@ -235,11 +235,7 @@ pub fn run(a: WalderArgs) -> anyhow::Result<()> {
 fn dataset(name: &str, n_train: usize, seed: u64) -> anyhow::Result<TrainTest> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x003A_1DE4);
     let (x, y) = match name {
-        "ccpp" => {
-            let (_, raw) = dpcotrain_cotrain::ccpp::ccpp_raw()?;
-            let d = raw.ncols() - 1;
-            (raw.columns(0, d).clone_owned(), raw.column(d).clone_owned())
-        }
+        "ccpp" => super::ccpp_xy()?,
         _ => {
             use rand::Rng;
             use rand_distr::StandardNormal;
