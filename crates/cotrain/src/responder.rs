@@ -837,12 +837,17 @@ impl Party {
         }
     }
 
-    /// Whether a release's (ε, δ) is a formal guarantee for everything released: calibrated DP
-    /// with label-free θ. With the fitted θ̂ (the earlier policies) the guarantee covers the
-    /// means given θ̂ only — θ̂ and the released variances depend on the labels, uncounted — so
-    /// those releases are recorded as not guaranteed.
+    /// Whether a release's (ε, δ) is a formal guarantee for everything this node lets out about
+    /// its labels: calibrated DP, a counted θ (public or a charged vote) and label-free queries.
+    /// With the fitted θ̂ (the earlier policies) the guarantee covers the means given θ̂ only —
+    /// θ̂ and the released variances depend on the labels, uncounted. With adaptive queries the
+    /// indices this node sends as a querier are chosen by uncertainty sampling on its own
+    /// label-fitted model, so they too depend on its labels, uncounted. Either way its releases
+    /// are recorded as not guaranteed.
     pub fn guaranteed(&self) -> bool {
-        matches!(self.dp.mode, DpMode::Calibrated { .. }) && self.dp.theta.is_counted()
+        matches!(self.dp.mode, DpMode::Calibrated { .. })
+            && self.dp.theta.is_counted()
+            && matches!(self.dp.queries, QueryPolicy::Public { .. })
     }
 
     fn mechanism_name(&self) -> String {

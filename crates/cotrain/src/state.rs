@@ -333,7 +333,7 @@ impl Party {
         // release model (and a release-once freeze) is rebuilt on it.
         match (&self.theta_selection, &s.theta_selection) {
             (None, None) => {}
-            (Some(_), Some(saved)) => {
+            (Some(fresh), Some(saved)) => {
                 let (grid, _) = crate::release_model::theta_grid(
                     self.dp.theta.public_default().ok_or_else(|| bad("θ policy changed".into()))?,
                 );
@@ -341,6 +341,19 @@ impl Party {
                     return Err(bad(
                         "the saved θ selection is not of this party's grid: privacy settings changed".into()
                     ));
+                }
+                // The saved vote must have been released under the settings in force now: its
+                // noise is what every ledger charges for it (ρ = Δ²/σ²), and a vote saved with
+                // DP off (σ = 0) or another θ-vote ε would otherwise be kept and charged as if
+                // it had this node's noise. Refused here, before anything is released.
+                if !close(saved.sigma, fresh.sigma)
+                    || !close(saved.sensitivity, fresh.sensitivity)
+                    || saved.groups != fresh.groups
+                {
+                    return Err(bad(format!(
+                        "the saved θ vote was released with noise sd {} (sensitivity {}, {} groups), but this node's settings give {} ({}, {} groups): privacy settings or data changed",
+                        saved.sigma, saved.sensitivity, saved.groups, fresh.sigma, fresh.sensitivity, fresh.groups
+                    )));
                 }
                 if self.theta_selection.as_ref() != Some(saved) {
                     self.theta_selection = Some(saved.clone());

@@ -5,7 +5,7 @@
 use dpcotrain_cotrain::answer::{PredictRequest, Uncertainty};
 use dpcotrain_cotrain::combiner::CombinerKind;
 use dpcotrain_cotrain::data::PartyData;
-use dpcotrain_cotrain::release_model::{PublicTheta, ReleaseForm, ReleaseModel, ThetaPolicy};
+use dpcotrain_cotrain::release_model::{PublicTheta, QueryPolicy, ReleaseForm, ReleaseModel, ThetaPolicy};
 use dpcotrain_cotrain::responder::{DpConfig, Party, ReleasePolicy, THETA_SELECTION_ID};
 use dpcotrain_cotrain::select::public_greedy;
 use dpcotrain_gp::kernels::SquaredExponential;
@@ -97,6 +97,21 @@ fn a_batch_is_charged_once_at_exactly_its_mechanism_cost() {
     assert!(p.answer(&req("r4", vec![30], Uncertainty::Marginal)).is_err());
     assert_eq!(p.ledger("A").unwrap().releases.len(), 2);
     assert_eq!(p.state().requesters, before.requesters);
+}
+
+#[test]
+fn a_node_that_asks_adaptively_records_its_releases_as_not_guaranteed() {
+    // Same release (public θ, finite, batches), but this node chooses its own queries by
+    // uncertainty sampling on its label-fitted model: those indices depend on its labels,
+    // uncounted, so its ledger must not claim a guarantee.
+    let adaptive = DpConfig { queries: QueryPolicy::Adaptive, ..honest() };
+    let mut p = party(adaptive, 1);
+    let c = p.answer(&req("r1", vec![3, 7], Uncertainty::Marginal)).unwrap().charge.unwrap();
+    assert!(c.new_release && !c.guaranteed);
+    assert!(p.ledger("A").unwrap().releases.iter().all(|r| !r.guaranteed));
+    // The same node with label-free queries claims it: the flag follows the query policy alone.
+    let c = party(honest(), 1).answer(&req("r1", vec![3, 7], Uncertainty::Marginal)).unwrap().charge.unwrap();
+    assert!(c.guaranteed);
 }
 
 #[test]
@@ -588,4 +603,41 @@ fn a_restarted_party_keeps_the_theta_vote_it_released() {
     let mut bad = saved.clone();
     bad.theta_selection.as_mut().unwrap().winner = 99;
     assert!(build().restore(&bad).unwrap_err().to_string().contains("θ selection"));
+}
+
+#[test]
+fn a_theta_vote_saved_under_other_privacy_settings_is_refused_at_restore() {
+    let mu1 = gdp_mu_for(1.0, 1e-5);
+    let build = |dp: DpConfig| {
+        Party::new(
+            data(1),
+            CombinerKind::Noisy,
+            Uncertainty::Marginal,
+            Box::new(SquaredExponential::ard(1.0, vec![1.0, 1.0])),
+            NoiseVariance::new(0.1),
+            dp,
+            None,
+        )
+        .unwrap()
+    };
+    let calibrated = |mu_t: f64| {
+        let budget = gdp_epsilon((mu_t * mu_t + 3.0 * mu1 * mu1).sqrt(), 1e-5) * (1.0 + 1e-6);
+        selected(mu_t, budget)
+    };
+    // Saved by a node running without DP: the vote is an exact majority (σ = 0).
+    let off = DpConfig {
+        theta: ThetaPolicy::Selected { default: PublicTheta::default(), mu: 0.5 },
+        ..DpConfig::honest_protocol_without_dp(5)
+    };
+    let saved_off = build(off.clone()).state();
+    assert_eq!(saved_off.theta_selection.as_ref().unwrap().sigma, 0.0);
+    let e = build(calibrated(0.5)).restore(&saved_off).unwrap_err().to_string();
+    assert!(e.contains("noise sd 0") && e.contains("privacy settings"), "{e}");
+    // Saved with another θ-vote μ: its noise is not what the ledgers would charge now.
+    let saved_other = build(calibrated(0.25)).state();
+    let e = build(calibrated(0.5)).restore(&saved_other).unwrap_err().to_string();
+    assert!(e.contains("privacy settings"), "{e}");
+    // The same settings restore (the check is not a blanket refusal), both ways round.
+    build(calibrated(0.5)).restore(&build(calibrated(0.5)).state()).unwrap();
+    build(off.clone()).restore(&build(off).state()).unwrap();
 }
