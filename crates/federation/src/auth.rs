@@ -6,7 +6,20 @@
 //! common name must name the same principal — a stolen token alone is not enough, and a
 //! certificate alone is not enough. Only peers named in the node's configuration have tokens,
 //! so a node answers nobody else.
+//!
+//! Authentication is a tower layer ([`AuthLayer`]) in front of every service the node serves,
+//! as in tonic's examples: it runs before any message is decoded, refuses an unauthenticated
+//! call itself (logged and counted like every other RPC), and puts the authenticated
+//! [`Principal`] into the request's extensions, where a handler reads it with [`principal`]. A
+//! new RPC therefore cannot forget to authenticate, and a handler reached without the layer
+//! fails closed (`INTERNAL`), never open.
 
+use crate::ops::Metrics;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
 use tonic::metadata::MetadataValue;
 use tonic::{Request, Status};
 
@@ -64,15 +77,24 @@ impl Auth {
         self.tokens.is_empty()
     }
 
-    /// Authenticate a call.
+    /// Authenticate a call (its `authorization` metadata and its connection's client
+    /// certificate).
     pub fn check<T>(&self, req: &Request<T>) -> Result<Principal, Status> {
+        let header = req.metadata().get("authorization").and_then(|v| v.to_str().ok());
+        self.authenticate(header, req.extensions())
+    }
+
+    /// Authenticate from the `authorization` header's value and the request's extensions (where
+    /// the TLS layer puts the verified client certificate).
+    pub fn authenticate(
+        &self,
+        authorization: Option<&str>,
+        extensions: &http::Extensions,
+    ) -> Result<Principal, Status> {
         if self.tokens.is_empty() {
             return Ok(Principal::Anyone);
         }
-        let presented = req
-            .metadata()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
+        let presented = authorization
             .and_then(|v| v.strip_prefix("Bearer "))
             .ok_or_else(|| Status::unauthenticated("missing bearer token (authorization: Bearer …)"))?;
         let mut found: Option<&str> = None;
@@ -83,7 +105,7 @@ impl Auth {
         }
         let who = found.ok_or_else(|| Status::unauthenticated("unknown bearer token: this node does not know you"))?;
         if self.bind_tls {
-            match crate::tls::peer_identity(req) {
+            match crate::tls::peer_identity(extensions) {
                 Some(cn) if cn == who => {}
                 Some(cn) => {
                     return Err(Status::unauthenticated(format!(
@@ -95,6 +117,90 @@ impl Auth {
         }
         Ok(if who == ORCHESTRATOR { Principal::Orchestrator } else { Principal::Peer(who.to_string()) })
     }
+}
+
+/// The principal [`AuthLayer`] authenticated for this call. Missing only when a handler is
+/// reached without the layer (a wiring error): refused as `INTERNAL`, never treated as open.
+pub fn principal<T>(req: &Request<T>) -> Result<Principal, Status> {
+    req.extensions().get::<Principal>().cloned().ok_or_else(|| {
+        Status::internal("no authenticated caller: this node was served without its authentication layer")
+    })
+}
+
+/// The tower layer that authenticates every call before its message is decoded (see the
+/// module documentation). Refusals are logged and counted here, under the method's name.
+#[derive(Clone)]
+pub struct AuthLayer {
+    auth: Arc<Auth>,
+    metrics: Arc<Metrics>,
+}
+
+impl AuthLayer {
+    pub fn new(auth: Arc<Auth>, metrics: Arc<Metrics>) -> Self {
+        AuthLayer { auth, metrics }
+    }
+}
+
+impl<S> tower_layer::Layer<S> for AuthLayer {
+    type Service = AuthService<S>;
+
+    fn layer(&self, inner: S) -> AuthService<S> {
+        AuthService { inner, auth: self.auth.clone(), metrics: self.metrics.clone() }
+    }
+}
+
+/// [`AuthLayer`]'s service.
+#[derive(Clone)]
+pub struct AuthService<S> {
+    inner: S,
+    auth: Arc<Auth>,
+    metrics: Arc<Metrics>,
+}
+
+type BoxFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
+
+impl<S, B> tower_service::Service<http::Request<B>> for AuthService<S>
+where
+    S: tower_service::Service<http::Request<B>, Response = http::Response<tonic::body::Body>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    B: Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = S::Error;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
+        let started = Instant::now();
+        let header = req.headers().get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+        match self.auth.authenticate(header, req.extensions()) {
+            Ok(who) => {
+                req.extensions_mut().insert(who);
+                // The clone that was polled ready is the one that serves this call.
+                let clone = self.inner.clone();
+                let mut inner = std::mem::replace(&mut self.inner, clone);
+                Box::pin(inner.call(req))
+            }
+            Err(status) => {
+                let out: Result<(), Status> = Err(status.clone());
+                crate::ops::log_rpc(&self.metrics, method_name(req.uri().path()), "-", "-", started, &out, None);
+                Box::pin(async move { Ok(status.into_http()) })
+            }
+        }
+    }
+}
+
+/// The method a path names, as the metrics and logs spell it: one of the node's RPCs, or
+/// `unknown` — the path comes from an unauthenticated caller, and a metrics label must not take
+/// whatever it sends (the series would grow without bound).
+const METHODS: [&str; 4] = ["Handshake", "Predict", "Status", "RunRound"];
+
+fn method_name(path: &str) -> &'static str {
+    let method = path.rsplit('/').next().unwrap_or_default();
+    METHODS.into_iter().find(|m| *m == method).unwrap_or("unknown")
 }
 
 /// Attach a bearer token and a deadline to an outgoing request.
@@ -127,5 +233,81 @@ mod tests {
         assert!(Auth::tokens(vec![("short".into(), "B".into())], false).is_err());
         assert!(Auth::tokens(vec![("t".repeat(20), "B".into()), ("t".repeat(20), "C".into())], false).is_err());
         assert_eq!(Auth::open().check(&Request::new(())).unwrap(), Principal::Anyone);
+    }
+
+    /// Records the principal the layer handed on, if the call got through.
+    #[derive(Clone, Default)]
+    struct Inner(Arc<std::sync::Mutex<Vec<Option<Principal>>>>);
+
+    impl tower_service::Service<http::Request<()>> for Inner {
+        type Response = http::Response<tonic::body::Body>;
+        type Error = std::convert::Infallible;
+        type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, req: http::Request<()>) -> Self::Future {
+            self.0.lock().unwrap().push(req.extensions().get::<Principal>().cloned());
+            std::future::ready(Ok(http::Response::new(tonic::body::Body::default())))
+        }
+    }
+
+    fn call(svc: &mut AuthService<Inner>, token: Option<&str>) -> http::Response<tonic::body::Body> {
+        use tower_service::Service;
+        let mut b = http::Request::builder().uri("/dpcotrain.v1.Node/Predict");
+        if let Some(t) = token {
+            b = b.header("authorization", format!("Bearer {t}"));
+        }
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        rt.block_on(svc.call(b.body(()).unwrap())).unwrap()
+    }
+
+    #[test]
+    fn the_layer_refuses_before_the_service_and_hands_on_the_principal() {
+        use tower_layer::Layer;
+        let auth = Auth::tokens(vec![("b".repeat(20), "B".into())], false).unwrap();
+        let metrics = Arc::new(Metrics::default());
+        let inner = Inner::default();
+        let mut svc = AuthLayer::new(Arc::new(auth), metrics.clone()).layer(inner.clone());
+        // No token, and a wrong one: refused by the layer (UNAUTHENTICATED = 16), the service
+        // never runs, and the refusal is counted under the method's name.
+        for token in [None, Some("x".repeat(20))] {
+            let r = call(&mut svc, token.as_deref());
+            assert_eq!(r.headers().get("grpc-status").and_then(|v| v.to_str().ok()), Some("16"));
+        }
+        assert!(inner.0.lock().unwrap().is_empty());
+        let text = metrics.encode();
+        assert!(
+            text.lines()
+                .any(|l| l.contains("method=\"Predict\"") && l.contains("Unauthenticated") && l.ends_with(" 2")),
+            "{text}"
+        );
+        // The right token: the service runs with the principal in its extensions.
+        let r = call(&mut svc, Some(&"b".repeat(20)));
+        assert!(r.headers().get("grpc-status").is_none());
+        assert_eq!(*inner.0.lock().unwrap(), vec![Some(Principal::Peer("B".into()))]);
+        // Open authentication hands on Anyone; a handler reached without the layer fails closed.
+        let mut open = AuthLayer::new(Arc::new(Auth::open()), metrics).layer(inner.clone());
+        call(&mut open, None);
+        assert_eq!(inner.0.lock().unwrap().last().cloned().flatten(), Some(Principal::Anyone));
+        assert_eq!(principal(&Request::new(())).unwrap_err().code(), tonic::Code::Internal);
+        assert_eq!(method_name("/dpcotrain.v1.Node/RunRound"), "RunRound");
+        assert_eq!(method_name(&format!("/x/{}", "A".repeat(10_000))), "unknown");
+    }
+
+    #[test]
+    fn every_rpc_of_the_proto_has_its_own_metrics_name() {
+        let proto = include_str!("../proto/dpcotrain/v1/node.proto");
+        let mut rpcs: Vec<&str> = proto
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("rpc "))
+            .map(|l| l.split('(').next().unwrap_or_default().trim())
+            .collect();
+        rpcs.sort_unstable();
+        let mut ours = METHODS.to_vec();
+        ours.sort_unstable();
+        assert_eq!(rpcs, ours, "a new RPC needs its name in auth::METHODS");
     }
 }

@@ -20,6 +20,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use std::future::Future;
 use std::sync::atomic::AtomicU64;
+use std::time::Instant;
 use tokio::net::TcpListener;
 
 /// At most this many requesters get their own ε series (the rest are summed in `other`): in an
@@ -155,4 +156,42 @@ pub async fn serve_ops(
         .into_axum_router()
         .route("/metrics", axum::routing::get(metrics_handler).with_state(service));
     axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+}
+
+/// One structured line per RPC: the method, the caller's claimed name and the request id (both
+/// clipped), the outcome's code and the latency — never labels, covariates or released values.
+/// Refusals (authentication, permission, budget, a refused handshake) are warnings, internal
+/// failures (a failed save) errors, the rest info. Also counted in `metrics`.
+pub(crate) fn log_rpc<T>(
+    metrics: &Metrics,
+    method: &str,
+    caller: &str,
+    request: &str,
+    started: Instant,
+    out: &Result<T, tonic::Status>,
+    refused: Option<&str>,
+) {
+    use tonic::Code;
+    let seconds = started.elapsed().as_secs_f64();
+    metrics.record_rpc(method, out.as_ref().map_or_else(|s| s.code(), |_| Code::Ok), seconds);
+    let ms = seconds * 1e3;
+    match (out, refused) {
+        (Ok(_), None) => tracing::info!(rpc = method, caller, request, code = "OK", ms, "rpc"),
+        (Ok(_), Some(reason)) => {
+            tracing::warn!(rpc = method, caller, request, code = "OK", ms, reason = %crate::clip(reason), "rpc refused")
+        }
+        (Err(s), _) => {
+            let code = format!("{:?}", s.code());
+            let reason = crate::clip(s.message());
+            match s.code() {
+                Code::Internal | Code::Unknown | Code::DataLoss => {
+                    tracing::error!(rpc = method, caller, request, code, ms, %reason, "rpc failed")
+                }
+                Code::Unauthenticated | Code::PermissionDenied | Code::ResourceExhausted => {
+                    tracing::warn!(rpc = method, caller, request, code, ms, %reason, "rpc refused")
+                }
+                _ => tracing::info!(rpc = method, caller, request, code, ms, %reason, "rpc"),
+            }
+        }
+    }
 }

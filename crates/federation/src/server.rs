@@ -12,9 +12,9 @@
 //!   up. The party lock is never held across an await; numerical work runs on the blocking pool.
 
 use crate::agreement::Agreement;
-use crate::auth::{Auth, Principal};
+use crate::auth::{Auth, AuthLayer, Principal, principal};
 use crate::error::NodeError;
-use crate::ops::Metrics;
+use crate::ops::{Metrics, log_rpc};
 use crate::pb::node_server::{Node, NodeServer};
 use crate::store::StateStore;
 use crate::{GrpcPeer, convert, pb};
@@ -179,50 +179,12 @@ impl Node for NodeService {
     }
 }
 
-/// One structured line per RPC: the method, the caller's claimed name and the request id (both
-/// clipped), the outcome's code and the latency — never labels, covariates or released values.
-/// Refusals (authentication, permission, budget, a refused handshake) are warnings, internal
-/// failures (a failed save) errors, the rest info. Also counted in `metrics`.
-fn log_rpc<T>(
-    metrics: &Metrics,
-    method: &str,
-    caller: &str,
-    request: &str,
-    started: Instant,
-    out: &Result<T, Status>,
-    refused: Option<&str>,
-) {
-    use tonic::Code;
-    let seconds = started.elapsed().as_secs_f64();
-    metrics.record_rpc(method, out.as_ref().map_or_else(|s| s.code(), |_| Code::Ok), seconds);
-    let ms = seconds * 1e3;
-    match (out, refused) {
-        (Ok(_), None) => tracing::info!(rpc = method, caller, request, code = "OK", ms, "rpc"),
-        (Ok(_), Some(reason)) => {
-            tracing::warn!(rpc = method, caller, request, code = "OK", ms, reason = %crate::clip(reason), "rpc refused")
-        }
-        (Err(s), _) => {
-            let code = format!("{:?}", s.code());
-            let reason = crate::clip(s.message());
-            match s.code() {
-                Code::Internal | Code::Unknown | Code::DataLoss => {
-                    tracing::error!(rpc = method, caller, request, code, ms, %reason, "rpc failed")
-                }
-                Code::Unauthenticated | Code::PermissionDenied | Code::ResourceExhausted => {
-                    tracing::warn!(rpc = method, caller, request, code, ms, %reason, "rpc refused")
-                }
-                _ => tracing::info!(rpc = method, caller, request, code, ms, %reason, "rpc"),
-            }
-        }
-    }
-}
-
 impl NodeService {
     async fn handshake_inner(
         &self,
         req: Request<pb::HandshakeRequest>,
     ) -> Result<Response<pb::HandshakeResponse>, Status> {
-        let who = self.auth.check(&req)?;
+        let who = principal(&req)?;
         let r = req.into_inner();
         // No party lock here: a Handshake answers even while a turn re-fits the model.
         let party = self.name.to_string();
@@ -254,7 +216,7 @@ impl NodeService {
     }
 
     async fn predict_inner(&self, req: Request<pb::PredictRequest>) -> Result<Response<pb::PredictResponse>, Status> {
-        let who = self.auth.check(&req)?;
+        let who = principal(&req)?;
         let r = req.into_inner();
         if r.federation_id != self.agreement.federation_id {
             return Err(Status::permission_denied(format!("unknown federation {}", crate::clip(&r.federation_id))));
@@ -294,7 +256,7 @@ impl NodeService {
     async fn status_inner(&self, req: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
         // A peer sees only its own spend and no test RMSE (it is computed on this node's private
         // test labels with its label-fitted model); the orchestrator sees everything.
-        let caller = match self.auth.check(&req)? {
+        let caller = match principal(&req)? {
             Principal::Peer(p) => Some(p),
             Principal::Anyone | Principal::Orchestrator => None,
         };
@@ -374,7 +336,7 @@ impl NodeService {
         &self,
         req: Request<pb::RunRoundRequest>,
     ) -> Result<Response<pb::RunRoundResponse>, Status> {
-        match self.auth.check(&req)? {
+        match principal(&req)? {
             Principal::Anyone | Principal::Orchestrator => {}
             Principal::Peer(p) => {
                 return Err(Status::permission_denied(format!("{p:?} is a peer, not the orchestrator")));
@@ -422,6 +384,7 @@ pub async fn serve(
 ) -> Result<(), tonic::transport::Error> {
     // Bounded concurrency per connection and per HTTP/2 connection, and keepalive pings so a
     // vanished peer's connection is noticed.
+    let auth = AuthLayer::new(service.auth.clone(), service.metrics.clone());
     let mut b = tonic::transport::Server::builder()
         .timeout(Duration::from_secs(300))
         .concurrency_limit_per_connection(32)
@@ -431,18 +394,21 @@ pub async fn serve(
     if let Some(t) = tls {
         b = b.tls_config(t)?;
     }
-    b.add_service(
-        NodeServer::new(service)
-            .max_decoding_message_size(crate::MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(crate::MAX_MESSAGE_BYTES),
-    )
-    // No Nagle: a multi-segment answer (e.g. 25 × 25 covariances) would otherwise wait for
-    // the peer's delayed ACK (~40 ms).
-    .serve_with_incoming_shutdown(
-        tonic::transport::server::TcpIncoming::from(listener)
-            .with_nodelay(Some(true))
-            .with_keepalive(Some(Duration::from_secs(60))),
-        shutdown,
-    )
-    .await
+    // Authentication in front of every service: the principal reaches the handlers in the
+    // request's extensions (crate::auth).
+    b.layer(auth)
+        .add_service(
+            NodeServer::new(service)
+                .max_decoding_message_size(crate::MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(crate::MAX_MESSAGE_BYTES),
+        )
+        // No Nagle: a multi-segment answer (e.g. 25 × 25 covariances) would otherwise wait for
+        // the peer's delayed ACK (~40 ms).
+        .serve_with_incoming_shutdown(
+            tonic::transport::server::TcpIncoming::from(listener)
+                .with_nodelay(Some(true))
+                .with_keepalive(Some(Duration::from_secs(60))),
+            shutdown,
+        )
+        .await
 }

@@ -172,10 +172,12 @@ impl NodeTls {
     }
 }
 
-/// The CN of the client certificate that authenticated the connection carrying `req`
-/// (already verified against the CA by the TLS layer); `None` without TLS client auth.
-pub fn peer_identity<T>(req: &tonic::Request<T>) -> Option<String> {
-    let certs = req.peer_certs()?;
+/// The CN of the client certificate that authenticated the connection carrying a request,
+/// read from the request's extensions (already verified against the CA by the TLS layer);
+/// `None` without TLS client auth.
+pub fn peer_identity(extensions: &http::Extensions) -> Option<String> {
+    use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
+    let certs = extensions.get::<TlsConnectInfo<TcpConnectInfo>>()?.peer_certs()?;
     common_name(cert_parts(certs.first()?)?.subject)
 }
 
