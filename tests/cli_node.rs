@@ -358,7 +358,7 @@ fn three_party_example_completes_a_run() {
             request_id: b_id.clone(),
             requester: "C".into(),
             indices: b_answer.indices.iter().map(|&i| i as u64).collect(),
-            uncertainty: "marginal".into(),
+            uncertainty: dpcotrain_federation::pb::Uncertainty::Marginal.into(),
             want_prior: true,
             federation_id: "ccpp-three-party".into(),
         };

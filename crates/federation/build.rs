@@ -1,6 +1,6 @@
 // Compile the protocol with protox (pure Rust): no system protoc is needed.
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let protos = ["proto/dpcotrain/v1/node.proto"];
+    let protos = ["proto/dpcotrain/v2/node.proto"];
     let includes = ["proto"];
     let fds = protox::compile(protos, includes)?;
     // Decode errors are the caller's: INVALID_ARGUMENT (src/codec.rs), not prost's INTERNAL.

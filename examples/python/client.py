@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A dpcotrain client in Python that uses nothing but the protocol file.
 
-It compiles crates/federation/proto/dpcotrain/v1/node.proto with grpcio-tools at start-up, connects to a running
+It compiles crates/federation/proto/dpcotrain/v2/node.proto with grpcio-tools at start-up, connects to a running
 node over mutual TLS with a bearer token, and
   * as the orchestrator (default): prints the node's Status;
   * with --as PEER: handshakes as that peer (agreeing on the pool hash, y standardisation and
@@ -34,13 +34,13 @@ def stubs():
     out = pathlib.Path(tempfile.mkdtemp(prefix="dpcotrain-py-"))
     include = pathlib.Path(protoc.__file__).parent / "_proto"
     rc = protoc.main(["protoc", f"-I{PROTO}", f"-I{include}", f"--python_out={out}", f"--grpc_python_out={out}",
-                      str(PROTO / "dpcotrain/v1/node.proto")])
+                      str(PROTO / "dpcotrain/v2/node.proto")])
     if rc != 0:
-        sys.exit(f"protoc failed on {PROTO / 'dpcotrain/v1/node.proto'}")
-    for d in [out / "dpcotrain", out / "dpcotrain/v1"]:
+        sys.exit(f"protoc failed on {PROTO / 'dpcotrain/v2/node.proto'}")
+    for d in [out / "dpcotrain", out / "dpcotrain/v2"]:
         (d / "__init__.py").touch()
     sys.path.insert(0, str(out))
-    return importlib.import_module("dpcotrain.v1.node_pb2"), importlib.import_module("dpcotrain.v1.node_pb2_grpc")
+    return importlib.import_module("dpcotrain.v2.node_pb2"), importlib.import_module("dpcotrain.v2.node_pb2_grpc")
 
 
 def pool_hash(n):
@@ -58,17 +58,19 @@ def rust_float(x):
     return s[:-2] if s.endswith(".0") else s
 
 
-def policy_string(pv):
-    """The release-policy string of the handshake, as a node derives it from its [privacy] table
-    (crates/federation/src/agreement.rs: policy_name)."""
+def privacy_policy(pb, pv):
+    """The handshake's privacy fields (mode, release policy, release terms) as a node derives
+    them from its [privacy] table (crates/federation/src/agreement.rs: Agreement::of)."""
     mode = pv.get("mode", "calibrated")
     policy = pv.get("policy", "per-query" if mode == "thesis" else "batches")
+    enums = {"privacy_mode": pb.PrivacyMode.Value("PRIVACY_MODE_" + mode.upper()),
+             "release_policy": pb.ReleasePolicy.Value("RELEASE_POLICY_" + policy.upper().replace("-", "_"))}
     honest = policy == "batches"
     release = pv.get("release", "finite" if honest else "rkhs")
     theta = pv.get("theta", "public" if honest else "fitted")
     queries = pv.get("queries", "public" if honest else "adaptive")
     if release == "rkhs" and theta == "fitted" and queries == "adaptive":
-        return f"{mode}/{policy}"
+        return {**enums, "release_terms": ""}
     if release == "finite":
         cap = pv.get("cap", "auto")
         if cap == "none":
@@ -82,7 +84,7 @@ def policy_string(pv):
     if theta == "public":
         t = pv.get("public_theta", [1.0, 1.0, 0.1])
         theta = "public(" + ",".join(rust_float(v) for v in t) + ")"
-    return f"{mode}/{policy}/{form}/theta={theta}/queries={queries}"
+    return {**enums, "release_terms": f"{form}/theta={theta}/queries={queries}"}
 
 
 def main():
@@ -113,8 +115,9 @@ def main():
 
     if a.who == "orchestrator":
         st = stub.Status(pb.StatusRequest(), metadata=meta, timeout=30)
+        opt = lambda m, f: getattr(m, f) if m.HasField(f) else None  # noqa: E731 (absent: None)
         print(json.dumps({"party": st.party, "model_version": st.model_version, "rounds_done": st.rounds_done,
-                          "test_rmse": st.test_rmse, "test_rmse_alone": st.test_rmse_alone,
+                          "test_rmse": opt(st, "test_rmse"), "test_rmse_alone": opt(st, "test_rmse_alone"),
                           "spend": [{"peer": s.peer, "epsilon": s.epsilon, "releases": s.releases} for s in st.spend]}))
         return
 
@@ -127,19 +130,20 @@ def main():
     elif mode == "thesis":
         eps, delta, lo, hi = 0.42, 0.0, 0.0, 0.0
     hs = stub.Handshake(pb.HandshakeRequest(
-        protocol_version="dpcotrain.v1", federation_id=cfg["federation_id"], party=a.who,
+        protocol_version="dpcotrain.v2", federation_id=cfg["federation_id"], party=a.who,
         pool_hash=pool_hash(n_pool), y_mean=data.get("y_mean", 0.0), y_scale=data.get("y_scale", 1.0),
-        release_policy=policy_string(pv), epsilon=eps, delta=delta, label_lo=lo, label_hi=hi),
+        epsilon=eps, delta=delta, label_lo=lo, label_hi=hi, **privacy_policy(pb, pv)),
         metadata=meta, timeout=30)
     if not hs.accepted:
         sys.exit(f"handshake refused by {hs.party}: {hs.reason}")
     idx = [int(i) for i in a.indices.split(",")]
     ans = stub.Predict(pb.PredictRequest(request_id=f"python-{a.who}-{a.indices}", requester=a.who, indices=idx,
-                                         uncertainty="marginal", federation_id=cfg["federation_id"]),
+                                         uncertainty=pb.UNCERTAINTY_MARGINAL, federation_id=cfg["federation_id"]),
                        metadata=meta, timeout=60)
     print(json.dumps({"responder": ans.responder, "indices": list(ans.indices), "mean": list(ans.mean),
-                      "var": list(ans.var), "new_release": ans.charge.new_release, "rho": ans.charge.rho,
-                      "budget_rho_left": ans.budget_rho_left}))
+                      "var": list(ans.var.values) if ans.HasField("var") else None,
+                      "new_release": ans.charge.new_release, "rho": ans.charge.rho,
+                      "budget_rho_left": ans.budget_rho_left if ans.HasField("budget_rho_left") else None}))
 
 
 if __name__ == "__main__":

@@ -251,9 +251,9 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
     let mut queried: Vec<Vec<u64>> = vec![Vec::new(); names.len()];
     let mut statuses = Vec::new();
     let drove = drive(&orch, a.rounds, |round, i, r| {
-        if r.asked {
+        if let Some(index) = r.index {
             if r.indices.is_empty() {
-                queried[i].push(r.index);
+                queried[i].push(index);
             } else {
                 queried[i].extend(r.indices.iter().copied());
             }

@@ -31,13 +31,19 @@ fn status_table(st: &pb::StatusResponse) -> String {
     if st.restricted {
         let _ = writeln!(o, "  (restricted view: you are a peer; you see your own spend only)");
     } else {
+        let num = |v: Option<f64>, signed: bool| match v {
+            Some(x) if signed => format!("{x:+.4}"),
+            Some(x) => format!("{x:.4}"),
+            None => "—".to_string(),
+        };
+        let change = st.test_rmse.zip(st.test_rmse_alone).map(|(now, alone)| now - alone);
         let _ = writeln!(
             o,
-            "  test RMSE       {:.4} alone → {:.4} now  (change {:+.4}, SE {:.4})",
-            st.test_rmse_alone,
-            st.test_rmse,
-            st.test_rmse - st.test_rmse_alone,
-            st.rmse_change_se
+            "  test RMSE       {} alone → {} now  (change {}, SE {})",
+            num(st.test_rmse_alone, false),
+            num(st.test_rmse, false),
+            num(change, true),
+            num(st.rmse_change_se, false)
         );
         if !st.rmse_per_round.is_empty() {
             let v: Vec<String> = st.rmse_per_round.iter().map(|r| format!("{r:.4}")).collect();

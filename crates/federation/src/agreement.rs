@@ -1,10 +1,11 @@
 //! What two nodes must agree on before any release (the handshake): protocol version,
 //! federation id, the shared pool (a hash of its index list), the public standardisation of y
-//! (docs/decisions.md D18) and the privacy policy (release policy, ε, δ, label range).
+//! (docs/decisions.md D18) and the privacy policy (privacy mode, release policy, the release
+//! terms, ε, δ, label range).
 
 use crate::pb;
 use dpcotrain_cotrain::release_model::{QueryPolicy, ReleaseForm, ThetaPolicy};
-use dpcotrain_cotrain::responder::{DpConfig, DpMode, Party};
+use dpcotrain_cotrain::responder::{DpConfig, DpMode, Party, ReleasePolicy};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Agreement {
@@ -13,7 +14,11 @@ pub struct Agreement {
     /// Public standardisation of y: y_std = (y − y_mean) / y_scale.
     pub y_mean: f64,
     pub y_scale: f64,
-    pub release_policy: String,
+    pub privacy_mode: pb::PrivacyMode,
+    pub release_policy: pb::ReleasePolicy,
+    /// The release form, θ policy and query policy in canonical form ("" for the thesis-era
+    /// function-space release with fitted θ and adaptive queries).
+    pub release_terms: String,
     /// Per-release ε and δ (0 when DP is off; ε = the multiplier in thesis mode).
     pub epsilon: f64,
     pub delta: f64,
@@ -32,13 +37,13 @@ pub fn pool_hash(n: usize) -> String {
     format!("fnv1a64:{h:016x}:{n}")
 }
 
-/// `mode/policy` for the thesis-era settings (function-space release, fitted θ, adaptive
-/// queries), then `/form/theta=…/queries=…` whenever any of those differs.
-fn policy_name(mode: &str, policy: &str, dp: &DpConfig) -> String {
+/// "" for the thesis-era settings (function-space release, fitted θ, adaptive queries), else
+/// `form/theta=…/queries=…`.
+fn release_terms(dp: &DpConfig) -> String {
     let legacy =
         dp.release == ReleaseForm::Rkhs && dp.theta == ThetaPolicy::Fitted && dp.queries == QueryPolicy::Adaptive;
     if legacy {
-        return format!("{mode}/{policy}");
+        return String::new();
     }
     let theta = match &dp.theta {
         ThetaPolicy::Fitted => "fitted".to_string(),
@@ -47,24 +52,40 @@ fn policy_name(mode: &str, policy: &str, dp: &DpConfig) -> String {
             format!("select({},{},{};mu={mu})", t.signal_variance, t.lengthscale, t.noise_variance)
         }
     };
-    format!("{mode}/{policy}/{}/theta={theta}/queries={}", dp.release.name(), dp.queries.name())
+    format!("{}/theta={theta}/queries={}", dp.release.name(), dp.queries.name())
+}
+
+fn release_policy_to_pb(p: ReleasePolicy) -> pb::ReleasePolicy {
+    match p {
+        ReleasePolicy::Batches => pb::ReleasePolicy::Batches,
+        ReleasePolicy::ReleaseOnce => pb::ReleasePolicy::ReleaseOnce,
+        ReleasePolicy::PerQuery => pb::ReleasePolicy::PerQuery,
+    }
+}
+
+/// An enum field's name for a message, or its raw value when it is not one this node knows.
+fn enum_name<E: TryFrom<i32>>(v: i32, name: impl Fn(E) -> &'static str) -> String {
+    E::try_from(v).map_or_else(|_| format!("unknown ({v})"), |e| name(e).to_string())
 }
 
 impl Agreement {
     /// The agreement a party's configuration implies.
     pub fn of(party: &Party, federation_id: &str, y_mean: f64, y_scale: f64) -> Self {
-        let policy = party.dp.policy.name();
         let (mode, epsilon, delta, lo, hi) = match &party.dp.mode {
-            DpMode::Off => ("off", 0.0, 0.0, 0.0, 0.0),
-            DpMode::Thesis { multiplier } => ("thesis", *multiplier, 0.0, 0.0, 0.0),
-            DpMode::Calibrated { epsilon, delta, range, .. } => ("calibrated", *epsilon, *delta, range.lo, range.hi),
+            DpMode::Off => (pb::PrivacyMode::Off, 0.0, 0.0, 0.0, 0.0),
+            DpMode::Thesis { multiplier } => (pb::PrivacyMode::Thesis, *multiplier, 0.0, 0.0, 0.0),
+            DpMode::Calibrated { epsilon, delta, range, .. } => {
+                (pb::PrivacyMode::Calibrated, *epsilon, *delta, range.lo, range.hi)
+            }
         };
         Agreement {
             federation_id: federation_id.into(),
             pool_hash: pool_hash(party.data.pool_size()),
             y_mean,
             y_scale,
-            release_policy: policy_name(mode, policy, &party.dp),
+            privacy_mode: mode,
+            release_policy: release_policy_to_pb(party.dp.policy),
+            release_terms: release_terms(&party.dp),
             epsilon,
             delta,
             label_lo: lo,
@@ -80,7 +101,9 @@ impl Agreement {
             pool_hash: self.pool_hash.clone(),
             y_mean: self.y_mean,
             y_scale: self.y_scale,
-            release_policy: self.release_policy.clone(),
+            privacy_mode: self.privacy_mode.into(),
+            release_policy: self.release_policy.into(),
+            release_terms: self.release_terms.clone(),
             epsilon: self.epsilon,
             delta: self.delta,
             label_lo: self.label_lo,
@@ -106,20 +129,26 @@ impl Agreement {
                 r.y_mean, r.y_scale, self.y_mean, self.y_scale
             ));
         }
-        if r.release_policy != self.release_policy
+        if r.privacy_mode != i32::from(self.privacy_mode)
+            || r.release_policy != i32::from(self.release_policy)
+            || r.release_terms != self.release_terms
             || !same(r.epsilon, self.epsilon)
             || !same(r.delta, self.delta)
             || !same(r.label_lo, self.label_lo)
             || !same(r.label_hi, self.label_hi)
         {
             return Err(format!(
-                "privacy policy {} ε={} δ={} labels [{}, {}] is not ours ({} ε={} δ={} labels [{}, {}])",
-                crate::clip(&r.release_policy),
+                "privacy policy {}/{} {} ε={} δ={} labels [{}, {}] is not ours ({}/{} {:?} ε={} δ={} labels [{}, {}])",
+                enum_name(r.privacy_mode, |e: pb::PrivacyMode| e.as_str_name()),
+                enum_name(r.release_policy, |e: pb::ReleasePolicy| e.as_str_name()),
+                crate::clip(&r.release_terms),
                 r.epsilon,
                 r.delta,
                 r.label_lo,
                 r.label_hi,
-                self.release_policy,
+                self.privacy_mode.as_str_name(),
+                self.release_policy.as_str_name(),
+                self.release_terms,
                 self.epsilon,
                 self.delta,
                 self.label_lo,
@@ -140,7 +169,9 @@ mod tests {
             pool_hash: pool_hash(250),
             y_mean: 0.0,
             y_scale: 1.0,
-            release_policy: "calibrated/release-once".into(),
+            privacy_mode: pb::PrivacyMode::Calibrated,
+            release_policy: pb::ReleasePolicy::ReleaseOnce,
+            release_terms: String::new(),
             epsilon: 1.0,
             delta: 1e-5,
             label_lo: -3.0,
@@ -159,7 +190,10 @@ mod tests {
             (Box::new(|r| r.federation_id = "g".into()), "federation"),
             (Box::new(|r| r.pool_hash = pool_hash(10)), "pool"),
             (Box::new(|r| r.y_scale = 2.0), "standardisation"),
-            (Box::new(|r| r.release_policy = "calibrated/per-query".into()), "privacy"),
+            (Box::new(|r| r.release_policy = pb::ReleasePolicy::PerQuery.into()), "RELEASE_POLICY_PER_QUERY"),
+            (Box::new(|r| r.release_policy = 99), "unknown (99)"),
+            (Box::new(|r| r.privacy_mode = pb::PrivacyMode::Off.into()), "PRIVACY_MODE_OFF"),
+            (Box::new(|r| r.release_terms = "finite/theta=public(1,1,0.1)/queries=public".into()), "privacy"),
             (Box::new(|r| r.epsilon = 4.0), "privacy"),
             (Box::new(|r| r.label_hi = 5.0), "privacy"),
         ];

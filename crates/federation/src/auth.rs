@@ -256,7 +256,7 @@ mod tests {
 
     fn call(svc: &mut AuthService<Inner>, token: Option<&str>) -> http::Response<tonic::body::Body> {
         use tower_service::Service;
-        let mut b = http::Request::builder().uri("/dpcotrain.v1.Node/Predict");
+        let mut b = http::Request::builder().uri("/dpcotrain.v2.Node/Predict");
         if let Some(t) = token {
             b = b.header("authorization", format!("Bearer {t}"));
         }
@@ -293,13 +293,13 @@ mod tests {
         call(&mut open, None);
         assert_eq!(inner.0.lock().unwrap().last().cloned().flatten(), Some(Principal::Anyone));
         assert_eq!(principal(&Request::new(())).unwrap_err().code(), tonic::Code::Internal);
-        assert_eq!(method_name("/dpcotrain.v1.Node/RunRound"), "RunRound");
+        assert_eq!(method_name("/dpcotrain.v2.Node/RunRound"), "RunRound");
         assert_eq!(method_name(&format!("/x/{}", "A".repeat(10_000))), "unknown");
     }
 
     #[test]
     fn every_rpc_of_the_proto_has_its_own_metrics_name() {
-        let proto = include_str!("../proto/dpcotrain/v1/node.proto");
+        let proto = include_str!("../proto/dpcotrain/v2/node.proto");
         let mut rpcs: Vec<&str> = proto
             .lines()
             .filter_map(|l| l.trim().strip_prefix("rpc "))

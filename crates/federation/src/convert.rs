@@ -7,6 +7,29 @@ use crate::pb;
 use dpcotrain_cotrain::answer::{Answer, ChargeInfo, PredictRequest, Uncertainty};
 use nalgebra::DMatrix;
 
+pub fn uncertainty_to_pb(u: Uncertainty) -> pb::Uncertainty {
+    match u {
+        Uncertainty::None => pb::Uncertainty::None,
+        Uncertainty::Marginal => pb::Uncertainty::Marginal,
+        Uncertainty::Full => pb::Uncertainty::Full,
+    }
+}
+
+/// The uncertainty mode of a request from the wire: an unspecified or unknown value is refused.
+pub fn uncertainty_from_pb(v: i32) -> Result<Uncertainty, String> {
+    match pb::Uncertainty::try_from(v) {
+        Ok(pb::Uncertainty::None) => Ok(Uncertainty::None),
+        Ok(pb::Uncertainty::Marginal) => Ok(Uncertainty::Marginal),
+        Ok(pb::Uncertainty::Full) => Ok(Uncertainty::Full),
+        Ok(pb::Uncertainty::Unspecified) => Err("uncertainty is unspecified (none, marginal or full)".into()),
+        Err(_) => Err(format!("uncertainty {v} is not a known value (none, marginal or full)")),
+    }
+}
+
+fn vector_to_pb(v: &Option<Vec<f64>>) -> Option<pb::Vector> {
+    v.as_ref().map(|values| pb::Vector { values: values.clone() })
+}
+
 pub fn matrix_to_pb(m: &DMatrix<f64>) -> pb::Matrix {
     pb::Matrix { rows: m.nrows() as u32, cols: m.ncols() as u32, data: m.as_slice().to_vec() }
 }
@@ -27,7 +50,7 @@ pub fn request_to_pb(r: &PredictRequest, federation_id: &str) -> pb::PredictRequ
         request_id: r.request_id.clone(),
         requester: r.requester.clone(),
         indices: r.indices.iter().map(|&i| i as u64).collect(),
-        uncertainty: r.uncertainty.name().into(),
+        uncertainty: uncertainty_to_pb(r.uncertainty).into(),
         want_prior: r.want_prior,
         federation_id: federation_id.into(),
     }
@@ -48,8 +71,7 @@ pub fn request_from_pb(r: &pb::PredictRequest) -> Result<PredictRequest, String>
         .iter()
         .map(|&i| usize::try_from(i).map_err(|_| format!("index {i} too large")))
         .collect::<Result<Vec<_>, _>>()?;
-    let uncertainty: Uncertainty =
-        r.uncertainty.parse().map_err(|e: dpcotrain_cotrain::named::UnknownName| e.to_string())?;
+    let uncertainty = uncertainty_from_pb(r.uncertainty)?;
     // The answer's size is known from the request alone: refuse one that could not be sent
     // before anything is computed, charged or saved.
     let k = indices.len() as f64;
@@ -79,8 +101,7 @@ pub fn answer_to_pb(a: &Answer) -> pb::PredictResponse {
         responder: a.responder.clone(),
         indices: a.indices.iter().map(|&i| i as u64).collect(),
         mean: a.mean.clone(),
-        has_var: a.var.is_some(),
-        var: a.var.clone().unwrap_or_default(),
+        var: vector_to_pb(&a.var),
         answered: a.answered.iter().map(|&i| i as u64).collect(),
         cov: a.cov.as_ref().map(matrix_to_pb),
         prior_cov: a.prior_cov.as_ref().map(matrix_to_pb),
@@ -93,10 +114,8 @@ pub fn answer_to_pb(a: &Answer) -> pb::PredictResponse {
             guaranteed: c.guaranteed,
             new_release: c.new_release,
         }),
-        has_budget: a.budget_rho_left.is_some(),
-        budget_rho_left: a.budget_rho_left.unwrap_or(0.0),
-        has_noise_var: a.noise_var.is_some(),
-        noise_var: a.noise_var.clone().unwrap_or_default(),
+        budget_rho_left: a.budget_rho_left,
+        noise_var: vector_to_pb(&a.noise_var),
     }
 }
 
@@ -108,17 +127,22 @@ pub fn answer_from_pb(r: pb::PredictResponse) -> Result<Answer, String> {
     if r.mean.len() != indices.len() {
         return Err(format!("{} means for {} indices", r.mean.len(), indices.len()));
     }
-    if r.has_var && r.var.len() != indices.len() {
-        return Err(format!("{} variances for {} indices", r.var.len(), indices.len()));
+    let (var, noise_var) = (r.var.map(|v| v.values), r.noise_var.map(|v| v.values));
+    if let Some(v) = &var
+        && v.len() != indices.len()
+    {
+        return Err(format!("{} variances for {} indices", v.len(), indices.len()));
     }
-    if r.has_noise_var && r.noise_var.len() != indices.len() {
-        return Err(format!("{} noise variances for {} indices", r.noise_var.len(), indices.len()));
+    if let Some(v) = &noise_var
+        && v.len() != indices.len()
+    {
+        return Err(format!("{} noise variances for {} indices", v.len(), indices.len()));
     }
     Ok(Answer {
         responder: r.responder,
         indices,
         mean: r.mean,
-        var: r.has_var.then_some(r.var),
+        var,
         answered: idx(&r.answered)?,
         cov: r.cov.as_ref().map(matrix_from_pb).transpose()?,
         prior_cov: r.prior_cov.as_ref().map(matrix_from_pb).transpose()?,
@@ -131,8 +155,8 @@ pub fn answer_from_pb(r: pb::PredictResponse) -> Result<Answer, String> {
             guaranteed: c.guaranteed,
             new_release: c.new_release,
         }),
-        budget_rho_left: r.has_budget.then_some(r.budget_rho_left),
-        noise_var: r.has_noise_var.then_some(r.noise_var),
+        budget_rho_left: r.budget_rho_left,
+        noise_var,
     })
 }
 
@@ -163,7 +187,7 @@ mod tests {
         let none = Answer { noise_var: None, ..answer() };
         assert_eq!(answer_from_pb(answer_to_pb(&none)).unwrap(), none);
         let mut bad = answer_to_pb(&a);
-        bad.noise_var.pop();
+        bad.noise_var.as_mut().unwrap().values.pop();
         assert!(answer_from_pb(bad).unwrap_err().contains("noise variances"));
     }
 
@@ -188,7 +212,7 @@ mod tests {
                 request_id in ".{0,12}",
                 requester in ".{0,12}",
                 indices in prop::collection::vec(prop_oneof![0u64..1000, any::<u64>()], 0..40),
-                uncertainty in prop_oneof![Just("none".to_string()), Just("marginal".into()), Just("full".into()), ".{0,8}"],
+                uncertainty in prop_oneof![1i32..=3, any::<i32>()],
                 want_prior in any::<bool>(),
             ) {
                 let wire = pb::PredictRequest { request_id, requester, indices, uncertainty, want_prior, federation_id: "f".into() };
@@ -222,9 +246,11 @@ mod tests {
                 }
                 let mut indices: Vec<u64> = (0..n as u64).collect();
                 if extra == 2 { indices.push(big); }
+                let var = has_var.then_some(pb::Vector { values: var });
+                let noise_var = has_noise_var.then_some(pb::Vector { values: noise_var });
                 let r = pb::PredictResponse {
-                    responder: "B".into(), indices, mean, has_var, var, answered: vec![], cov, prior_cov,
-                    model_version: 1, charge: None, has_budget: false, budget_rho_left: 0.0, has_noise_var, noise_var,
+                    responder: "B".into(), indices, mean, var, answered: vec![], cov, prior_cov,
+                    model_version: 1, charge: None, budget_rho_left: None, noise_var,
                 };
                 if let Ok(a) = answer_from_pb(r) {
                     prop_assert_eq!(a.mean.len(), a.indices.len());

@@ -1,6 +1,6 @@
 //! # dpcotrain-federation — gRPC nodes
 //!
-//! The protocol (`proto/dpcotrain/v1/node.proto` in this crate, compiled in `build.rs` with protox), a node
+//! The protocol (`proto/dpcotrain/v2/node.proto` in this crate, compiled in `build.rs` with protox), a node
 //! server that exposes a [`Party`](dpcotrain_cotrain::responder::Party)'s release path over
 //! gRPC, and [`GrpcPeer`], the gRPC implementation of the co-training
 //! [`Peer`](dpcotrain_cotrain::peer::Peer) trait — so the round logic of `dpcotrain-cotrain` is
@@ -35,7 +35,7 @@ pub mod tls;
 /// The generated protobuf and gRPC code (not held to the workspace's lints).
 #[allow(unused_qualifications)]
 pub mod pb {
-    tonic::include_proto!("dpcotrain.v1");
+    tonic::include_proto!("dpcotrain.v2");
 }
 
 pub use agreement::Agreement;
@@ -43,7 +43,7 @@ pub use peer::{GrpcPeer, PeerOptions, Retry};
 pub use server::{NodeService, serve};
 
 /// Protocol version spoken by this build.
-pub const PROTOCOL_VERSION: &str = "dpcotrain.v1";
+pub const PROTOCOL_VERSION: &str = "dpcotrain.v2";
 
 /// Largest gRPC message a node or client accepts (bytes).
 pub const MAX_MESSAGE_BYTES: usize = 16 << 20;

@@ -144,7 +144,7 @@ async fn metrics_handler(State(service): State<NodeService>) -> impl IntoRespons
 
 /// Serve the operations endpoint of `service` on `listener` until `shutdown` resolves: `GET
 /// /metrics` and the gRPC health service, which reports SERVING for the whole server ("") and
-/// for `dpcotrain.v1.Node`.
+/// for `dpcotrain.v2.Node`.
 pub async fn serve_ops(
     service: NodeService,
     listener: TcpListener,

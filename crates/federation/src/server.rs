@@ -1,4 +1,4 @@
-//! The node server: a [`Party`] behind the `dpcotrain.v1.Node` service.
+//! The node server: a [`Party`] behind the `dpcotrain.v2.Node` service.
 //!
 //! - Only `Predict` returns anything derived from labels, and only through `Party::answer` (the
 //!   release path); the caller must be an authenticated peer that has handshaken, and may ask
@@ -119,8 +119,7 @@ use dpcotrain_cotrain::responder::NOT_ASKED;
 fn turn_to_pb(querier: &str, t: &TurnRecord, rmse: f64) -> pb::RunRoundResponse {
     pb::RunRoundResponse {
         querier: querier.into(),
-        asked: t.index.is_some(),
-        index: t.index.unwrap_or(0) as u64,
+        index: t.index.map(|i| i as u64),
         answered_by: t.answers.iter().map(|a| a.responder.clone()).collect(),
         refused: t
             .refused
@@ -267,12 +266,8 @@ impl NodeService {
             let mut p = party.lock().map_err(|_| NodeError::Poisoned)?;
             let (now, now_sq) = evaluate_with_errors(&mut p)?;
             let rmse = now.rmse;
-            let alone = if alone_sq.is_empty() {
-                f64::NAN
-            } else {
-                (alone_sq.iter().sum::<f64>() / alone_sq.len() as f64).sqrt()
-            };
-            let mut change_se = rmse_change_se(&alone_sq, &now_sq).unwrap_or(f64::NAN);
+            let alone = (!alone_sq.is_empty()).then(|| (alone_sq.iter().sum::<f64>() / alone_sq.len() as f64).sqrt());
+            let mut change_se = rmse_change_se(&alone_sq, &now_sq).filter(|v| v.is_finite());
             let spend = p
                 .requesters()
                 .into_iter()
@@ -302,14 +297,14 @@ impl NodeService {
             let federation_id = federation.clone();
             let restricted = caller.is_some();
             let mut spend = spend;
-            let (mut rmse, mut alone) = (rmse, alone);
+            let (mut rmse, mut alone) = (Some(rmse), alone);
             if let Some(c) = &caller {
                 spend.retain(|s| &s.peer == c);
                 rho_total = spend.first().map(|s| s.rho).unwrap_or(0.0);
                 epsilon_total = spend.first().map(|s| s.epsilon).unwrap_or(0.0);
-                rmse = 0.0;
-                alone = 0.0;
-                change_se = 0.0;
+                rmse = None;
+                alone = None;
+                change_se = None;
             }
             let rounds = p.turns().iter().map(|t| t.round).collect::<HashSet<_>>().len() as u32;
             Ok(pb::StatusResponse {

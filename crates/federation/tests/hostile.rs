@@ -78,7 +78,7 @@ async fn malformed_messages_long_strings_and_name_floods_are_refused_cleanly() {
         for method in ["Predict", "Handshake", "Status", "RunRound"] {
             let mut g = tonic::client::Grpc::new(channel.clone());
             g.ready().await.unwrap();
-            let path = http::uri::PathAndQuery::from_maybe_shared(format!("/dpcotrain.v1.Node/{method}")).unwrap();
+            let path = http::uri::PathAndQuery::from_maybe_shared(format!("/dpcotrain.v2.Node/{method}")).unwrap();
             let err = g.unary(tonic::Request::new(junk.clone()), path, Raw).await.unwrap_err();
             assert_eq!(err.code(), Code::InvalidArgument, "{method} {junk:?}: {err:?}");
             assert!(err.message().contains("malformed protobuf"), "{}", err.message());
@@ -92,7 +92,7 @@ async fn malformed_messages_long_strings_and_name_floods_are_refused_cleanly() {
         request_id: "r".into(),
         requester: "P2".into(),
         indices: vec![0],
-        uncertainty: "marginal".into(),
+        uncertainty: pb::Uncertainty::Marginal.into(),
         want_prior: false,
         federation_id: huge.clone(),
     };
@@ -115,7 +115,7 @@ async fn malformed_messages_long_strings_and_name_floods_are_refused_cleanly() {
         request_id: "big".into(),
         requester: "P2".into(),
         indices: (0..2000).map(|i| i % 40).collect(),
-        uncertainty: "full".into(),
+        uncertainty: pb::Uncertainty::Full.into(),
         want_prior: true,
         federation_id: FED.into(),
     };
@@ -128,7 +128,7 @@ async fn malformed_messages_long_strings_and_name_floods_are_refused_cleanly() {
         request_id: "once".into(),
         requester: "P2".into(),
         indices,
-        uncertainty: "marginal".into(),
+        uncertainty: pb::Uncertainty::Marginal.into(),
         want_prior: false,
         federation_id: FED.into(),
     };
@@ -213,7 +213,7 @@ async fn a_flood_of_the_largest_answers_keeps_the_node_responsive_and_its_state_
                             request_id: format!("flood-{k}"),
                             requester: n.clone(),
                             indices: (0..40).collect(),
-                            uncertainty: "full".into(),
+                            uncertainty: pb::Uncertainty::Full.into(),
                             want_prior: true,
                             federation_id: FED.into(),
                         };

@@ -82,7 +82,7 @@ async fn a_node_launched_from_its_config_serves_and_resumes_its_ledger() {
         request_id: "r1".into(),
         requester: "B".into(),
         indices: vec![1, 2, 3],
-        uncertainty: "marginal".into(),
+        uncertainty: pb::Uncertainty::Marginal.into(),
         want_prior: true,
         federation_id: "launch-test".into(),
     };

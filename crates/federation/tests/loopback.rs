@@ -87,7 +87,7 @@ async fn malformed_requests_get_status_codes_and_the_node_stays_up() {
         request_id: "r1".into(),
         requester: "P2".into(),
         indices: vec![3],
-        uncertainty: "marginal".into(),
+        uncertainty: pb::Uncertainty::Marginal.into(),
         want_prior: false,
         federation_id: FED.into(),
     };
@@ -116,8 +116,13 @@ async fn malformed_requests_get_status_codes_and_the_node_stays_up() {
             pb::PredictRequest { request_id: "x2".into(), indices: vec![4, 4], ..good.clone() },
             tonic::Code::InvalidArgument,
         ),
+        (pb::PredictRequest { request_id: "x3".into(), uncertainty: 99, ..good.clone() }, tonic::Code::InvalidArgument),
         (
-            pb::PredictRequest { request_id: "x3".into(), uncertainty: "maybe".into(), ..good.clone() },
+            pb::PredictRequest {
+                request_id: "x5".into(),
+                uncertainty: pb::Uncertainty::Unspecified.into(),
+                ..good.clone()
+            },
             tonic::Code::InvalidArgument,
         ),
         (pb::PredictRequest { request_id: "".into(), ..good.clone() }, tonic::Code::InvalidArgument),
@@ -229,7 +234,7 @@ async fn flood(
                 request_id: format!("{r}-{k}"),
                 requester: r.to_string(),
                 indices: vec![(k * 7) as u64 % 50, 60 + k as u64],
-                uncertainty: "marginal".into(),
+                uncertainty: pb::Uncertainty::Marginal.into(),
                 want_prior: false,
                 federation_id: FED.into(),
             };

@@ -65,7 +65,7 @@ async fn metrics_count_rpcs_and_spend_and_health_answers() {
         request_id: id.into(),
         requester: "P2".into(),
         indices,
-        uncertainty: "marginal".into(),
+        uncertainty: pb::Uncertainty::Marginal.into(),
         want_prior: true,
         federation_id: FED.into(),
     };
@@ -102,7 +102,7 @@ async fn metrics_count_rpcs_and_spend_and_health_answers() {
     let channel =
         tonic::transport::Channel::from_shared(format!("http://{ops_addr}")).unwrap().connect().await.unwrap();
     let mut h = HealthClient::new(channel);
-    for service in ["", "dpcotrain.v1.Node"] {
+    for service in ["", "dpcotrain.v2.Node"] {
         let r = h
             .check(tonic_health::pb::HealthCheckRequest { service: service.into() })
             .await

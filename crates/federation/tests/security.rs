@@ -58,7 +58,7 @@ fn predict(requester: &str) -> pb::PredictRequest {
         request_id: format!("{requester}-1"),
         requester: requester.into(),
         indices: vec![1, 2],
-        uncertainty: "marginal".into(),
+        uncertainty: pb::Uncertainty::Marginal.into(),
         want_prior: false,
         federation_id: FED.into(),
     }
@@ -127,15 +127,15 @@ async fn only_named_authenticated_peers_get_answers() {
     assert_eq!(code(o.predict(req(predict(ORCHESTRATOR), Some(&tok('o')))).await), Code::PermissionDenied);
     let st = o.status(req(pb::StatusRequest {}, Some(&tok('o')))).await.unwrap().into_inner();
     assert_eq!(st.party, "P1");
-    assert!(!st.restricted && st.test_rmse > 0.0, "the orchestrator sees the node's test RMSE");
+    assert!(!st.restricted && st.test_rmse.is_some_and(|r| r > 0.0), "the orchestrator sees the node's test RMSE");
     // A peer may read status, but sees only its own spend and no test RMSE (computed on the
     // node's private test labels).
     let sb = b.status(req(pb::StatusRequest {}, Some(&tok('b')))).await.unwrap().into_inner();
     assert!(sb.restricted);
-    assert_eq!((sb.test_rmse, sb.test_rmse_alone), (0.0, 0.0));
+    assert_eq!((sb.test_rmse, sb.test_rmse_alone, sb.rmse_change_se), (None, None, None));
     assert!(sb.spend.iter().all(|s| s.peer == "B"), "{:?}", sb.spend);
     let rr = o.run_round(req(pb::RunRoundRequest { round: 0 }, Some(&tok('o')))).await.unwrap().into_inner();
-    assert!(rr.asked && rr.answered_by.is_empty(), "no peers configured: asked nobody");
+    assert!(rr.index.is_some() && rr.answered_by.is_empty(), "no peers configured: asked nobody");
 
     // The node is still up and B still gets the same (cached) answer.
     let again = b.predict(req(predict("B"), Some(&tok('b')))).await.unwrap().into_inner();

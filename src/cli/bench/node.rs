@@ -121,7 +121,7 @@ async fn large_node(a: &NodeBenchArgs) -> anyhow::Result<serde_json::Value> {
             request_id: format!("bench-{rep}"),
             requester: who.clone(),
             indices: indices.iter().map(|&i| i as u64).collect(),
-            uncertainty: "full".into(),
+            uncertainty: pb::Uncertainty::Full.into(),
             want_prior: true,
             federation_id: "bench".into(),
         };
