@@ -205,7 +205,7 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
     let (kind, unc) = (a.combiner, a.uncertainty);
     if a.dp == PrivacyMode::Calibrated {
         dpcotrain_cotrain::responder::discounts_answer_noise(kind, unc)
-            .map_err(|e| anyhow::anyhow!("--combiner {} --uncertainty {}: {e}", a.combiner, a.uncertainty))?;
+            .with_context(|| format!("--combiner {} --uncertainty {}", a.combiner, a.uncertainty))?;
     }
     let fed_dir = a.out.join("federation");
     if fed_dir.exists() {

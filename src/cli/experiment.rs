@@ -217,7 +217,7 @@ pub fn run(cmd: ExperimentCommand) -> anyhow::Result<()> {
                 }
                 rows.extend(r);
             }
-            std::fs::create_dir_all(&out).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", out.display()))?;
+            std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
             let fails = thesis_report(&out, &rows)?;
             eprintln!(
                 "{} party-rows; {} anchor cells outside tolerance; wrote {}",
@@ -297,10 +297,10 @@ fn execute(grid: &Grid, a: &GridArgs) -> anyhow::Result<()> {
     let mut saved = Vec::new();
     let mut journal = None;
     if let Some(dir) = &a.out {
-        std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let path = dir.join("runs.jsonl");
         if a.fresh && path.exists() {
-            std::fs::remove_file(&path).map_err(|e| anyhow::anyhow!("cannot delete {}: {e}", path.display()))?;
+            std::fs::remove_file(&path).with_context(|| format!("cannot delete {}", path.display()))?;
         }
         // Settings that change every run's numbers but not its key: a folder holds runs of one.
         let settings = serde_json::to_string_pretty(&GridSettings { rounds: grid.rounds, refit: grid.refit })?;
@@ -326,7 +326,7 @@ fn execute(grid: &Grid, a: &GridArgs) -> anyhow::Result<()> {
             .create(true)
             .append(true)
             .open(&path)
-            .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", path.display()))?;
+            .with_context(|| format!("cannot open {}", path.display()))?;
         journal = Some(std::sync::Mutex::new(std::io::BufWriter::new(f)));
     }
     let done: std::collections::HashSet<String> = saved.iter().map(|r| r.key()).collect();
@@ -473,7 +473,7 @@ fn write_report(dir: &std::path::Path, rows: &[RunRow]) -> anyhow::Result<()> {
         jsonl.push('\n');
     }
     write_atomic(&dir.join("runs.jsonl"), &jsonl)?;
-    std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let mut csv = String::from(
         "dataset,r,ci,masking,nobs,seed,combiner,uncertainty,dp,party,view,rmse_before,rmse_after,nlpd_before,nlpd_after,epsilon_spent,error\n",
     );
@@ -538,10 +538,9 @@ fn merge(shards: &[PathBuf], out: &std::path::Path) -> anyhow::Result<()> {
     let mut tags: Vec<(ShardTag, &PathBuf)> = Vec::new();
     for d in shards {
         let path = d.join("shard.json");
-        let text = std::fs::read_to_string(&path).map_err(|e| {
-            anyhow::anyhow!("{}: {e} (is {} the --out of a `--shard K/N` run?)", path.display(), d.display())
-        })?;
-        let tag: ShardTag = serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("{} (is {} the --out of a `--shard K/N` run?)", path.display(), d.display()))?;
+        let tag: ShardTag = serde_json::from_str(&text).with_context(|| path.display().to_string())?;
         tags.push((tag, d));
     }
     let n = tags[0].0.shard.count;
@@ -597,7 +596,7 @@ fn merge(shards: &[PathBuf], out: &std::path::Path) -> anyhow::Result<()> {
         rows.extend(r);
     }
     sort_rows(&mut rows);
-    std::fs::create_dir_all(out).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", out.display()))?;
+    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     write_atomic(&out.join("grid.json"), &settings[0])?;
     write_report(out, &rows)?;
     thesis_report(out, &rows)?;

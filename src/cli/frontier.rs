@@ -3,6 +3,7 @@
 //! release mechanism and θ policy, the share of the non-private gain recovered, and a figure.
 
 use crate::cli::experiment::{load_jsonl, write_atomic};
+use anyhow::Context as _;
 use clap::Args;
 use dpcotrain_cotrain::combiner::{AnswerForm, AnswerGuard};
 use dpcotrain_cotrain::frontier::{
@@ -146,10 +147,10 @@ pub fn run(a: FrontierArgs) -> anyhow::Result<()> {
     let mut saved = Vec::new();
     let mut journal = None;
     if let Some(dir) = &a.out {
-        std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let path = dir.join("runs.jsonl");
         if a.fresh && path.exists() {
-            std::fs::remove_file(&path).map_err(|e| anyhow::anyhow!("cannot delete {}: {e}", path.display()))?;
+            std::fs::remove_file(&path).with_context(|| format!("cannot delete {}", path.display()))?;
         }
         // A job counts as done only if all of its rows were written (rows of one job are
         // written together, so a torn job is simply re-run).
@@ -167,7 +168,7 @@ pub fn run(a: FrontierArgs) -> anyhow::Result<()> {
             .create(true)
             .append(true)
             .open(&path)
-            .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", path.display()))?;
+            .with_context(|| format!("cannot open {}", path.display()))?;
         journal = Some(std::sync::Mutex::new(std::io::BufWriter::new(f)));
     }
     let done: HashSet<String> = saved.iter().map(|r| r.job_key()).collect();

@@ -119,7 +119,7 @@ pub fn check(a: CheckArgs) -> anyhow::Result<()> {
         if let Some(sec) = &cfg.security
             && !sec.generate_dev
         {
-            NodeTls::dev(&rel(&a.config, &sec.dir), &cfg.name).load().map_err(|e| anyhow::anyhow!("{f}: {e}"))?;
+            NodeTls::dev(&rel(&a.config, &sec.dir), &cfg.name).load().with_context(|| format!("{f}"))?;
         }
         // The same path `node serve` takes: read the data by column name, build the party, fit
         // its local GP, and resume its ledger if there is one.

@@ -10,6 +10,7 @@
 //!    n_obs = 25), in-process and over loopback gRPC with TLS; the per-exchange overhead is
 //!    the time difference over the number of exchanges.
 
+use anyhow::Context as _;
 use clap::Args;
 use dpcotrain_cotrain::answer::{PredictRequest, Uncertainty};
 use dpcotrain_cotrain::ccpp::{CcppConfig, ccpp};
@@ -199,7 +200,7 @@ async fn thesis_run_once(label: &str, sc: &Scenario) -> anyhow::Result<(f64, f64
     let peers = [vec![peer(0, 1)?], vec![peer(1, 0)?]];
     // Connect and handshake outside the timed loop (a node does this once).
     for (i, ps) in peers.iter().enumerate() {
-        ps[0].handshake().await.map_err(|e| anyhow::anyhow!("party {i}: {e}"))?;
+        ps[0].handshake().await.with_context(|| format!("party {i}"))?;
     }
     let t = Instant::now();
     for round in 0..rounds {
