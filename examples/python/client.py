@@ -79,6 +79,11 @@ def privacy_policy(pb, pv):
             form = f"finite+cap(eta={rust_float(cap[4:])})"
         else:
             form = f"finite+cap({cap})"
+        rank = pv.get("rank", "auto" if honest else "full")
+        if rank == "auto=3,5,10":
+            rank = "auto"
+        if rank != "full":
+            form += f"+rank({rank})"
     else:
         form = "rkhs"
     if theta == "public":

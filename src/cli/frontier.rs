@@ -10,6 +10,7 @@ use dpcotrain_cotrain::frontier::{
     FrontierCell, FrontierConfig, FrontierData, FrontierMechanism, FrontierRow, ThetaChoice, run_frontier, summarise,
 };
 use dpcotrain_privacy::finite::CapRule;
+use dpcotrain_privacy::low_rank::RankRule;
 use dpcotrain_privacy::sensitivity::LabelRange;
 use dpcotrain_report::svg::{LineChart, Marker, Series};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -56,6 +57,11 @@ pub struct FrontierArgs {
     /// these η), none, or eta=X (σ ≤ X prior sd).
     #[arg(long, default_value = "auto")]
     pub cap: CapRule,
+    /// Rank rule of finite+cap: auto (the principal subspace of rank 3, 5 or 10, or the full
+    /// release, by the label-free score), auto=K,L,…, k=K, or full (independent noise at every
+    /// point, the release before ranks existed).
+    #[arg(long, default_value = "auto")]
+    pub rank: RankRule,
     /// Whether queriers check answers against their own labels before using them: off, or loo
     /// (set answers aside when they make the private rows' leave-one-out error worse).
     #[arg(long, default_value = "off")]
@@ -124,6 +130,7 @@ fn config(a: &FrontierArgs) -> anyhow::Result<FrontierConfig> {
         range: LabelRange::new(a.label_range[0], a.label_range[1])?,
         answers: a.answers,
         cap: a.cap.clone(),
+        rank: a.rank.clone(),
         guard: a.guard,
     };
     // Check what was given before --quick narrows it.
@@ -141,6 +148,16 @@ fn config(a: &FrontierArgs) -> anyhow::Result<FrontierConfig> {
     Ok(cfg)
 }
 
+/// The settings that change a run's numbers but not its row key (JSON, one line).
+fn protocol_settings(cfg: &FrontierConfig) -> String {
+    serde_json::json!({
+        "queries": cfg.queries, "delta": cfg.delta, "label_range": [cfg.range.lo, cfg.range.hi],
+        "answers": format!("{:?}", cfg.answers), "cap": cfg.cap.name(), "rank": cfg.rank.name(),
+        "guard": cfg.guard.name(),
+    })
+    .to_string()
+}
+
 pub fn run(a: FrontierArgs) -> anyhow::Result<()> {
     let cfg = config(&a)?;
     let keys: HashSet<String> = cfg.jobs().iter().map(|j| j.key()).collect();
@@ -152,6 +169,23 @@ pub fn run(a: FrontierArgs) -> anyhow::Result<()> {
         if a.fresh && path.exists() {
             std::fs::remove_file(&path).with_context(|| format!("cannot delete {}", path.display()))?;
         }
+        // Rows are keyed by data, n_obs, seed, cell and ε, not by the protocol settings: a
+        // folder made with other settings is refused rather than silently mixed.
+        let settings_path = dir.join("settings.json");
+        let settings = protocol_settings(&cfg);
+        if path.exists() && settings_path.exists() {
+            let before = std::fs::read_to_string(&settings_path)
+                .with_context(|| format!("cannot read {}", settings_path.display()))?;
+            if before.trim() != settings.trim() {
+                anyhow::bail!(
+                    "{} holds runs made with other settings ({}) than these ({}): use another --out, or --fresh to replace them",
+                    dir.display(),
+                    before.trim(),
+                    settings.trim()
+                );
+            }
+        }
+        write_atomic(&settings_path, &settings)?;
         // A job counts as done only if all of its rows were written (rows of one job are
         // written together, so a torn job is simply re-run).
         let all: Vec<FrontierRow> = load_jsonl(&path)?;
@@ -302,7 +336,7 @@ fn write_report(dir: &Path, cfg: &FrontierConfig, cells: &[FrontierCell], secs: 
     }
     write_atomic(&dir.join("cells.csv"), &csv)?;
     let mut md = format!(
-        "# Privacy–utility frontier\n\n- data: {}\n- n_obs: {:?}; seeds: {}; ε: {:?}; δ = {:e}; labels clipped to [{}, {}]\n- protocol: label-free public queries ({} pool indices per party, one request), Noisy combiner, marginal uncertainty, one D5 re-fit; answers read as {:?}, cap rule {}, answer guard {}\n- wall time of this invocation: {secs:.0} s\n",
+        "# Privacy–utility frontier\n\n- data: {}\n- n_obs: {:?}; seeds: {}; ε: {:?}; δ = {:e}; labels clipped to [{}, {}]\n- protocol: label-free public queries ({} pool indices per party, one request), Noisy combiner, marginal uncertainty, one D5 re-fit; answers read as {:?}, cap rule {}, rank rule {}, answer guard {}\n- wall time of this invocation: {secs:.0} s\n",
         cfg.data.iter().map(|d| d.name()).collect::<Vec<_>>().join(", "),
         cfg.nobs,
         cfg.seeds.len(),
@@ -313,6 +347,7 @@ fn write_report(dir: &Path, cfg: &FrontierConfig, cells: &[FrontierCell], secs: 
         cfg.queries,
         cfg.answers,
         cfg.cap.name(),
+        cfg.rank.name(),
         cfg.guard.name(),
     );
     md += &table(cells);

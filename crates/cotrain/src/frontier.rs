@@ -23,6 +23,7 @@ use crate::simulate::{SimConfig, simulate};
 use dpcotrain_privacy::calibrate::Mechanism;
 use dpcotrain_privacy::finite::CapRule;
 use dpcotrain_privacy::gaussian::{gdp_epsilon, gdp_mu_for};
+use dpcotrain_privacy::low_rank::RankRule;
 use dpcotrain_privacy::sensitivity::LabelRange;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -134,6 +135,9 @@ pub struct FrontierConfig {
     pub answers: AnswerForm,
     /// The cap rule of the finite+cap mechanism.
     pub cap: CapRule,
+    /// The rank rule of the finite+cap mechanism (the plain finite mechanism keeps the full
+    /// rank: it is Theorem 1 alone).
+    pub rank: RankRule,
     /// Whether queriers check answers against their own labels (leave-one-out guard).
     pub guard: AnswerGuard,
 }
@@ -159,6 +163,7 @@ impl FrontierConfig {
             range: LabelRange { lo: -3.0, hi: 3.0 },
             answers: AnswerForm::Likelihood,
             cap: CapRule::auto(),
+            rank: RankRule::auto(),
             guard: AnswerGuard::Off,
         }
     }
@@ -207,7 +212,7 @@ impl FrontierConfig {
                 mode: DpMode::Off,
                 policy: ReleasePolicy::Batches,
                 inflate_variance: false,
-                release: ReleaseForm::Finite { cap: CapRule::None },
+                release: ReleaseForm::Finite { cap: CapRule::None, rank: RankRule::Full },
                 theta: theta.policy(1.0),
                 queries,
             };
@@ -231,8 +236,12 @@ impl FrontierConfig {
         };
         let (policy, release) = match mech {
             FrontierMechanism::Rkhs => (ReleasePolicy::ReleaseOnce, ReleaseForm::Rkhs),
-            FrontierMechanism::Finite => (ReleasePolicy::Batches, ReleaseForm::Finite { cap: CapRule::None }),
-            FrontierMechanism::FiniteCap => (ReleasePolicy::Batches, ReleaseForm::Finite { cap: self.cap.clone() }),
+            FrontierMechanism::Finite => {
+                (ReleasePolicy::Batches, ReleaseForm::Finite { cap: CapRule::None, rank: RankRule::Full })
+            }
+            FrontierMechanism::FiniteCap => {
+                (ReleasePolicy::Batches, ReleaseForm::Finite { cap: self.cap.clone(), rank: self.rank.clone() })
+            }
         };
         DpConfig { mode, policy, inflate_variance: true, release, theta: theta.policy(mu_theta), queries }
     }

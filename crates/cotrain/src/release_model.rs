@@ -19,6 +19,7 @@ use dpcotrain_gp::inducing::greedy_variance;
 use dpcotrain_gp::kernels::SquaredExponential;
 use dpcotrain_gp::{ExactGp, Kernel, NoiseModel, Prediction, SparseGp, SparseKind};
 use dpcotrain_privacy::finite::{CapRule, FiniteRelease, HatModel, hat, plan};
+use dpcotrain_privacy::low_rank::RankRule;
 use dpcotrain_privacy::select::{Candidate, group_votes, noisy_vote};
 use dpcotrain_privacy::sensitivity::{LabelRange, Sensitivity};
 use nalgebra::{DMatrix, DVector};
@@ -192,17 +193,31 @@ pub enum ReleaseForm {
     /// Hall et al. (2013): the posterior-mean function plus a GP-prior path scaled to the RKHS
     /// sensitivity; valid at any points, its noise does not shrink with n.
     Rkhs,
-    /// The posterior mean at the released points plus independent N(0, σ²) noise, σ from the
-    /// exact hat-matrix L2 sensitivity; `cap` inflates the noise of high-influence rows.
-    Finite { cap: CapRule },
+    /// The posterior mean at the released points plus N(0, σ²) noise, σ from the exact
+    /// hat-matrix L2 sensitivity; `cap` inflates the noise of high-influence rows and `rank`
+    /// may restrict the release to the principal subspace of its mean (noise σ² U Uᵀ; the full
+    /// release when absent from a serialised form).
+    Finite {
+        cap: CapRule,
+        #[serde(default)]
+        rank: RankRule,
+    },
 }
 
 impl ReleaseForm {
     pub fn name(&self) -> String {
         match self {
             ReleaseForm::Rkhs => "rkhs".into(),
-            ReleaseForm::Finite { cap: CapRule::None } => "finite".into(),
-            ReleaseForm::Finite { cap } => format!("finite+cap({})", cap.name()),
+            ReleaseForm::Finite { cap, rank } => {
+                let base = match cap {
+                    CapRule::None => "finite".to_string(),
+                    cap => format!("finite+cap({})", cap.name()),
+                };
+                match rank {
+                    RankRule::Full => base,
+                    rank => format!("{base}+rank({})", rank.name()),
+                }
+            }
         }
     }
 }
@@ -280,10 +295,11 @@ impl ReleaseModel {
         xq: &DMatrix<f64>,
         dp: Option<(f64, LabelRange)>,
         cap: &CapRule,
+        rank: &RankRule,
     ) -> Result<FiniteRelease, CotrainError> {
         let s2 = DVector::from_element(self.x.nrows(), self.noise);
         Ok(match dp {
-            Some((mu, range)) => plan(self.kernel.as_ref(), &self.x, &s2, xq, self.hat_model(), range, mu, cap)?,
+            Some((mu, range)) => plan(self.kernel.as_ref(), &self.x, &s2, xq, self.hat_model(), range, mu, cap, rank)?,
             None => {
                 let mut h = hat(self.kernel.as_ref(), &self.x, &s2, xq, self.hat_model())?;
                 h.make_conservative(self.kernel.as_ref(), &self.x, xq, self.hat_model());
@@ -293,6 +309,7 @@ impl ReleaseModel {
                     sigma: 0.0,
                     eta: None,
                     cap: None,
+                    basis: None,
                 }
             }
         })

@@ -32,6 +32,7 @@ use dpcotrain_privacy::accountant::{Charge, Ledger, rho_of};
 use dpcotrain_privacy::calibrate::{Mechanism, calibrate};
 use dpcotrain_privacy::finite::{CapRule, FiniteRelease};
 use dpcotrain_privacy::gaussian::{gdp_epsilon, gdp_mu_for};
+use dpcotrain_privacy::low_rank::RankRule;
 use dpcotrain_privacy::noise::{NoisePath, iid_standard_normal};
 use dpcotrain_privacy::sensitivity::{LabelRange, from_influence};
 use nalgebra::{DMatrix, DVector};
@@ -136,7 +137,7 @@ impl DpConfig {
             mode: DpMode::Calibrated { epsilon, delta, mechanism: Mechanism::Analytic, range, budget_epsilon },
             policy: ReleasePolicy::Batches,
             inflate_variance: true,
-            release: ReleaseForm::Finite { cap: CapRule::auto() },
+            release: ReleaseForm::Finite { cap: CapRule::auto(), rank: RankRule::auto() },
             theta: ThetaPolicy::Public(theta),
             queries: QueryPolicy::Public { per_turn, theta },
         }
@@ -150,7 +151,7 @@ impl DpConfig {
             mode: DpMode::Off,
             policy: ReleasePolicy::Batches,
             inflate_variance: false,
-            release: ReleaseForm::Finite { cap: CapRule::None },
+            release: ReleaseForm::Finite { cap: CapRule::None, rank: RankRule::Full },
             theta: ThetaPolicy::Public(theta),
             queries: QueryPolicy::Public { per_turn, theta },
         }
@@ -268,10 +269,15 @@ pub struct BatchRelease {
     pub sensitivity: f64,
     /// The cap multiplier chosen (None: uncapped).
     pub eta: Option<f64>,
-    /// Released variance at each index: posterior latent variance + σ².
+    /// Released variance at each index: posterior latent variance + the DP noise variance.
     pub var: Vec<f64>,
-    /// Released covariance over `indices`: posterior latent covariance + σ²I.
+    /// Released covariance over `indices`: posterior latent covariance + σ²I (σ² U Uᵀ for a
+    /// low-rank release).
     pub cov: DMatrix<f64>,
+    /// Per-point DP noise variance when it is not σ² (a low-rank release: σ²·diag(U Uᵀ)); absent
+    /// for the full release and in states saved before ranks existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noise_var: Option<Vec<f64>>,
 }
 
 /// The frozen private-only release of [`ReleasePolicy::ReleaseOnce`].
@@ -610,17 +616,20 @@ impl Party {
 
     /// Plan the finite release of the private-only posterior at the pool `indices`; also the
     /// release model and the label range (None: DP off) that the release is made with.
+    /// The finite release at `indices`; `whole_pool` (release-once) keeps the full rank: its
+    /// frozen noise is drawn per pool point.
     fn plan_finite(
         &self,
         indices: &[usize],
+        whole_pool: bool,
     ) -> Result<(FiniteRelease, &ReleaseModel, Option<LabelRange>), CotrainError> {
-        let ReleaseForm::Finite { cap } = &self.dp.release else {
+        let ReleaseForm::Finite { cap, rank } = &self.dp.release else {
             return Err(CotrainError::invalid("finite release requested under the function-space form"));
         };
         let rm = self.release_model.as_ref().ok_or_else(|| CotrainError::invalid("no release model"))?;
         let xq = self.data.x_pool.select_rows(indices.iter());
         let dp = self.finite_dp()?;
-        let plan = rm.plan(&xq, dp, cap)?;
+        let plan = rm.plan(&xq, dp, cap, if whole_pool { &RankRule::Full } else { rank })?;
         Ok((plan, rm, dp.map(|(_, r)| r)))
     }
 
@@ -631,7 +640,7 @@ impl Party {
         let pool = self.data.x_pool.clone();
         if matches!(self.dp.release, ReleaseForm::Finite { .. }) {
             let all: Vec<usize> = (0..pool.nrows()).collect();
-            let (plan, rm, range) = self.plan_finite(&all)?;
+            let (plan, rm, range) = self.plan_finite(&all, true)?;
             let mean = plan.hat.mean(&rm.y, range)?;
             let noise = if plan.sigma > 0.0 {
                 iid_standard_normal(pool.nrows(), self.seed.map(|s| mix(s, "release-once", 0)))
@@ -871,7 +880,7 @@ impl Party {
         let new_idx: Vec<usize> = req.indices.iter().copied().filter(|i| !st.released.contains_key(i)).collect();
         let mut charge = None;
         if !new_idx.is_empty() {
-            let (plan, rm, range) = self.plan_finite(&new_idx)?;
+            let (plan, rm, range) = self.plan_finite(&new_idx, false)?;
             let k = st.batches.len();
             let mut new_release = false;
             if plan.sigma > 0.0 {
@@ -906,6 +915,7 @@ impl Party {
                 eta: plan.eta,
                 var: plan.released_var().iter().copied().collect(),
                 cov: plan.released_cov(),
+                noise_var: plan.basis.as_ref().map(|_| plan.noise_diag().iter().copied().collect()),
             });
         }
         let answered = st.answered.clone();
@@ -945,8 +955,11 @@ impl Party {
             .indices
             .iter()
             .map(|i| {
-                let (b, _) = at[i];
-                st.batches[b].sigma.powi(2)
+                let (b, p) = at[i];
+                match &st.batches[b].noise_var {
+                    Some(v) => v[p],
+                    None => st.batches[b].sigma.powi(2),
+                }
             })
             .collect();
         let budget = st.ledger.as_ref().map(|l| l.rho_remaining());

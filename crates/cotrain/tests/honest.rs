@@ -12,6 +12,7 @@ use dpcotrain_gp::kernels::SquaredExponential;
 use dpcotrain_gp::{ExactGp, NoiseModel, NoiseVariance};
 use dpcotrain_privacy::finite::CapRule;
 use dpcotrain_privacy::gaussian::{gdp_epsilon, gdp_mu_for};
+use dpcotrain_privacy::low_rank::RankRule;
 use dpcotrain_privacy::sensitivity::LabelRange;
 use nalgebra::{DMatrix, DVector};
 use rand::{Rng, SeedableRng};
@@ -114,6 +115,50 @@ fn a_node_that_asks_adaptively_records_its_releases_as_not_guaranteed() {
     assert!(c.guaranteed);
 }
 
+/// A low-rank batch (Theorem 2): its noise lives in k dimensions, so the per-point noise
+/// variances are σ²‖U_q‖² (summing to kσ²), the full covariance's noise part has rank k, and
+/// everything but the means is the same for two label vectors; it survives a restart.
+#[test]
+fn a_low_rank_batch_releases_correlated_noise_and_nothing_label_dependent_besides_the_means() {
+    let low = |seed| {
+        let dp = DpConfig {
+            release: ReleaseForm::Finite { cap: CapRule::auto(), rank: RankRule::Fixed { k: 2 } },
+            ..honest()
+        };
+        party(dp, seed)
+    };
+    let q = vec![2, 9, 17, 33, 38];
+    let (mut p1, mut p2) = (low(1), low(2));
+    let a1 = p1.answer(&req("f", q.clone(), Uncertainty::Full)).unwrap();
+    let a2 = p2.answer(&req("f", q.clone(), Uncertainty::Full)).unwrap();
+    assert_ne!(a1.mean, a2.mean);
+    assert_eq!((&a1.cov, &a1.noise_var, &a1.prior_cov), (&a2.cov, &a2.noise_var, &a2.prior_cov));
+    let c = a1.charge.clone().unwrap();
+    let mu = gdp_mu_for(1.0, 1e-5);
+    assert!((c.rho - mu * mu / 2.0).abs() < 1e-12 && (c.sigma - c.sensitivity / mu).abs() < 1e-12 * c.sigma);
+    let nv = a1.noise_var.clone().unwrap();
+    assert!((nv.iter().sum::<f64>() - 2.0 * c.sigma * c.sigma).abs() < 1e-9 * c.sigma * c.sigma, "{nv:?}");
+    assert!(nv.iter().all(|v| *v <= c.sigma * c.sigma * (1.0 + 1e-12)));
+    // The released covariance minus the latent part (the same release without noise is the
+    // plan's latent covariance) has rank 2: its third eigenvalue vanishes.
+    let d = data(1);
+    let t = PublicTheta::default();
+    let rm =
+        ReleaseModel::new(d.x_train.clone(), range().clip(&d.y_train), t.kernel(2), t.noise_variance, None, 0).unwrap();
+    let xq = d.x_pool.select_rows(q.iter());
+    let plan = rm.plan(&xq, Some((mu, range())), &CapRule::auto(), &RankRule::Fixed { k: 2 }).unwrap();
+    let noise_part = a1.cov.clone().unwrap() - &plan.hat.latent_cov;
+    let mut ev: Vec<f64> = nalgebra::SymmetricEigen::new(noise_part).eigenvalues.iter().copied().collect();
+    ev.sort_by(|a, b| b.total_cmp(a));
+    assert!(ev[1] > 1e-6 && ev[2].abs() < 1e-9, "{ev:?}");
+    // A restart replays the released batch number for number.
+    let saved = p1.state();
+    let mut r = low(1);
+    r.restore(&saved).unwrap();
+    let again = r.answer(&req("f2", q, Uncertainty::Marginal)).unwrap();
+    assert_eq!((again.mean, again.noise_var), (a1.mean, a1.noise_var));
+}
+
 #[test]
 fn what_leaves_the_node_depends_on_labels_only_through_the_noised_means() {
     let q = vec![2, 9, 17, 33];
@@ -163,17 +208,20 @@ fn released_sigma_matches_an_independent_plan_and_capping_pays() {
     let rm =
         ReleaseModel::new(d.x_train.clone(), range().clip(&d.y_train), t.kernel(2), t.noise_variance, None, 0).unwrap();
     let mu = gdp_mu_for(1.0, 1e-5);
-    let none = rm.plan(&xq, Some((mu, range())), &CapRule::None).unwrap();
-    let auto = rm.plan(&xq, Some((mu, range())), &CapRule::auto()).unwrap();
+    let none = rm.plan(&xq, Some((mu, range())), &CapRule::None, &RankRule::Full).unwrap();
+    let auto = rm.plan(&xq, Some((mu, range())), &CapRule::auto(), &RankRule::auto()).unwrap();
     let mut p = party(honest(), 1);
     let a = p.answer(&req("r", q, Uncertainty::Marginal)).unwrap();
     let c = a.charge.unwrap();
     assert!((c.sigma - auto.sigma).abs() < 1e-12 && (c.sensitivity - auto.sensitivity.value).abs() < 1e-12);
     assert!(auto.sigma < none.sigma, "capping should shrink σ here: {} vs {}", auto.sigma, none.sigma);
-    // Released variance = capped posterior latent variance + σ².
+    // Released variance = the latent variance + the DP noise variance at each point (σ², or
+    // σ²‖U_k‖² for a low-rank release), and the answer's noise variance is the latter.
     let v = a.var.unwrap();
+    let noise = auto.noise_diag();
     for (k, vk) in v.iter().enumerate() {
-        assert!((vk - auto.hat.latent_cov[(k, k)] - auto.sigma.powi(2)).abs() < 1e-10);
+        assert!((vk - auto.hat.latent_cov[(k, k)] - noise[k]).abs() < 1e-10);
+        assert!((a.noise_var.as_ref().unwrap()[k] - noise[k]).abs() < 1e-12);
     }
     // The noised means are the noise-free capped means plus N(0, σ²) draws: their deviation is
     // of the right size (5 draws: within a factor of 4 of σ√5 in norm).
@@ -435,7 +483,7 @@ fn whole_pool_finite_release_is_one_charge() {
     let rm =
         ReleaseModel::new(d.x_train.clone(), range().clip(&d.y_train), t.kernel(2), t.noise_variance, None, 0).unwrap();
     let mu = gdp_mu_for(1.0, 1e-5);
-    let whole = rm.plan(&d.x_pool, Some((mu, range())), &CapRule::auto()).unwrap();
+    let whole = rm.plan(&d.x_pool, Some((mu, range())), &CapRule::auto(), &RankRule::Full).unwrap();
     assert!((c.sigma - whole.sigma).abs() < 1e-12);
     assert!((a.noise_var.unwrap()[0] - whole.sigma.powi(2)).abs() < 1e-12);
     assert!((a.var.unwrap()[0] - whole.hat.latent_cov[(3, 3)] - whole.sigma.powi(2)).abs() < 1e-10);
@@ -561,24 +609,27 @@ fn without_dp_the_vote_is_an_exact_majority_and_charges_nothing() {
     assert!(p.ledger("A").is_none());
 }
 
+/// A party without a seed: its noise (and θ vote) come from OS entropy, as in production.
+fn unseeded(dp: DpConfig) -> Party {
+    Party::new(
+        data(1),
+        CombinerKind::Noisy,
+        Uncertainty::Marginal,
+        Box::new(SquaredExponential::ard(1.0, vec![1.0, 1.0])),
+        NoiseVariance::new(0.1),
+        dp,
+        None,
+    )
+    .unwrap()
+}
+
 #[test]
 fn a_restarted_party_keeps_the_theta_vote_it_released() {
     // OS entropy: a fresh party draws a new vote; the restored one must use the saved vote.
     let mu_t = 0.5;
     let mu1 = gdp_mu_for(1.0, 1e-5);
     let budget = gdp_epsilon((mu_t * mu_t + 3.0 * mu1 * mu1).sqrt(), 1e-5) * (1.0 + 1e-6);
-    let build = || {
-        Party::new(
-            data(1),
-            CombinerKind::Noisy,
-            Uncertainty::Marginal,
-            Box::new(SquaredExponential::ard(1.0, vec![1.0, 1.0])),
-            NoiseVariance::new(0.1),
-            selected(mu_t, budget),
-            None,
-        )
-        .unwrap()
-    };
+    let build = || unseeded(selected(mu_t, budget));
     let mut p = build();
     let first = p.answer(&request_from("A", "A1", vec![3, 7])).unwrap();
     let saved = p.state();
@@ -608,18 +659,7 @@ fn a_restarted_party_keeps_the_theta_vote_it_released() {
 #[test]
 fn a_theta_vote_saved_under_other_privacy_settings_is_refused_at_restore() {
     let mu1 = gdp_mu_for(1.0, 1e-5);
-    let build = |dp: DpConfig| {
-        Party::new(
-            data(1),
-            CombinerKind::Noisy,
-            Uncertainty::Marginal,
-            Box::new(SquaredExponential::ard(1.0, vec![1.0, 1.0])),
-            NoiseVariance::new(0.1),
-            dp,
-            None,
-        )
-        .unwrap()
-    };
+    let build = unseeded;
     let calibrated = |mu_t: f64| {
         let budget = gdp_epsilon((mu_t * mu_t + 3.0 * mu1 * mu1).sqrt(), 1e-5) * (1.0 + 1e-6);
         selected(mu_t, budget)

@@ -19,6 +19,7 @@ use dpcotrain_cotrain::table::{Table, TableError};
 use dpcotrain_privacy::calibrate::{Mechanism, THESIS_MULTIPLIER};
 use dpcotrain_privacy::finite::CapRule;
 use dpcotrain_privacy::gaussian::gdp_mu_for;
+use dpcotrain_privacy::low_rank::RankRule;
 use dpcotrain_privacy::sensitivity::LabelRange;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -285,6 +286,11 @@ pub struct PrivacyConfig {
     /// Influence cap of the finite release: auto | auto=X,Y,… | none | eta=X.
     #[serde(default = "auto")]
     pub cap: String,
+    /// Rank of the finite release under policy batches: auto (default: the principal subspace
+    /// of rank 3, 5 or 10, or the full release, by the label-free score) | auto=K,L,… | k=K |
+    /// full. Release-once releases the whole pool at full rank.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<String>,
     /// public | select | fitted: where the release's hyperparameters come from (default: public
     /// under policy batches, fitted otherwise — fitted θ leaks through the variances, uncounted;
     /// select is a DP vote over a public grid around `public_theta`, charged `theta_epsilon`).
@@ -339,6 +345,7 @@ impl Default for PrivacyConfig {
             policy: None,
             release: None,
             cap: auto(),
+            rank: None,
             theta: None,
             theta_epsilon: None,
             public_theta: public_theta(),
@@ -456,8 +463,14 @@ pub fn settings_from_config(cfg: &PartyConfig, path: &Path) -> Result<NodeSettin
     let policy = pv.policy.unwrap_or(default_policy);
     let honest = policy == ReleasePolicy::Batches;
     let cap: CapRule = pv.cap.parse().map_err(|e| bad(path, format!("privacy.cap: {e}")))?;
+    let rank: RankRule = pv
+        .rank
+        .as_deref()
+        .unwrap_or(if honest { "auto" } else { "full" })
+        .parse()
+        .map_err(|e| bad(path, format!("privacy.rank: {e}")))?;
     let release = match pv.release.unwrap_or(if honest { ReleaseKind::Finite } else { ReleaseKind::Rkhs }) {
-        ReleaseKind::Finite => ReleaseForm::Finite { cap },
+        ReleaseKind::Finite => ReleaseForm::Finite { cap, rank },
         ReleaseKind::Rkhs => ReleaseForm::Rkhs,
     };
     let [signal_variance, lengthscale, noise_variance] = pv.public_theta;

@@ -40,6 +40,7 @@
 //! so the querier never over-trusts a capped answer.
 
 use crate::PrivacyError;
+use crate::low_rank::RankRule;
 use crate::sensitivity::{LabelRange, Sensitivity};
 use dpcotrain_gp::kernels::Kernel;
 use dpcotrain_gp::linalg::{Cholesky, JitterPolicy, aat, matmul};
@@ -69,7 +70,7 @@ pub struct Hat {
     pub c: DMatrix<f64>,
     /// ‖C e_j‖₂ for every row j.
     pub influence: DVector<f64>,
-    /// s_j² + v_j (leave-one-out form; used by capping).
+    /// s_j² + v_j (leave-one-out form; used by capping; a low-rank hat keeps its full hat's).
     pub loo_denominator: DVector<f64>,
     /// Posterior latent covariance at Q under the per-row noise s² (q × q).
     pub latent_cov: DMatrix<f64>,
@@ -247,35 +248,10 @@ pub fn error_covariance(
     c: &DMatrix<f64>,
     prior: &DMatrix<f64>,
 ) -> DMatrix<f64> {
-    let n = x.nrows();
-    let q = c.nrows();
     let ckxq = matmul(c.as_view(), false, kernel.k(x.as_view(), xq.as_view()).as_view(), false); // q × q
-    let mut ckc = DMatrix::<f64>::zeros(q, q);
-    let block = (4_000_000 / n.max(1)).clamp(16, n.max(16));
-    let mut start = 0;
-    while start < n {
-        let b = block.min(n - start);
-        let xb = x.rows(start, b);
-        let kxb = kernel.k(x.as_view(), xb); // n × b
-        let ck = matmul(c.as_view(), false, kxb.as_view(), false); // q × b
-        let cb = c.columns(start, b);
-        ckc += matmul(ck.as_view(), false, cb, true);
-        for j in 0..b {
-            let w = s2[start + j];
-            let col = c.column(start + j);
-            ckc.ger(w, &col, &col, 1.0);
-        }
-        start += b;
-    }
+    let ckc = crate::low_rank::released_mean_cov(kernel, x, s2, c);
     let mut out = prior - &ckxq - ckxq.transpose() + ckc;
-    // Exactly symmetric.
-    for i in 0..q {
-        for j in 0..i {
-            let v = 0.5 * (out[(i, j)] + out[(j, i)]);
-            out[(i, j)] = v;
-            out[(j, i)] = v;
-        }
-    }
+    crate::low_rank::symmetrise(&mut out); // exactly symmetric
     out
 }
 
@@ -357,14 +333,15 @@ pub fn cap(
 }
 
 /// The expected reduction of a prior-variance querier's latent variance from one answer with
-/// released variance r_q, summed over Q: Σ_q p_q²/(p_q + r_q), p_q the prior variance at q.
-/// Label-free; larger is better. Used to choose the cap.
-pub fn utility_score(hat: &Hat, sigma: f64) -> f64 {
-    (0..hat.prior.nrows())
+/// released variance r_q (latent variance + DP noise variance at q), summed over Q:
+/// Σ_q p_q²/(p_q + r_q), p_q the prior variance at q. Label-free; larger is better. Used to
+/// choose the cap and the rank.
+pub fn utility_score(rel: &FiniteRelease) -> f64 {
+    let r = rel.released_var();
+    (0..rel.hat.prior.nrows())
         .map(|q| {
-            let p = hat.prior[(q, q)].max(0.0);
-            let r = hat.latent_cov[(q, q)].max(0.0) + sigma * sigma;
-            if p + r > 0.0 { p * p / (p + r) } else { 0.0 }
+            let p = rel.hat.prior[(q, q)].max(0.0);
+            if p + r[q] > 0.0 { p * p / (p + r[q]) } else { 0.0 }
         })
         .sum()
 }
@@ -440,21 +417,40 @@ pub struct FiniteRelease {
     /// The η chosen (None: no cap).
     pub eta: Option<f64>,
     pub cap: Option<CapReport>,
+    /// The low-rank release's orthonormal basis U (q × k; [`crate::low_rank`]): the released
+    /// mean is U Uᵀ C·clip(y) + σ U z (`hat.c` already holds U Uᵀ C). None: the full release,
+    /// C·clip(y) + σ z.
+    pub basis: Option<DMatrix<f64>>,
 }
 
 impl FiniteRelease {
-    /// Released variance at each point: posterior latent variance + σ² (label-free).
+    /// Released variance at each point: posterior latent variance + the DP noise variance
+    /// (label-free).
     pub fn released_var(&self) -> DVector<f64> {
-        self.hat.latent_cov.diagonal().map(|v| v.max(0.0) + self.sigma * self.sigma)
+        self.hat.latent_cov.diagonal().map(|v| v.max(0.0)) + self.noise_diag()
     }
 
-    /// Released covariance: posterior latent covariance + σ²I (label-free).
+    /// Variance of the DP noise at each point: σ², or σ²·‖U_q‖² for a low-rank release.
+    pub fn noise_diag(&self) -> DVector<f64> {
+        let s2 = self.sigma * self.sigma;
+        match &self.basis {
+            None => DVector::from_element(self.hat.c.nrows(), s2),
+            Some(u) => DVector::from_fn(u.nrows(), |q, _| s2 * u.row(q).norm_squared()),
+        }
+    }
+
+    /// Released covariance: posterior latent covariance + σ²I, or + σ² U Uᵀ for a low-rank
+    /// release (label-free).
     pub fn released_cov(&self) -> DMatrix<f64> {
         let q = self.hat.latent_cov.nrows();
-        &self.hat.latent_cov + DMatrix::identity(q, q) * (self.sigma * self.sigma)
+        match &self.basis {
+            None => &self.hat.latent_cov + DMatrix::identity(q, q) * (self.sigma * self.sigma),
+            Some(u) => &self.hat.latent_cov + (u * u.transpose()) * (self.sigma * self.sigma),
+        }
     }
 
-    /// Released mean C·clip(y) + σz for a standard-normal draw z (no range: DP off, σ = 0).
+    /// Released mean C·clip(y) + σz for a standard-normal draw z (no range: DP off, σ = 0); a
+    /// low-rank release uses the first k draws, U Uᵀ C·clip(y) + σ U z₁..ₖ.
     pub fn release(
         &self,
         y: &DVector<f64>,
@@ -468,12 +464,19 @@ impl FiniteRelease {
                 self.hat.c.nrows()
             )));
         }
-        Ok(self.hat.mean(y, range)? + z * self.sigma)
+        match &self.basis {
+            None => Ok(self.hat.mean(y, range)? + z * self.sigma),
+            Some(u) => {
+                let k = u.ncols();
+                Ok(self.hat.mean(y, range)? + u * z.rows(0, k) * self.sigma)
+            }
+        }
     }
 }
 
 /// Plan a μ-GDP finite release at `xq`: build the hat with the base noise `s2`, cap by `rule`,
-/// and calibrate σ = Δ/μ. Everything here is label-free.
+/// offer each capped candidate at the ranks `rank` allows ([`crate::low_rank`]), keep the one
+/// with the best [`utility_score`], and calibrate σ = Δ/μ. Everything here is label-free.
 #[allow(clippy::too_many_arguments)]
 pub fn plan(
     kernel: &dyn Kernel,
@@ -484,6 +487,7 @@ pub fn plan(
     range: LabelRange,
     mu: f64,
     rule: &CapRule,
+    rank: &RankRule,
 ) -> Result<FiniteRelease, PrivacyError> {
     if !(mu.is_finite() && mu > 0.0) {
         return Err(PrivacyError::invalid(format!("GDP parameter μ must be positive and finite, got {mu}")));
@@ -491,23 +495,44 @@ pub fn plan(
     let finish = |hat: Hat, eta: Option<f64>, cap: Option<CapReport>| -> Result<FiniteRelease, PrivacyError> {
         let sensitivity = hat.sensitivity(range)?;
         let sigma = sensitivity.value / mu;
-        Ok(FiniteRelease { hat, sensitivity, sigma, eta, cap })
+        Ok(FiniteRelease { hat, sensitivity, sigma, eta, cap, basis: None })
     };
     let sf = |h: &Hat| h.prior.diagonal().max().max(0.0).sqrt();
-    let mut chosen = match rule {
-        CapRule::None => finish(hat(kernel, x, s2, xq, model)?, None, None),
+    let mut best: Option<(f64, FiniteRelease)> = None;
+    let mut consider = |full: FiniteRelease| -> Result<(), PrivacyError> {
+        let q = full.hat.c.nrows();
+        let mut variants = Vec::new();
+        let ranks = rank.candidates(q);
+        if !ranks.is_empty() {
+            let m = crate::low_rank::released_mean_cov(kernel, x, &full.hat.noise, &full.hat.c);
+            for k in ranks {
+                variants.push(low_rank_release(kernel, x, xq, &full, &m, k, range, mu)?);
+            }
+        }
+        if rank.allows_full(q) {
+            variants.push(full);
+        }
+        for v in variants {
+            let score = utility_score(&v);
+            if best.as_ref().is_none_or(|(b, _)| score > *b) {
+                best = Some((score, v));
+            }
+        }
+        Ok(())
+    };
+    match rule {
+        CapRule::None => consider(finish(hat(kernel, x, s2, xq, model)?, None, None)?)?,
         CapRule::Fixed { eta } => {
             check_eta(*eta)?;
             let base = hat(kernel, x, s2, xq, model)?;
             let tau = eta * sf(&base) * mu / range.width();
             let (h, rep) = cap(kernel, x, s2, xq, model, tau, 60)?;
-            finish(h, Some(*eta), Some(rep))
+            consider(finish(h, Some(*eta), Some(rep))?)?;
         }
         CapRule::Auto { etas } => {
             let base = hat(kernel, x, s2, xq, model)?;
             let s_f = sf(&base);
-            let mut best = finish(base, None, None)?;
-            let mut best_score = utility_score(&best.hat, best.sigma);
+            consider(finish(base, None, None)?)?;
             // Largest η first: a smaller cap only raises noise further, so each run starts from
             // the previous run's noise variances (still label-free).
             let mut etas = etas.clone();
@@ -518,18 +543,41 @@ pub fn plan(
                 let tau = eta * s_f * mu / range.width();
                 let (h, rep) = cap(kernel, x, &start, xq, model, tau, 60)?;
                 start = h.noise.clone();
-                let cand = finish(h, Some(eta), Some(rep))?;
-                let score = utility_score(&cand.hat, cand.sigma);
-                if score > best_score {
-                    best_score = score;
-                    best = cand;
-                }
+                consider(finish(h, Some(eta), Some(rep))?)?;
             }
-            Ok(best)
         }
-    }?;
-    chosen.hat.make_conservative(kernel, x, xq, model);
+    }
+    let mut chosen = best.ok_or_else(|| PrivacyError::invalid("finite release: no candidate release"))?.1;
+    if chosen.basis.is_none() {
+        // (A low-rank candidate's covariance is already the conservative bound.)
+        chosen.hat.make_conservative(kernel, x, xq, model);
+    }
     Ok(chosen)
+}
+
+/// The rank-k release of `full` (Theorem 2 of [`crate::low_rank`]): basis U of the top-k
+/// eigenvectors of `m` = C (K + diag s²) Cᵀ, hat U Uᵀ C, influences ‖Uᵀ C e_j‖, the error
+/// covariance bound of the projected estimator, Δ_k and σ = Δ_k/μ.
+#[allow(clippy::too_many_arguments)]
+fn low_rank_release(
+    kernel: &dyn Kernel,
+    x: &DMatrix<f64>,
+    xq: &DMatrix<f64>,
+    full: &FiniteRelease,
+    m: &DMatrix<f64>,
+    k: usize,
+    range: LabelRange,
+    mu: f64,
+) -> Result<FiniteRelease, PrivacyError> {
+    let u = crate::low_rank::principal_basis(m, k)?;
+    let proj = u.transpose() * &full.hat.c; // k × n
+    let mut hat = full.hat.clone();
+    hat.influence = DVector::from_fn(proj.ncols(), |j, _| scaled_norm(proj.column(j).iter()));
+    hat.c = &u * &proj;
+    hat.latent_cov = error_covariance(kernel, x, &hat.noise, xq, &hat.c, &hat.prior);
+    let sensitivity = hat.sensitivity(range)?;
+    let sigma = sensitivity.value / mu;
+    Ok(FiniteRelease { hat, sensitivity, sigma, eta: full.eta, cap: full.cap, basis: Some(u) })
 }
 
 fn check_eta(eta: f64) -> Result<(), PrivacyError> {
@@ -544,6 +592,7 @@ mod tests {
     use super::*;
     use dpcotrain_gp::kernels::SquaredExponential;
     use dpcotrain_gp::{ExactGp, NoiseModel, NoiseVariance, SparseGp, SparseKind};
+    use nalgebra::SymmetricEigen;
 
     /// Rows with one isolated point (row 0, far from the rest): the case capping is for.
     fn data(n: usize) -> (DMatrix<f64>, DVector<f64>, DMatrix<f64>) {
@@ -742,7 +791,8 @@ mod tests {
         let mut under_stated = false;
         for m in [1usize, 3, 6] {
             let z = x.rows(0, m).clone_owned();
-            let rel = plan(&k, &x, &s2, &xq, HatModel::Vfe { z: &z }, range(), mu, &CapRule::auto()).unwrap();
+            let rel = plan(&k, &x, &s2, &xq, HatModel::Vfe { z: &z }, range(), mu, &CapRule::auto(), &RankRule::Full)
+                .unwrap();
             // True error covariance under the real noise s2 (⪯ the capped noise).
             let truth = error_covariance(&k, &x, &s2, &xq, &rel.hat.c, &rel.hat.prior);
             let gap = (&rel.hat.latent_cov - &truth).symmetric_eigenvalues();
@@ -766,22 +816,89 @@ mod tests {
         let (x, y, xq) = data(25);
         let s2 = DVector::from_element(25, 0.1);
         let mu = crate::gaussian::gdp_mu_for(1.0, 1e-5);
-        let none = plan(&se(), &x, &s2, &xq, HatModel::Exact, range(), mu, &CapRule::None).unwrap();
+        let none = plan(&se(), &x, &s2, &xq, HatModel::Exact, range(), mu, &CapRule::None, &RankRule::Full).unwrap();
         assert!((none.sigma - none.sensitivity.value / mu).abs() < 1e-12);
-        let fixed = plan(&se(), &x, &s2, &xq, HatModel::Exact, range(), mu, &CapRule::Fixed { eta: 1.0 }).unwrap();
+        let fixed =
+            plan(&se(), &x, &s2, &xq, HatModel::Exact, range(), mu, &CapRule::Fixed { eta: 1.0 }, &RankRule::Full)
+                .unwrap();
         // η = 1 caps σ at the prior sd (to the loop's tolerance and the margin).
         let sf = fixed.hat.prior.diagonal().max().sqrt();
         assert!(fixed.sigma <= sf * (1.0 + CAP_TOLERANCE) * (1.0 + 1e-5), "{} > {sf}", fixed.sigma);
         assert!(fixed.sigma < none.sigma);
-        let auto = plan(&se(), &x, &s2, &xq, HatModel::Exact, range(), mu, &CapRule::auto()).unwrap();
-        assert!(utility_score(&auto.hat, auto.sigma) >= utility_score(&none.hat, none.sigma));
-        assert!(utility_score(&auto.hat, auto.sigma) >= utility_score(&fixed.hat, fixed.sigma) - 1e-12);
+        let auto = plan(&se(), &x, &s2, &xq, HatModel::Exact, range(), mu, &CapRule::auto(), &RankRule::Full).unwrap();
+        assert!(utility_score(&auto) >= utility_score(&none));
+        assert!(utility_score(&auto) >= utility_score(&fixed) - 1e-12);
         // Released variance = latent + σ²; release = mean + σz.
         let z = DVector::from_fn(6, |i, _| i as f64 - 2.5);
         let rel = auto.release(&y, Some(range()), &z).unwrap();
         let m = auto.hat.mean(&y, Some(range())).unwrap();
         assert!((rel - m - &z * auto.sigma).norm() < 1e-12);
         assert!((auto.released_var()[0] - auto.hat.latent_cov[(0, 0)] - auto.sigma.powi(2)).abs() < 1e-12);
+    }
+
+    /// Theorem 2 by brute force: the low-rank release draws the k-vector Uᵀ C·clip(y) + σz; moving
+    /// each label to each end of the range moves it by exactly d‖Uᵀ C e_j‖, the largest move is
+    /// Δ_k (up to the margin), and Δ_k ≤ Δ of the full release with the same cap.
+    #[test]
+    fn low_rank_release_sensitivity_equals_brute_force_and_never_exceeds_the_full() {
+        let (x, y, xq) = data(20);
+        let s2 = DVector::from_element(20, 0.1);
+        let mu = 0.5;
+        let r = range();
+        for cap_rule in [CapRule::None, CapRule::Fixed { eta: 1.0 }] {
+            let full = plan(&se(), &x, &s2, &xq, HatModel::Exact, r, mu, &cap_rule, &RankRule::Full).unwrap();
+            for k in [1, 2, 4] {
+                let low = plan(&se(), &x, &s2, &xq, HatModel::Exact, r, mu, &cap_rule, &RankRule::Fixed { k }).unwrap();
+                let u = low.basis.clone().expect("a rank-k release has a basis");
+                assert_eq!((u.nrows(), u.ncols()), (6, k));
+                assert!((u.transpose() * &u - DMatrix::identity(k, k)).abs().max() < 1e-12);
+                // The drawn vector, recomputed from the *full* release's hat (an independent path).
+                let drawn = |y: &DVector<f64>| u.transpose() * full.hat.mean(y, Some(r)).unwrap();
+                let mut worst: f64 = 0.0;
+                for j in 0..20 {
+                    let (mut lo, mut hi) = (r.clip(&y), r.clip(&y));
+                    lo[j] = r.lo;
+                    hi[j] = r.hi;
+                    let moved = (drawn(&hi) - drawn(&lo)).norm();
+                    assert!((moved - r.width() * low.hat.influence[j]).abs() <= 1e-10 * (1.0 + moved), "row {j}");
+                    worst = worst.max(moved);
+                }
+                assert!(worst <= low.sensitivity.value && worst >= low.sensitivity.value / (1.0 + 2e-6) - 1e-12);
+                assert!(low.sensitivity.value <= full.sensitivity.value * (1.0 + 1e-12), "Δ_k > Δ");
+                // The release is U (Uᵀ C y + σ z₁..ₖ); its noise covariance is σ² U Uᵀ.
+                let z = DVector::from_fn(6, |i, _| i as f64 - 2.5);
+                let released = low.release(&y, Some(r), &z).unwrap();
+                let expect = &u * (drawn(&y) + z.rows(0, k) * low.sigma);
+                assert!((released - expect).norm() < 1e-10);
+                let noise = (&u * u.transpose()) * low.sigma.powi(2);
+                assert!((low.released_cov() - &low.hat.latent_cov - &noise).abs().max() < 1e-12);
+                assert!((low.noise_diag() - noise.diagonal()).abs().max() < 1e-12);
+                // The reported latent covariance is the error covariance of U Uᵀ C·y, which the
+                // exact posterior (the best linear estimator under this model) never beats.
+                let gap = &low.hat.latent_cov - &full.hat.latent_cov;
+                let min_eig = SymmetricEigen::new(gap).eigenvalues.min();
+                assert!(min_eig >= -1e-10, "projected error covariance below the posterior's: {min_eig}");
+            }
+        }
+    }
+
+    /// The rank rule keeps the candidate with the best score, and the full release is among the
+    /// candidates of `auto` (so auto never scores below it).
+    #[test]
+    fn the_rank_rule_keeps_the_best_scoring_candidate() {
+        let (x, _, _) = data(40);
+        let xq = DMatrix::from_fn(12, 2, |i, j| i as f64 * 0.2 - 1.2 + j as f64 * 0.1);
+        let s2 = DVector::from_element(40, 0.1);
+        let mu = 0.27;
+        let r = range();
+        let go = |rank: &RankRule| plan(&se(), &x, &s2, &xq, HatModel::Exact, r, mu, &CapRule::auto(), rank).unwrap();
+        let auto = go(&RankRule::Auto { ks: vec![1, 2, 3, 5] });
+        for k in [1, 2, 3, 5] {
+            assert!(utility_score(&auto) >= utility_score(&go(&RankRule::Fixed { k })) - 1e-12, "k = {k}");
+        }
+        assert!(utility_score(&auto) >= utility_score(&go(&RankRule::Full)) - 1e-12);
+        // Here the low rank pays: the score of the best low-rank candidate beats the full release.
+        assert!(auto.basis.is_some(), "expected a low-rank choice at these close release points");
     }
 
     /// Influences of a row far from every release point are tiny, not zero: Δ never
@@ -837,7 +954,10 @@ mod tests {
         xn[(2, 1)] = f64::NAN;
         assert!(err(hat(&se(), &xn, &s2, &xq, HatModel::Exact)).contains("non-finite"));
         assert!(cap(&se(), &x, &s2, &xq, HatModel::Exact, 0.0, 10).is_err());
-        assert!(plan(&se(), &x, &s2, &xq, HatModel::Exact, range(), 0.0, &CapRule::None).is_err());
-        assert!(plan(&se(), &x, &s2, &xq, HatModel::Exact, range(), 1.0, &CapRule::Fixed { eta: -1.0 }).is_err());
+        assert!(plan(&se(), &x, &s2, &xq, HatModel::Exact, range(), 0.0, &CapRule::None, &RankRule::Full).is_err());
+        assert!(
+            plan(&se(), &x, &s2, &xq, HatModel::Exact, range(), 1.0, &CapRule::Fixed { eta: -1.0 }, &RankRule::Full)
+                .is_err()
+        );
     }
 }

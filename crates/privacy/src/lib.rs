@@ -20,6 +20,7 @@ pub mod accountant;
 pub mod calibrate;
 pub mod finite;
 pub mod gaussian;
+pub mod low_rank;
 pub mod noise;
 pub mod select;
 pub mod sensitivity;

@@ -10,6 +10,7 @@ use dpcotrain_gp::{ExactGp, NoiseModel};
 use dpcotrain_privacy::calibrate::{Mechanism, THESIS_MULTIPLIER, calibrate};
 use dpcotrain_privacy::finite::{CapRule, HatModel, plan};
 use dpcotrain_privacy::gaussian::gdp_mu_for;
+use dpcotrain_privacy::low_rank::RankRule;
 use dpcotrain_privacy::sensitivity::{LabelRange, mahalanobis_exact};
 use nalgebra::{DMatrix, DVector};
 use rand::{Rng, SeedableRng};
@@ -47,8 +48,10 @@ fn setup() -> Setup {
 }
 
 /// The finite release (isotropic noise, hat-matrix sensitivity), uncapped or capped: the worst
-/// neighbouring pair is the row with the largest ‖C e_j‖ moved across the whole range.
-fn setup_finite(rule: &CapRule, epsilon: f64, delta: f64) -> (Setup, f64) {
+/// neighbouring pair is the row with the largest ‖C e_j‖ moved across the whole range. A
+/// low-rank release is audited as the k-vector Uᵀ C·y + σz it draws (the mechanism; the
+/// multiplication by U is post-processing).
+fn setup_finite(rule: &CapRule, rank: &RankRule, epsilon: f64, delta: f64) -> (Setup, f64) {
     // One isolated row (x = 4) so that capping has something to do.
     let x: DMatrix<f64> =
         DMatrix::from_column_slice(11, 1, &[-2.0, -1.5, -1.1, -0.6, 0.0, 0.3, 0.9, 1.4, 1.8, 2.5, 4.0]);
@@ -58,18 +61,19 @@ fn setup_finite(rule: &CapRule, epsilon: f64, delta: f64) -> (Setup, f64) {
     let k = SquaredExponential::isotropic(1.0, 0.8);
     let s2 = DVector::from_element(11, 0.1);
     let mu = gdp_mu_for(epsilon, delta);
-    let rel = plan(&k, &x, &s2, &xq, HatModel::Exact, range, mu, rule).unwrap();
+    let rel = plan(&k, &x, &s2, &xq, HatModel::Exact, range, mu, rule, rank).unwrap();
     let j = rel.sensitivity.worst_row;
     let (mut lo, mut hi) = (y.clone(), y.clone());
     lo[j] = range.lo;
     hi[j] = range.hi;
-    let chol_m = Cholesky::factor(DMatrix::identity(5, 5), "I", JitterPolicy::IF_NEEDED).unwrap();
-    let st = Setup {
-        mu_d: rel.hat.mean(&lo, Some(range)).unwrap(),
-        mu_d2: rel.hat.mean(&hi, Some(range)).unwrap(),
-        chol_m,
-        delta_m: rel.sensitivity.value,
+    let (mu_d, mu_d2) = (rel.hat.mean(&lo, Some(range)).unwrap(), rel.hat.mean(&hi, Some(range)).unwrap());
+    let (mu_d, mu_d2) = match &rel.basis {
+        None => (mu_d, mu_d2),
+        Some(u) => (u.transpose() * mu_d, u.transpose() * mu_d2),
     };
+    let dim = mu_d.len();
+    let chol_m = Cholesky::factor(DMatrix::identity(dim, dim), "I", JitterPolicy::IF_NEEDED).unwrap();
+    let st = Setup { mu_d, mu_d2, chol_m, delta_m: rel.sensitivity.value };
     (st, rel.sigma)
 }
 
@@ -131,17 +135,25 @@ fn thesis_mode_fails_the_audit_and_is_flagged() {
 #[test]
 fn finite_release_passes_the_audit_uncapped_and_capped() {
     let delta = 1e-5;
-    for (rule, seed) in [(CapRule::None, 3u64), (CapRule::Fixed { eta: 1.0 }, 4), (CapRule::auto(), 5)] {
-        let (st, sigma) = setup_finite(&rule, 1.0, delta);
+    let cases = [
+        (CapRule::None, RankRule::Full, 3u64),
+        (CapRule::Fixed { eta: 1.0 }, RankRule::Full, 4),
+        (CapRule::auto(), RankRule::Full, 5),
+        (CapRule::None, RankRule::Fixed { k: 2 }, 6),
+        (CapRule::auto(), RankRule::Fixed { k: 3 }, 7),
+    ];
+    for (rule, rank, seed) in cases {
+        let (st, sigma) = setup_finite(&rule, &rank, 1.0, delta);
+        assert_eq!(st.mu_d.len(), if rank == RankRule::Full { 5 } else { rank.candidates(5)[0] });
         // The worst pair attains the sensitivity (the audit tests the tight case).
         let moved = (&st.mu_d2 - &st.mu_d).norm();
-        assert!((moved - st.delta_m).abs() <= 2e-6 * st.delta_m, "{rule:?}: {moved} vs Δ {}", st.delta_m);
+        assert!((moved - st.delta_m).abs() <= 2e-6 * st.delta_m, "{rule:?} {rank:?}: {moved} vs Δ {}", st.delta_m);
         let eps = empirical_epsilon(&st, sigma, delta, 200_000, seed);
-        assert!(eps <= 1.0, "{rule:?}: empirical ε {eps} exceeds the claimed 1");
-        assert!(eps > 0.3, "{rule:?}: audit too weak: {eps}");
+        assert!(eps <= 1.0, "{rule:?} {rank:?}: empirical ε {eps} exceeds the claimed 1");
+        assert!(eps > 0.3, "{rule:?} {rank:?}: audit too weak: {eps}");
         // Half the calibrated noise is caught.
         let eps_half = empirical_epsilon(&st, sigma * 0.5, delta, 200_000, seed + 10);
-        assert!(eps_half > 1.0, "{rule:?}: the audit should catch σ/2, got {eps_half}");
+        assert!(eps_half > 1.0, "{rule:?} {rank:?}: the audit should catch σ/2, got {eps_half}");
     }
 }
 
