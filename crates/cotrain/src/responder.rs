@@ -269,15 +269,11 @@ pub struct BatchRelease {
     pub sensitivity: f64,
     /// The cap multiplier chosen (None: uncapped).
     pub eta: Option<f64>,
-    /// Released variance at each index: posterior latent variance + the DP noise variance.
+    /// Released variance at each index: posterior latent variance + σ².
     pub var: Vec<f64>,
-    /// Released covariance over `indices`: posterior latent covariance + σ²I (σ² U Uᵀ for a
-    /// low-rank release).
+    /// Released covariance over `indices`: posterior latent covariance + σ²I (for a low-rank
+    /// release σ²I bounds its noise covariance σ² U Uᵀ).
     pub cov: DMatrix<f64>,
-    /// Per-point DP noise variance when it is not σ² (a low-rank release: σ²·diag(U Uᵀ)); absent
-    /// for the full release and in states saved before ranks existed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub noise_var: Option<Vec<f64>>,
 }
 
 /// The frozen private-only release of [`ReleasePolicy::ReleaseOnce`].
@@ -915,7 +911,6 @@ impl Party {
                 eta: plan.eta,
                 var: plan.released_var().iter().copied().collect(),
                 cov: plan.released_cov(),
-                noise_var: plan.basis.as_ref().map(|_| plan.noise_diag().iter().copied().collect()),
             });
         }
         let answered = st.answered.clone();
@@ -955,11 +950,8 @@ impl Party {
             .indices
             .iter()
             .map(|i| {
-                let (b, p) = at[i];
-                match &st.batches[b].noise_var {
-                    Some(v) => v[p],
-                    None => st.batches[b].sigma.powi(2),
-                }
+                let (b, _) = at[i];
+                st.batches[b].sigma.powi(2)
             })
             .collect();
         let budget = st.ledger.as_ref().map(|l| l.rho_remaining());

@@ -333,11 +333,11 @@ pub fn cap(
 }
 
 /// The expected reduction of a prior-variance querier's latent variance from one answer with
-/// released variance r_q (latent variance + DP noise variance at q), summed over Q:
+/// variance r_q (latent variance + the DP noise variance the release has at q), summed over Q:
 /// Σ_q p_q²/(p_q + r_q), p_q the prior variance at q. Label-free; larger is better. Used to
 /// choose the cap and the rank.
 pub fn utility_score(rel: &FiniteRelease) -> f64 {
-    let r = rel.released_var();
+    let r = rel.hat.latent_cov.diagonal().map(|v| v.max(0.0)) + rel.noise_at_points();
     (0..rel.hat.prior.nrows())
         .map(|q| {
             let p = rel.hat.prior[(q, q)].max(0.0);
@@ -424,28 +424,30 @@ pub struct FiniteRelease {
 }
 
 impl FiniteRelease {
-    /// Released variance at each point: posterior latent variance + the DP noise variance
-    /// (label-free).
+    /// Released variance at each point: posterior latent variance + σ² (label-free).
     pub fn released_var(&self) -> DVector<f64> {
-        self.hat.latent_cov.diagonal().map(|v| v.max(0.0)) + self.noise_diag()
+        self.hat.latent_cov.diagonal().map(|v| v.max(0.0) + self.sigma * self.sigma)
     }
 
-    /// Variance of the DP noise at each point: σ², or σ²·‖U_q‖² for a low-rank release.
-    pub fn noise_diag(&self) -> DVector<f64> {
+    /// Released covariance: posterior latent covariance + σ²I (label-free). For a low-rank
+    /// release the DP noise covariance is σ² U Uᵀ ⪯ σ²I, and σ²I is what is reported: a reading
+    /// that treats the points as independent (the marginal reading) then never over-counts the
+    /// noise, whose correlation across points it cannot see. (Measured: reporting the exact
+    /// per-point σ²‖U_q‖² instead let correlated noise through as independent evidence and
+    /// hurt a few runs badly; docs/results.md, "The low-rank release".)
+    pub fn released_cov(&self) -> DMatrix<f64> {
+        let q = self.hat.latent_cov.nrows();
+        &self.hat.latent_cov + DMatrix::identity(q, q) * (self.sigma * self.sigma)
+    }
+
+    /// The DP noise variance the release actually has at each point: σ², or σ²‖U_q‖² (row q
+    /// of U) for a low-rank release. The quality a label-free rule compares candidates by; what
+    /// is *reported* is σ² ([`FiniteRelease::released_cov`]).
+    pub fn noise_at_points(&self) -> DVector<f64> {
         let s2 = self.sigma * self.sigma;
         match &self.basis {
             None => DVector::from_element(self.hat.c.nrows(), s2),
             Some(u) => DVector::from_fn(u.nrows(), |q, _| s2 * u.row(q).norm_squared()),
-        }
-    }
-
-    /// Released covariance: posterior latent covariance + σ²I, or + σ² U Uᵀ for a low-rank
-    /// release (label-free).
-    pub fn released_cov(&self) -> DMatrix<f64> {
-        let q = self.hat.latent_cov.nrows();
-        match &self.basis {
-            None => &self.hat.latent_cov + DMatrix::identity(q, q) * (self.sigma * self.sigma),
-            Some(u) => &self.hat.latent_cov + (u * u.transpose()) * (self.sigma * self.sigma),
         }
     }
 
@@ -865,14 +867,18 @@ mod tests {
                 }
                 assert!(worst <= low.sensitivity.value && worst >= low.sensitivity.value / (1.0 + 2e-6) - 1e-12);
                 assert!(low.sensitivity.value <= full.sensitivity.value * (1.0 + 1e-12), "Δ_k > Δ");
-                // The release is U (Uᵀ C y + σ z₁..ₖ); its noise covariance is σ² U Uᵀ.
+                // The release is U (Uᵀ C y + σ z₁..ₖ); its noise covariance is σ² U Uᵀ, which
+                // the reported σ²I dominates.
                 let z = DVector::from_fn(6, |i, _| i as f64 - 2.5);
                 let released = low.release(&y, Some(r), &z).unwrap();
                 let expect = &u * (drawn(&y) + z.rows(0, k) * low.sigma);
                 assert!((released - expect).norm() < 1e-10);
                 let noise = (&u * u.transpose()) * low.sigma.powi(2);
-                assert!((low.released_cov() - &low.hat.latent_cov - &noise).abs().max() < 1e-12);
-                assert!((low.noise_diag() - noise.diagonal()).abs().max() < 1e-12);
+                assert!((low.noise_at_points() - noise.diagonal()).abs().max() < 1e-12);
+                let reported = low.released_cov() - &low.hat.latent_cov;
+                let slack = SymmetricEigen::new(&reported - &noise).eigenvalues.min();
+                assert!(slack >= -1e-12, "reported noise covariance below the real one: {slack}");
+                assert!((low.released_var() - reported.diagonal() - low.hat.latent_cov.diagonal()).abs().max() < 1e-12);
                 // The reported latent covariance is the error covariance of U Uᵀ C·y, which the
                 // exact posterior (the best linear estimator under this model) never beats.
                 let gap = &low.hat.latent_cov - &full.hat.latent_cov;
