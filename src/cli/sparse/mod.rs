@@ -6,6 +6,7 @@
 
 mod bauer;
 mod bauer_table1;
+mod elbo_m;
 mod init;
 mod steps;
 mod walder;
@@ -36,6 +37,9 @@ pub enum SparseCommand {
     /// Hughes-Hallett 2022 §3.1: random vs greedy-variance initialisation with Z fixed
     /// (Table 3.1) and the training strategies (Fig 3.2) on Wine and CCPP.
     Init(init::InitArgs),
+    /// Hughes-Hallett 2022 Fig 3.7: maximum ELBO against M with reinit-retrain on airfoil and
+    /// kin40k subsampled to 5,000 rows (SE-ARD), against the exact GP.
+    ElboM(elbo_m::ElboMArgs),
 }
 
 pub fn run(cmd: SparseCommand) -> anyhow::Result<()> {
@@ -45,6 +49,7 @@ pub fn run(cmd: SparseCommand) -> anyhow::Result<()> {
         SparseCommand::Walder(a) => walder::run(a),
         SparseCommand::Steps(a) => steps::run(a),
         SparseCommand::Init(a) => init::run(a),
+        SparseCommand::ElboM(a) => elbo_m::run(a),
     }
 }
 
