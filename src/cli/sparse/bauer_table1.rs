@@ -102,15 +102,20 @@ fn opts(max_iters: usize, seed: u64) -> TrainOptions {
     TrainOptions { max_iters, seed, ftol: 1e-12, pgtol: 1e-7, ..Default::default() }
 }
 
-/// A sparse model at the common start (noise learnable unless `frozen`).
+/// Our rows beyond the paper's: VFE, and VFE frozen first, from length-scales ℓ_d = √D (the
+/// typical distance between standardised inputs) instead of 1 — is the start what traps VFE?
+const EXTRA: [&str; 2] = ["VFE (ℓ₀ = √D)", "VFE (frozen, ℓ₀ = √D)"];
+
+/// A sparse model at the common start with length-scales `l` (noise learnable unless `frozen`).
 fn sparse(
     kind: SparseKind,
     x: &DMatrix<f64>,
     y: &DVector<f64>,
     z: DMatrix<f64>,
     frozen: bool,
+    l: f64,
 ) -> anyhow::Result<SparseGp> {
-    let (s2, l, noise) = START;
+    let (s2, _, noise) = START;
     let noise =
         if frozen { NoiseModel::Homoscedastic(NoiseVariance::fixed(noise)) } else { NoiseModel::homoscedastic(noise) };
     let mut gp = SparseGp::new(kind, se(s2, vec![l; x.ncols()], true), noise, x.clone(), y.clone(), z)?;
@@ -154,25 +159,20 @@ fn one_seed(a: &Table1Args, seed: u64, bar: &indicatif::ProgressBar) -> anyhow::
     let o = opts(a.max_iters, seed);
 
     bar.set_message(format!("seed {seed}: FITC"));
-    let mut fitc = sparse(SparseKind::Fitc, &xtr, &ytr, z0.clone(), false)?;
+    let mut fitc = sparse(SparseKind::Fitc, &xtr, &ytr, z0.clone(), false, START.1)?;
     let r = train_sparse(&mut fitc, SgprStrategy::Joint, &o)?;
     rows.push(sparse_row(ROWS[1].0, seed, &fitc, r.iterations, test)?);
     bar.inc(1);
 
     bar.set_message(format!("seed {seed}: VFE"));
-    let mut vfe = sparse(SparseKind::Vfe, &xtr, &ytr, z0.clone(), false)?;
+    let mut vfe = sparse(SparseKind::Vfe, &xtr, &ytr, z0.clone(), false, START.1)?;
     let r = train_sparse(&mut vfe, SgprStrategy::Joint, &o)?;
     rows.push(sparse_row(ROWS[2].0, seed, &vfe, r.iterations, test)?);
     bar.inc(1);
 
-    // Hyperparameters (kernel and noise) frozen at the start while Z trains, then everything.
     bar.set_message(format!("seed {seed}: VFE (frozen)"));
-    let mut frozen = sparse(SparseKind::Vfe, &xtr, &ytr, z0, true)?;
-    let r1 = train_sparse(&mut frozen, SgprStrategy::Joint, &o)?;
-    frozen.optimize_kernel = true;
-    frozen.noise = NoiseModel::homoscedastic(frozen.noise.sigma2().variance);
-    let r2 = train_sparse(&mut frozen, SgprStrategy::Joint, &o)?;
-    rows.push(sparse_row(ROWS[3].0, seed, &frozen, r1.iterations + r2.iterations, test)?);
+    let (frozen, iters) = frozen_then_all((&xtr, &ytr), z0.clone(), START.1, &o)?;
+    rows.push(sparse_row(ROWS[3].0, seed, &frozen, iters, test)?);
     bar.inc(1);
 
     // VFE from FITC's solution (θ, σ² and Z).
@@ -188,7 +188,34 @@ fn one_seed(a: &Table1Args, seed: u64, bar: &indicatif::ProgressBar) -> anyhow::
     let r = train_sparse(&mut from_fitc, SgprStrategy::Joint, &o)?;
     rows.push(sparse_row(ROWS[4].0, seed, &from_fitc, r.iterations, test)?);
     bar.inc(1);
+
+    let root_d = (xtr.ncols() as f64).sqrt();
+    bar.set_message(format!("seed {seed}: {}", EXTRA[0]));
+    let mut vfe = sparse(SparseKind::Vfe, &xtr, &ytr, z0.clone(), false, root_d)?;
+    let r = train_sparse(&mut vfe, SgprStrategy::Joint, &o)?;
+    rows.push(sparse_row(EXTRA[0], seed, &vfe, r.iterations, test)?);
+    bar.inc(1);
+    bar.set_message(format!("seed {seed}: {}", EXTRA[1]));
+    let (frozen, iters) = frozen_then_all((&xtr, &ytr), z0, root_d, &o)?;
+    rows.push(sparse_row(EXTRA[1], seed, &frozen, iters, test)?);
+    bar.inc(1);
     Ok(rows)
+}
+
+/// VFE with the hyperparameters (kernel and noise) frozen at the start while Z trains, then
+/// everything jointly; returns the model and the iterations of both phases.
+fn frozen_then_all(
+    (x, y): (&DMatrix<f64>, &DVector<f64>),
+    z: DMatrix<f64>,
+    l: f64,
+    o: &TrainOptions,
+) -> anyhow::Result<(SparseGp, usize)> {
+    let mut gp = sparse(SparseKind::Vfe, x, y, z, true, l)?;
+    let r1 = train_sparse(&mut gp, SgprStrategy::Joint, o)?;
+    gp.optimize_kernel = true;
+    gp.noise = NoiseModel::homoscedastic(gp.noise.sigma2().variance);
+    let r2 = train_sparse(&mut gp, SgprStrategy::Joint, o)?;
+    Ok((gp, r1.iterations + r2.iterations))
 }
 
 pub fn run(a: Table1Args) -> anyhow::Result<()> {
@@ -196,7 +223,7 @@ pub fn run(a: Table1Args) -> anyhow::Result<()> {
     if a.m == 0 || a.sod < 2 || a.seeds == 0 {
         anyhow::bail!("--m, --seeds must be positive and --sod at least 2");
     }
-    let bar = progress(a.seeds * ROWS.len() as u64, "bauer table 1");
+    let bar = progress(a.seeds * (ROWS.len() + EXTRA.len()) as u64, "bauer table 1");
     let mut rows = vec![];
     for seed in 0..a.seeds {
         rows.extend(one_seed(&a, seed, &bar)?);
@@ -219,18 +246,17 @@ fn markdown(rows: &[Row], a: &Table1Args) -> String {
     let mut s = format!(
         "# Bauer, van der Wilk & Rasmussen (2016) Table 1, reproduced: pumadyn32nm, SE-ARD, M = {}\n\n\
          {N_TRAIN} training and {N_TEST} test rows (seeded random split), standardised with the training rows; \
-         every method starts at s² = 1, ℓ_d = 1, σ² = 1, Z a random subset of the training inputs; GP (SoD) on \
+         every method starts at s² = 1, ℓ_d = 1, σ² = 1 (the last two rows: ℓ_d = √D), Z a random subset of the training inputs; GP (SoD) on \
          {} training rows. Ours: mean ± sd over {} seeds (per seed below).\n\n\
          | method | NLML/N | σ_n | test RMSE | paper NLML/N | paper σ_n | paper RMSE |\n|---|---|---|---|---|---|---|\n",
         a.m, a.sod, a.seeds
     );
-    for (method, pn, ps, pr) in ROWS {
+    let paper = ROWS.iter().map(|&(m, n, s, r)| (m, format!("{n} | {s} | {r}")));
+    for (method, theirs) in paper.chain(EXTRA.iter().map(|&m| (m, "– | – | –".to_string()))) {
         let r: Vec<&Row> = rows.iter().filter(|r| r.method == method).collect();
         let ms = |f: &dyn Fn(&Row) -> f64| mean_sd(&r.iter().map(|r| f(r)).collect::<Vec<_>>());
         let ((n, nsd), (sn, ssd), (e, esd)) = (ms(&|r| r.nlml_per_n), ms(&|r| r.sigma_n), ms(&|r| r.test.rmse));
-        s += &format!(
-            "| {method} | {n:.3} ± {nsd:.3} | {sn:.3} ± {ssd:.3} | {e:.3} ± {esd:.3} | {pn} | {ps} | {pr} |\n"
-        );
+        s += &format!("| {method} | {n:.3} ± {nsd:.3} | {sn:.3} ± {ssd:.3} | {e:.3} ± {esd:.3} | {theirs} |\n");
     }
     s += "\n## Per seed\n\n| seed | method | NLML/N | σ_n | s_f | inputs with ℓ < 10 | test RMSE | test NLPD | iterations |\n|---|---|---|---|---|---|---|---|---|\n";
     for r in rows {
@@ -253,9 +279,10 @@ fn markdown(rows: &[Row], a: &Table1Args) -> String {
 /// NLML/N and test RMSE per method (1–5 in the paper's row order): ours per seed, the paper's as
 /// crosses.
 fn svg(rows: &[Row]) -> String {
-    let pos = |m: &str| (ROWS.iter().position(|r| r.0 == m).unwrap_or(0) + 1) as f64;
+    let names: Vec<&str> = ROWS.iter().map(|r| r.0).chain(EXTRA).collect();
+    let pos = |m: &str| (names.iter().position(|n| *n == m).unwrap_or(0) + 1) as f64;
     let mut fig = Figure::new(
-        "pumadyn32nm, M = 40 (Bauer et al. 2016, Table 1): 1 GP (SoD), 2 FITC, 3 VFE, 4 VFE frozen, 5 VFE init FITC",
+        "pumadyn32nm, M = 40 (Bauer et al. 2016, Table 1): 1 GP (SoD), 2 FITC, 3 VFE, 4 VFE frozen, 5 VFE init FITC; ours also 6 VFE and 7 VFE frozen from ℓ = √D",
     );
     let panels: [(&str, fn(&Row) -> f64, fn(&(&str, f64, f64, f64)) -> f64); 2] =
         [("NLML / N", |r| r.nlml_per_n, |p| p.1), ("test RMSE", |r| r.test.rmse, |p| p.3)];
