@@ -5,11 +5,11 @@
 //! - **1-D picture** (their Fig 1: n = 200, m = 4): spgp-full (FITC, ordinary points) and
 //!   vsgp-full (FITC, multiscale: the same fit continued with free widths), and the same two
 //!   with VFE; how close each predictive comes to the full GP's.
-//! - **Test error against m** (their Figs 2–3 on kin-40k and pumadyn-32nm, which are not
-//!   obtainable here): CCPP (Tüfekci 2014; 4 inputs) and a 9-D simulated stand-in for kin-40k
-//!   (a GP draw with nine ARD length-scales), for spgp-full/basis, vsgp-full/basis (basis: the
-//!   hyperparameters of a full GP on 1,000 rows, fixed; only centres and widths train) and the
-//!   VFE counterparts of the full variants.
+//! - **Test error against m** (their Figs 2–3): kin-40k (Seeger et al. 2003; 8 inputs, the
+//!   paper's 10,000 / 30,000 sizes with `--n-train 10000`, a seeded split), CCPP (Tüfekci 2014;
+//!   4 inputs) and a 9-D simulated stand-in (a GP draw with nine ARD length-scales), for
+//!   spgp-full/basis, vsgp-full/basis (basis: the hyperparameters of a full GP on 1,000 rows,
+//!   fixed; only centres and widths train) and the VFE counterparts of the full variants.
 //!   Variants as in the paper: centres by k-means; the multiscale model continues from the
 //!   ordinary fit ("2000 SPGP iterations, then 2000 VSGP iterations", here `--max-iters` each).
 
