@@ -46,8 +46,11 @@ pub struct Table1Args {
     pub exact_iters: usize,
 }
 
-/// The paper's rows, in its order, with its numbers (NLML/N, σ_n, test RMSE).
-const ROWS: [(&str, f64, f64, f64); 5] = [
+/// A row of the paper's table: method, NLML/N, σ_n, test RMSE.
+type PaperRow = (&'static str, f64, f64, f64);
+
+/// The paper's rows, in its order, with its numbers.
+const ROWS: [PaperRow; 5] = [
     ("GP (SoD)", -0.099, 0.196, 0.209),
     ("FITC", -0.145, 0.004, 0.212),
     ("VFE", 1.419, 1.0, 0.979),
@@ -284,9 +287,10 @@ fn svg(rows: &[Row]) -> String {
     let mut fig = Figure::new(
         "pumadyn32nm, M = 40 (Bauer et al. 2016, Table 1): 1 GP (SoD), 2 FITC, 3 VFE, 4 VFE frozen, 5 VFE init FITC; ours also 6 VFE and 7 VFE frozen from ℓ = √D",
     );
-    let panels: [(&str, fn(&Row) -> f64, fn(&(&str, f64, f64, f64)) -> f64); 2] =
-        [("NLML / N", |r| r.nlml_per_n, |p| p.1), ("test RMSE", |r| r.test.rmse, |p| p.3)];
-    for (label, ours, paper) in panels {
+    // Panel k plots column k of ours (NLML/N, test RMSE) and of the paper's table.
+    for (k, label) in ["NLML / N", "test RMSE"].into_iter().enumerate() {
+        let ours = |r: &Row| if k == 0 { r.nlml_per_n } else { r.test.rmse };
+        let paper = |p: &PaperRow| if k == 0 { p.1 } else { p.3 };
         let c = LineChart::new(label, "method", label)
             .with_series(
                 Series::new("ours (per seed)", rows.iter().map(|r| (pos(r.method), ours(r))).collect(), 0)
