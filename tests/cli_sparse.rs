@@ -110,7 +110,7 @@ fn walder_multiscale_never_ends_worse_than_its_ordinary_start() {
             assert!(nlml(&fits, "vsgp-basis") <= nlml(&fits, "spgp-basis") + 1e-9, "{data} m = {m}");
         }
     }
-    let bad = run(&["experiment", "sparse", "walder", "--out", dir.path().to_str().unwrap(), "--data", "kin40k"]);
+    let bad = run(&["experiment", "sparse", "walder", "--out", dir.path().to_str().unwrap(), "--data", "kin8nm"]);
     assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("expected ccpp, kin40k or sim9"));
 }
 
