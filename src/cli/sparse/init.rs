@@ -70,7 +70,8 @@ struct Fit {
     iterations: usize,
 }
 
-fn load(name: &str) -> anyhow::Result<(DMatrix<f64>, DVector<f64>)> {
+/// A data set of Table 3.1 (or CCPP), inputs and target standardised.
+pub(super) fn load(name: &str) -> anyhow::Result<(DMatrix<f64>, DVector<f64>)> {
     let (x, y) = match name {
         "wine" => {
             const CSV: &str = include_str!("../../../data/wine/winequality-red.csv");

@@ -13,7 +13,7 @@ use clap::Args;
 use dpcotrain_gp::inducing::greedy_variance;
 use dpcotrain_gp::kernels::{KernelInit, KernelSpec};
 use dpcotrain_gp::standardize::Standardizer;
-use dpcotrain_gp::train::{SgprStrategy, TrainOptions, train_sparse};
+use dpcotrain_gp::train::{SgprStrategy, TrainOptions, TrainReport, train_sparse};
 use dpcotrain_gp::{NoiseModel, SparseGp, SparseKind};
 use dpcotrain_report::svg::{Figure, LineChart, Marker, Series};
 use nalgebra::{DMatrix, DVector};
@@ -106,25 +106,40 @@ struct Fit {
     model: Option<SparseGp>,
 }
 
-fn fit(toy: Toy, kernel: &str, x: &DMatrix<f64>, y: &DVector<f64>, m: usize, a: &StepsArgs) -> anyhow::Result<Fit> {
+/// Hughes-Hallett's maximum-ELBO fit at one M (§3.1.2): VFE with the reinitialise-retrain
+/// strategy from s² = 1, ℓ_d = 1, σ² = 0.1, Z from greedy variance under the starting kernel.
+/// Returns the model, its training report and how many inputs greedy variance picked.
+pub(super) fn reinit_retrain_fit(
+    kernel: &str,
+    x: &DMatrix<f64>,
+    y: &DVector<f64>,
+    m: usize,
+    max_iters: usize,
+    seed: u64,
+) -> anyhow::Result<(SparseGp, TrainReport, usize)> {
     let spec: KernelSpec = kernel.parse()?;
-    let k = spec.build(&KernelInit { variance: 1.0, lengthscales: vec![1.0] })?;
+    let k = spec.build(&KernelInit { variance: 1.0, lengthscales: vec![1.0; x.ncols()] })?;
     // Greedy variance stops once every residual is below 1e-12 under the starting kernel (the
-    // SE kernel with ℓ = 1 does so after ~15 points of this 1-D set); the remaining inducing
+    // SE kernel with ℓ = 1 does so after ~15 points of the 1-D toys); the remaining inducing
     // inputs are then distinct rows drawn at random, so that every fit has the M it asks for and
     // reinitialisation (which keeps M) can place them once the kernel has been trained.
-    let sel = greedy_variance(k.as_ref(), x, m, 1e-12, a.seed)?;
+    let sel = greedy_variance(k.as_ref(), x, m, 1e-12, seed)?;
     let greedy = sel.indices.len();
     let mut idx = sel.indices;
     if idx.len() < m {
         let mut rest: Vec<usize> = (0..x.nrows()).filter(|i| !idx.contains(i)).collect();
-        rest.shuffle(&mut ChaCha8Rng::seed_from_u64(a.seed ^ 0x70_9C0F));
+        rest.shuffle(&mut ChaCha8Rng::seed_from_u64(seed ^ 0x70_9C0F));
         idx.extend(rest.into_iter().take(m - greedy));
     }
     let z = x.select_rows(&idx);
     let mut gp = SparseGp::new(SparseKind::Vfe, k, NoiseModel::homoscedastic(0.1), x.clone(), y.clone(), z)?;
-    let opts = TrainOptions { max_iters: a.max_iters, seed: a.seed, ..Default::default() };
+    let opts = TrainOptions { max_iters, seed, ..Default::default() };
     let r = train_sparse(&mut gp, SgprStrategy::REINIT_RETRAIN, &opts)?;
+    Ok((gp, r, greedy))
+}
+
+fn fit(toy: Toy, kernel: &str, x: &DMatrix<f64>, y: &DVector<f64>, m: usize, a: &StepsArgs) -> anyhow::Result<Fit> {
+    let (gp, r, greedy) = reinit_retrain_fit(kernel, x, y, m, a.max_iters, a.seed)?;
     let n = x.nrows() as f64;
     Ok(Fit {
         toy,
