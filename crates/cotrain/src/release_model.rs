@@ -310,6 +310,7 @@ impl ReleaseModel {
                     eta: None,
                     cap: None,
                     basis: None,
+                    coords: None,
                 }
             }
         })

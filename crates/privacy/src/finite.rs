@@ -418,9 +418,13 @@ pub struct FiniteRelease {
     pub eta: Option<f64>,
     pub cap: Option<CapReport>,
     /// The low-rank release's orthonormal basis U (q × k; [`crate::low_rank`]): the released
-    /// mean is U Uᵀ C·clip(y) + σ U z (`hat.c` already holds U Uᵀ C). None: the full release,
-    /// C·clip(y) + σ z.
+    /// mean is U (Uᵀ C·clip(y) + σ z) (`hat.c` holds U Uᵀ C for the reported quantities). None:
+    /// the full release, C·clip(y) + σ z.
     pub basis: Option<DMatrix<f64>>,
+    /// Uᵀ C (k × n) of a low-rank release: the matrix whose column norms give Δ_k and from which
+    /// the drawn k-vector Uᵀ C·clip(y) + σz is computed (so no rounding of U Uᵀ C can put a
+    /// label-dependent component outside span(U), where there is no noise).
+    pub coords: Option<DMatrix<f64>>,
 }
 
 impl FiniteRelease {
@@ -466,12 +470,23 @@ impl FiniteRelease {
                 self.hat.c.nrows()
             )));
         }
-        match &self.basis {
-            None => Ok(self.hat.mean(y, range)? + z * self.sigma),
-            Some(u) => {
+        match (&self.basis, &self.coords) {
+            (Some(u), Some(coords)) => {
+                if y.len() != coords.ncols() {
+                    return Err(PrivacyError::invalid(format!(
+                        "{} labels for a release over {} rows",
+                        y.len(),
+                        coords.ncols()
+                    )));
+                }
+                let yc = match range {
+                    Some(r) => r.clip(y),
+                    None => y.clone(),
+                };
                 let k = u.ncols();
-                Ok(self.hat.mean(y, range)? + u * z.rows(0, k) * self.sigma)
+                Ok(u * (coords * yc + z.rows(0, k) * self.sigma))
             }
+            _ => Ok(self.hat.mean(y, range)? + z * self.sigma),
         }
     }
 }
@@ -497,7 +512,7 @@ pub fn plan(
     let finish = |hat: Hat, eta: Option<f64>, cap: Option<CapReport>| -> Result<FiniteRelease, PrivacyError> {
         let sensitivity = hat.sensitivity(range)?;
         let sigma = sensitivity.value / mu;
-        Ok(FiniteRelease { hat, sensitivity, sigma, eta, cap, basis: None })
+        Ok(FiniteRelease { hat, sensitivity, sigma, eta, cap, basis: None, coords: None })
     };
     let sf = |h: &Hat| h.prior.diagonal().max().max(0.0).sqrt();
     let mut best: Option<(f64, FiniteRelease)> = None;
@@ -506,9 +521,11 @@ pub fn plan(
         let mut variants = Vec::new();
         let ranks = rank.candidates(q);
         if !ranks.is_empty() {
+            // One O(q n²) pass per cap candidate; each rank is then O(q³).
             let m = crate::low_rank::released_mean_cov(kernel, x, &full.hat.noise, &full.hat.c);
+            let g = matmul(full.hat.c.as_view(), false, kernel.k(x.as_view(), xq.as_view()).as_view(), false);
             for k in ranks {
-                variants.push(low_rank_release(kernel, x, xq, &full, &m, k, range, mu)?);
+                variants.push(low_rank_release(&full, &m, &g, k, range, mu)?);
             }
         }
         if rank.allows_full(q) {
@@ -558,28 +575,34 @@ pub fn plan(
 }
 
 /// The rank-k release of `full` (Theorem 2 of [`crate::low_rank`]): basis U of the top-k
-/// eigenvectors of `m` = C (K + diag s²) Cᵀ, hat U Uᵀ C, influences ‖Uᵀ C e_j‖, the error
-/// covariance bound of the projected estimator, Δ_k and σ = Δ_k/μ.
-#[allow(clippy::too_many_arguments)]
+/// eigenvectors of `m` = C (K + diag s²) Cᵀ, coordinates Uᵀ C, influences ‖Uᵀ C e_j‖, the
+/// error-covariance bound of the projected estimator P C·y (P = U Uᵀ) from `m` and `g` = C K_XQ:
+/// K_QQ − P G − Gᵀ P + P M P ([`error_covariance`] of P C, without another O(q n²) pass), Δ_k
+/// and σ = Δ_k/μ.
 fn low_rank_release(
-    kernel: &dyn Kernel,
-    x: &DMatrix<f64>,
-    xq: &DMatrix<f64>,
     full: &FiniteRelease,
     m: &DMatrix<f64>,
+    g: &DMatrix<f64>,
     k: usize,
     range: LabelRange,
     mu: f64,
 ) -> Result<FiniteRelease, PrivacyError> {
     let u = crate::low_rank::principal_basis(m, k)?;
-    let proj = u.transpose() * &full.hat.c; // k × n
+    let coords = u.transpose() * &full.hat.c; // k × n
+    let p = &u * u.transpose();
+    let pg = &p * g;
+    let mut latent = &full.hat.prior - &pg - pg.transpose() + &p * m * &p;
+    crate::low_rank::symmetrise(&mut latent);
+    if latent.iter().any(|v| !v.is_finite()) {
+        return Err(PrivacyError::invalid("low-rank release: non-finite error covariance"));
+    }
     let mut hat = full.hat.clone();
-    hat.influence = DVector::from_fn(proj.ncols(), |j, _| scaled_norm(proj.column(j).iter()));
-    hat.c = &u * &proj;
-    hat.latent_cov = error_covariance(kernel, x, &hat.noise, xq, &hat.c, &hat.prior);
+    hat.influence = DVector::from_fn(coords.ncols(), |j, _| scaled_norm(coords.column(j).iter()));
+    hat.c = &u * &coords;
+    hat.latent_cov = latent;
     let sensitivity = hat.sensitivity(range)?;
     let sigma = sensitivity.value / mu;
-    Ok(FiniteRelease { hat, sensitivity, sigma, eta: full.eta, cap: full.cap, basis: Some(u) })
+    Ok(FiniteRelease { hat, sensitivity, sigma, eta: full.eta, cap: full.cap, basis: Some(u), coords: Some(coords) })
 }
 
 fn check_eta(eta: f64) -> Result<(), PrivacyError> {
@@ -847,10 +870,12 @@ mod tests {
         let s2 = DVector::from_element(20, 0.1);
         let mu = 0.5;
         let r = range();
-        for cap_rule in [CapRule::None, CapRule::Fixed { eta: 1.0 }] {
-            let full = plan(&se(), &x, &s2, &xq, HatModel::Exact, r, mu, &cap_rule, &RankRule::Full).unwrap();
+        let z = x.rows(0, 6).clone_owned();
+        let models = [HatModel::Exact, HatModel::Vfe { z: &z }];
+        for (model, cap_rule) in models.iter().flat_map(|m| [(*m, CapRule::None), (*m, CapRule::Fixed { eta: 1.0 })]) {
+            let full = plan(&se(), &x, &s2, &xq, model, r, mu, &cap_rule, &RankRule::Full).unwrap();
             for k in [1, 2, 4] {
-                let low = plan(&se(), &x, &s2, &xq, HatModel::Exact, r, mu, &cap_rule, &RankRule::Fixed { k }).unwrap();
+                let low = plan(&se(), &x, &s2, &xq, model, r, mu, &cap_rule, &RankRule::Fixed { k }).unwrap();
                 let u = low.basis.clone().expect("a rank-k release has a basis");
                 assert_eq!((u.nrows(), u.ncols()), (6, k));
                 assert!((u.transpose() * &u - DMatrix::identity(k, k)).abs().max() < 1e-12);
@@ -879,11 +904,16 @@ mod tests {
                 let slack = SymmetricEigen::new(&reported - &noise).eigenvalues.min();
                 assert!(slack >= -1e-12, "reported noise covariance below the real one: {slack}");
                 assert!((low.released_var() - reported.diagonal() - low.hat.latent_cov.diagonal()).abs().max() < 1e-12);
-                // The reported latent covariance is the error covariance of U Uᵀ C·y, which the
-                // exact posterior (the best linear estimator under this model) never beats.
-                let gap = &low.hat.latent_cov - &full.hat.latent_cov;
-                let min_eig = SymmetricEigen::new(gap).eigenvalues.min();
-                assert!(min_eig >= -1e-10, "projected error covariance below the posterior's: {min_eig}");
+                // The reported latent covariance is the error covariance of U Uᵀ C·y (computed
+                // here the long way), which the exact posterior (the best linear estimator under
+                // this model) never beats.
+                let direct = error_covariance(&se(), &x, &low.hat.noise, &xq, &low.hat.c, &low.hat.prior);
+                assert!((&direct - &low.hat.latent_cov).abs().max() < 1e-10);
+                if model == HatModel::Exact {
+                    let gap = &low.hat.latent_cov - &full.hat.latent_cov;
+                    let min_eig = SymmetricEigen::new(gap).eigenvalues.min();
+                    assert!(min_eig >= -1e-10, "projected error covariance below the posterior's: {min_eig}");
+                }
             }
         }
     }

@@ -62,15 +62,28 @@ fn setup_finite(rule: &CapRule, rank: &RankRule, epsilon: f64, delta: f64) -> (S
     let s2 = DVector::from_element(11, 0.1);
     let mu = gdp_mu_for(epsilon, delta);
     let rel = plan(&k, &x, &s2, &xq, HatModel::Exact, range, mu, rule, rank).unwrap();
-    let j = rel.sensitivity.worst_row;
-    let (mut lo, mut hi) = (y.clone(), y.clone());
-    lo[j] = range.lo;
-    hi[j] = range.hi;
-    let (mu_d, mu_d2) = (rel.hat.mean(&lo, Some(range)).unwrap(), rel.hat.mean(&hi, Some(range)).unwrap());
-    let (mu_d, mu_d2) = match &rel.basis {
-        None => (mu_d, mu_d2),
-        Some(u) => (u.transpose() * mu_d, u.transpose() * mu_d2),
+    // The tight pair by brute force over every row (not the code's own worst row): the mean the
+    // mechanism draws around — C·clip(y), or the k-vector Uᵀ C·clip(y) of a low-rank release —
+    // with one label at each end of the range.
+    let drawn = |y: &DVector<f64>| {
+        let m = rel.hat.mean(y, Some(range)).unwrap();
+        match &rel.basis {
+            None => m,
+            Some(u) => u.transpose() * m,
+        }
     };
+    let pair = |j: usize| {
+        let (mut lo, mut hi) = (y.clone(), y.clone());
+        lo[j] = range.lo;
+        hi[j] = range.hi;
+        (drawn(&lo), drawn(&hi))
+    };
+    let moved = |j: usize| {
+        let (a, b) = pair(j);
+        (b - a).norm()
+    };
+    let j = (0..y.len()).max_by(|&a, &b| moved(a).total_cmp(&moved(b))).unwrap();
+    let (mu_d, mu_d2) = pair(j);
     let dim = mu_d.len();
     let chol_m = Cholesky::factor(DMatrix::identity(dim, dim), "I", JitterPolicy::IF_NEEDED).unwrap();
     let st = Setup { mu_d, mu_d2, chol_m, delta_m: rel.sensitivity.value };
