@@ -70,6 +70,36 @@ fn bauer_reproduces_the_z_equals_x_table() {
     }
 }
 
+/// Bauer et al. 2016 Fig 1 (small setting: 10 random starts, M = 8 on the 100-point subset):
+/// FITC's best NLML is far below the exact GP's, VFE's never below it (its bound); only the
+/// Fig 1 files are written with `--fig1-only`, which refuses zero starts.
+#[test]
+fn bauer_fig1_fitc_best_below_the_exact_gp_vfe_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let out =
+        run(&["experiment", "sparse", "bauer", "--out", d, "--fig1-only", "--fig1-starts", "10", "--max-iters", "300"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for f in ["bauer-fig1.json", "bauer-fig1.md", "bauer-fig1.svg"] {
+        assert!(dir.path().join(f).exists(), "{f}");
+    }
+    assert!(!dir.path().join("bauer.json").exists(), "--fig1-only ran the other figures");
+    let v = load(dir.path(), "bauer-fig1.json");
+    let exact = v["exact_nlml"].as_f64().unwrap();
+    assert!((exact - 33.8923).abs() < 1e-3, "exact NLML {exact}");
+    let nlml = |kind: &str| -> Vec<f64> {
+        let fits = v["fits"].as_array().unwrap();
+        fits.iter().filter(|f| f["fit"]["kind"] == kind).map(|f| f["fit"]["nlml"].as_f64().unwrap()).collect()
+    };
+    let (fitc, vfe) = (nlml("fitc"), nlml("vfe"));
+    assert_eq!((fitc.len(), vfe.len()), (10, 10));
+    let best = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+    assert!(best(&fitc) < exact - 3.0, "FITC's best {} not below the exact {exact}", best(&fitc));
+    assert!(best(&vfe) >= exact - 1e-6, "VFE's best {} below the exact {exact}", best(&vfe));
+    let bad = run(&["experiment", "sparse", "bauer", "--out", d, "--fig1-only", "--fig1-starts", "0"]);
+    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("--fig1-starts"));
+}
+
 /// Walder et al. 2008: continuing from the ordinary fit, multiscale features never end with a
 /// worse objective than the ordinary fit they started from, on the 1-D toy and on both data sets.
 #[test]

@@ -431,6 +431,13 @@ Each cell: our mean ± sd (the thesis's value; our difference). Anchor \
     Ok(fails)
 }
 
+/// Median of the finite values (the upper median for an even count; NaN when there are none).
+pub(crate) fn median(v: &[f64]) -> f64 {
+    let mut v: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
 /// Mean and sample sd of the finite values (NaN, NaN when there are none).
 pub(crate) fn mean_sd(v: &[f64]) -> (f64, f64) {
     let v: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();

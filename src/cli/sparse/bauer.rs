@@ -1,6 +1,10 @@
 //! Bauer, van der Wilk & Rasmussen (2016), "Understanding probabilistic sparse Gaussian process
 //! approximations": FITC and VFE behave differently with the same inducing-point budget.
 //!
+//! - **M = 8 on 100 points** (their Fig 1): the best FITC and VFE fits found from many random
+//!   starts of Z, standing in for the paper's exhaustive search for FITC's optimum. FITC's
+//!   best optimum has a far lower NLML than the exact GP, with σ_n pinched towards 0; VFE's
+//!   stays above the exact GP's (its bound), with σ_n over-estimated.
 //! - **Z = X** (their Fig 4 table): from the exact GP's optimum with Z = X, FITC moves to a lower
 //!   NLML than the exact GP (33.8923 → 28.3869 in the paper) by clumping inducing inputs; VFE
 //!   stays at the exact value.
@@ -11,9 +15,10 @@
 //!   the marginal likelihood with σ_n far too small at intermediate M.
 
 use super::{TestMetrics, TrainTest, clusters, progress, se, se_params, snelson, test_metrics, write};
-use crate::cli::experiment::mean_sd;
+use crate::cli::experiment::{mean_sd, median};
 use clap::Args;
 use dpcotrain_gp::inducing::random_subset;
+use dpcotrain_gp::kernels::Bounds;
 use dpcotrain_gp::train::{SgprStrategy, TrainOptions, train, train_sparse};
 use dpcotrain_gp::{ExactGp, JitterPolicy, NoiseModel, NoiseVariance, SparseGp, SparseKind};
 use dpcotrain_report::svg::{Figure, LineChart, Marker, Series};
@@ -26,9 +31,16 @@ use std::path::PathBuf;
 
 #[derive(Debug, Args)]
 pub struct BauerArgs {
-    /// Output folder (bauer.json, bauer.md, bauer-fig3.svg, bauer-fig5.svg).
+    /// Output folder (bauer.json, bauer.md, bauer-fig2.svg, bauer-fig3.svg, bauer-fig5.svg;
+    /// bauer-fig1.json, bauer-fig1.md, bauer-fig1.svg).
     #[arg(long)]
     pub out: PathBuf,
+    /// Random starts of Z per method for the M = 8 search of Fig 1 (0 skips Fig 1).
+    #[arg(long, default_value_t = 50)]
+    pub fig1_starts: u64,
+    /// Run only Fig 1 (writes only the bauer-fig1.* files).
+    #[arg(long)]
+    pub fig1_only: bool,
     /// Inducing-point counts of the 4-D toy (Fig 5).
     #[arg(long, value_delimiter = ',', default_value = "16,32,64,128,256,512,1024")]
     pub m: Vec<usize>,
@@ -63,6 +75,12 @@ struct SparseFit {
     z: DMatrix<f64>,
 }
 
+impl SparseFit {
+    fn sparse_kind(&self) -> SparseKind {
+        if self.kind == "vfe" { SparseKind::Vfe } else { SparseKind::Fitc }
+    }
+}
+
 fn opts(max_iters: usize, seed: u64) -> TrainOptions {
     TrainOptions { max_iters, seed, ftol: 1e-12, pgtol: 1e-7, ..Default::default() }
 }
@@ -81,14 +99,17 @@ fn sparse_fit(
     start: (f64, f64, f64),
     (x, y): (&DMatrix<f64>, &DVector<f64>),
     z: DMatrix<f64>,
-    jitter: JitterPolicy,
+    numerics: Numerics,
     max_iters: usize,
     test: Option<(&DMatrix<f64>, &DVector<f64>)>,
 ) -> anyhow::Result<SparseFit> {
     let (s2, l, noise) = start;
     let mut gp =
         SparseGp::new(kind, se(s2, vec![l], false), NoiseModel::homoscedastic(noise), x.clone(), y.clone(), z)?;
-    gp.jitter = jitter;
+    gp.jitter = numerics.jitter;
+    if let NoiseModel::Homoscedastic(s) = &mut gp.noise {
+        s.bounds = Bounds::new(numerics.noise_floor.ln(), s.bounds.upper);
+    }
     let nlml_initial = -gp.objective_value()?;
     let r = train_sparse(&mut gp, SgprStrategy::Joint, &opts(max_iters, 0))?;
     let (variance, ls) = se_params(gp.kernel.as_ref());
@@ -100,7 +121,7 @@ fn sparse_fit(
     Ok(SparseFit {
         kind: kind.name(),
         m: gp.z().nrows(),
-        jitter: jitter.start,
+        jitter: numerics.jitter.start,
         nlml_initial,
         nlml: -r.objective,
         sigma_n: sigma2.sqrt(),
@@ -119,6 +140,20 @@ fn exact_start(gp: &ExactGp) -> (f64, f64, f64) {
     (v, l[0], gp.noise.sigma2().variance)
 }
 
+/// Numerical settings of a sparse fit: the jitter policy on K_uu and the lower bound on σ².
+#[derive(Debug, Clone, Copy)]
+struct Numerics {
+    jitter: JitterPolicy,
+    noise_floor: f64,
+}
+
+/// The core's defaults: jitter 1e-6 × mean diag K_uu, σ² ≥ 1e-6.
+const DEFAULT: Numerics = Numerics { jitter: JitterPolicy::ALWAYS, noise_floor: 1e-6 };
+
+/// Fig 1: σ² ≥ 1e-12. The paper's FITC optimum has σ_n = 1.93·10⁻⁴ (σ² ≈ 3.7·10⁻⁸), below the
+/// default floor, which FITC otherwise ends on.
+const FIG1: Numerics = Numerics { noise_floor: 1e-12, ..DEFAULT };
+
 /// Relative jitter 1e-4 on K_uu: with Z = X (100 inputs, some 1e-3 apart, ℓ ≈ 0.6) the FITC
 /// objective at the default 1e-6 is noisy at ~5e-7 (the finite-difference error grows as 1/h)
 /// while its gradient is ~3e-2, so L-BFGS's line search stalls at the start; 1e-4 lets it move.
@@ -131,15 +166,40 @@ pub fn run(a: BauerArgs) -> anyhow::Result<()> {
     let idx: Vec<usize> = (0..x_all.nrows()).step_by(2).collect();
     let x100 = x_all.select_rows(&idx);
     let y100 = y_all.select_rows(&idx);
-    let bar = progress(5 + 1 + 2 * a.starts + 2 + 1 + 2 * a.m.len() as u64, "bauer");
+    if a.fig1_only && a.fig1_starts == 0 {
+        anyhow::bail!("--fig1-only needs --fig1-starts of at least 1");
+    }
+    let rest = if a.fig1_only { 0 } else { 4 + 1 + 2 * a.starts + 2 + 1 + 2 * a.m.len() as u64 };
+    let bar = progress(1 + 2 * a.fig1_starts + rest, "bauer");
     let exact100 = exact_fit(&x100, &y100, a.seed)?;
     let exact100_nlml = -exact100.log_marginal_likelihood()?;
     bar.inc(1);
+
+    // Fig 1: the same subset, M = 8; the best of `fig1_starts` random starts per method stands
+    // in for the paper's exhaustive search for FITC's optimum.
+    if a.fig1_starts > 0 {
+        let mut fig1 = vec![];
+        for s in 0..a.fig1_starts {
+            let z0 = random_subset(&x100, FIG1_M, a.seed + 2000 + s)?;
+            for kind in [SparseKind::Vfe, SparseKind::Fitc] {
+                bar.set_message(format!("Fig 1 {} start {s}", kind.name()));
+                let f = sparse_fit(kind, exact_start(&exact100), (&x100, &y100), z0.clone(), FIG1, a.max_iters, None)?;
+                fig1.push((s, f));
+                bar.inc(1);
+            }
+        }
+        write_fig1(&a, &exact100, &fig1)?;
+    }
+    if a.fig1_only {
+        bar.finish_and_clear();
+        return Ok(());
+    }
     let mut zx = vec![];
     for jitter in [JitterPolicy::ALWAYS, ZX_JITTER] {
+        let numerics = Numerics { jitter, ..DEFAULT };
         for kind in [SparseKind::Vfe, SparseKind::Fitc] {
             let iters = a.max_iters.max(5000);
-            zx.push(sparse_fit(kind, exact_start(&exact100), (&x100, &y100), x100.clone(), jitter, iters, None)?);
+            zx.push(sparse_fit(kind, exact_start(&exact100), (&x100, &y100), x100.clone(), numerics, iters, None)?);
             bar.inc(1);
         }
     }
@@ -153,15 +213,7 @@ pub fn run(a: BauerArgs) -> anyhow::Result<()> {
     for s in 0..a.starts {
         let z0 = random_subset(&x_all, 15, a.seed + s)?;
         for kind in [SparseKind::Vfe, SparseKind::Fitc] {
-            let f = sparse_fit(
-                kind,
-                exact_start(&exact200),
-                (&x_all, &y_all),
-                z0.clone(),
-                JitterPolicy::ALWAYS,
-                a.max_iters,
-                None,
-            )?;
+            let f = sparse_fit(kind, exact_start(&exact200), (&x_all, &y_all), z0.clone(), DEFAULT, a.max_iters, None)?;
             m15.push((s, f));
             bar.inc(1);
         }
@@ -173,15 +225,7 @@ pub fn run(a: BauerArgs) -> anyhow::Result<()> {
     let z7 = random_subset(&x_all, 7, a.seed)?;
     let mut fig2 = vec![];
     for kind in [SparseKind::Vfe, SparseKind::Fitc] {
-        let f = sparse_fit(
-            kind,
-            exact_start(&exact200),
-            (&x_all, &y_all),
-            z7.clone(),
-            JitterPolicy::ALWAYS,
-            a.max_iters,
-            None,
-        )?;
+        let f = sparse_fit(kind, exact_start(&exact200), (&x_all, &y_all), z7.clone(), DEFAULT, a.max_iters, None)?;
         fig2.push(add_one_scan(&f, &x_all, &y_all)?);
         bar.inc(1);
     }
@@ -205,15 +249,8 @@ pub fn run(a: BauerArgs) -> anyhow::Result<()> {
         let z0 = random_subset(&xtr, m, a.seed + 1000 + m as u64)?;
         for kind in [SparseKind::Vfe, SparseKind::Fitc] {
             bar.set_message(format!("4-D toy {} M = {m}", kind.name()));
-            let f = sparse_fit(
-                kind,
-                (1.0, 1.0, 0.1),
-                (&xtr, &ytr),
-                z0.clone(),
-                JitterPolicy::ALWAYS,
-                a.max_iters,
-                Some((&xte, &yte)),
-            )?;
+            let f =
+                sparse_fit(kind, (1.0, 1.0, 0.1), (&xtr, &ytr), z0.clone(), DEFAULT, a.max_iters, Some((&xte, &yte)))?;
             toy.push(f);
             bar.inc(1);
         }
@@ -224,7 +261,7 @@ pub fn run(a: BauerArgs) -> anyhow::Result<()> {
     let out = json!({
         "snelson_z_equals_x": { "exact_nlml": exact100_nlml, "exact_sigma_n": exact_start(&exact100).2.sqrt(), "fits": zx },
         "snelson_m15": { "exact_nlml": exact200_nlml, "exact_sigma_n": exact_start(&exact200).2.sqrt(),
-            "fits": m15.iter().map(|(s, f)| json!({"start": s, "fit": f, "z": f.z.as_slice()})).collect::<Vec<_>>() },
+            "fits": starts_json(&m15) },
         "toy4d": { "exact": exact4, "fits": toy },
         "snelson_m7_add_one": fig2,
         "settings": { "max_iters": a.max_iters, "starts": a.starts, "seed": a.seed },
@@ -236,6 +273,78 @@ pub fn run(a: BauerArgs) -> anyhow::Result<()> {
     write(&a.out, "bauer-fig3.svg", &fig3)?;
     write(&a.out, "bauer-fig5.svg", &fig5)?;
     write(&a.out, "bauer-fig2.svg", &fig2_svg)?;
+    Ok(())
+}
+
+/// Inducing inputs of Bauer et al.'s Fig 1.
+const FIG1_M: usize = 8;
+
+/// Fits from random starts with their start index and final Z.
+fn starts_json(fits: &[(u64, SparseFit)]) -> Vec<serde_json::Value> {
+    fits.iter().map(|(s, f)| json!({"start": s, "fit": f, "z": f.z.as_slice()})).collect()
+}
+
+/// The lowest-NLML fit of a method among random starts, and the median NLML over the starts.
+fn best_of(fits: &[(u64, SparseFit)], kind: SparseKind) -> Option<(&SparseFit, f64)> {
+    let fs: Vec<&SparseFit> = fits.iter().map(|(_, f)| f).filter(|f| f.kind == kind.name()).collect();
+    let best = fs.iter().copied().filter(|f| f.nlml.is_finite()).min_by(|a, b| a.nlml.total_cmp(&b.nlml))?;
+    Some((best, median(&fs.iter().map(|f| f.nlml).collect::<Vec<_>>())))
+}
+
+/// σ_n to four decimals, or in e-notation when FITC has pinched it below 0.01.
+fn sigma_text(sigma_n: f64) -> String {
+    if sigma_n < 0.01 { format!("{sigma_n:.1e}") } else { format!("{sigma_n:.4}") }
+}
+
+/// Bauer et al. (2016) Fig 1: JSON, a Markdown table beside the paper's numbers, and the two
+/// best fits drawn like the paper's panels.
+fn write_fig1(a: &BauerArgs, exact: &ExactGp, fits: &[(u64, SparseFit)]) -> anyhow::Result<()> {
+    let exact_nlml = -exact.log_marginal_likelihood()?;
+    let exact_sigma_n = exact_start(exact).2.sqrt();
+    let out = json!({
+        "exact_nlml": exact_nlml,
+        "exact_sigma_n": exact_sigma_n,
+        "m": FIG1_M,
+        "fits": starts_json(fits),
+        "settings": { "max_iters": a.max_iters, "fig1_starts": a.fig1_starts, "seed": a.seed },
+    });
+    write(&a.out, "bauer-fig1.json", &serde_json::to_string_pretty(&out)?)?;
+    let mut s = String::from("# Bauer, van der Wilk & Rasmussen (2016) Fig 1, reproduced\n\n");
+    s += &format!(
+        "100-point Snelson subset (every other row), M = {FIG1_M}; per method the best of {} random \
+         starts of Z (a random subset of the inputs), θ and σ_n from the exact GP's optimum, Z, θ \
+         and σ_n trained jointly ({} L-BFGS iterations at most).\n\n",
+        a.fig1_starts, a.max_iters
+    );
+    s += "| method | best NLML | median NLML | σ_n (best) | distinct Z (best) | starts within 0.01 of best | starts below the exact NLML / clumped / σ_n < 0.01 | paper: NLML, σ_n |\n|---|---|---|---|---|---|---|---|\n";
+    s += &format!("| full GP | {exact_nlml:.4} | | {exact_sigma_n:.4} | | | | 34.15, 0.274 (Fig 4: 33.8923) |\n");
+    let mut best = vec![];
+    for (kind, paper) in
+        [(SparseKind::Fitc, "23.16, 1.93·10⁻⁴ (panel label)"), (SparseKind::Vfe, "38.86, 0.286 (panel label)")]
+    {
+        let Some((f, med)) = best_of(fits, kind) else { continue };
+        let count = |p: &dyn Fn(&SparseFit) -> bool| fits.iter().filter(|(_, g)| g.kind == f.kind && p(g)).count();
+        let near = count(&|g| g.nlml <= f.nlml + 0.01);
+        let below = count(&|g| g.nlml < exact_nlml);
+        let clumped = count(&|g| g.clusters < g.m);
+        let pinched = count(&|g| g.sigma_n < 0.01);
+        let sigma = sigma_text(f.sigma_n);
+        s += &format!(
+            "| {} | {:.4} | {med:.4} | {sigma} | {} of {} | {near} of {} | {below} / {clumped} / {pinched} | {paper} |\n",
+            kind.name().to_uppercase(),
+            f.nlml,
+            f.clusters,
+            f.m,
+            a.fig1_starts
+        );
+        best.push(f);
+    }
+    write(&a.out, "bauer-fig1.md", &s)?;
+    let title = format!(
+        "Snelson subset (100 points), M = {FIG1_M}, best of {} starts (Bauer et al. 2016, Fig 1)",
+        a.fig1_starts
+    );
+    write(&a.out, "bauer-fig1.svg", &fits_svg(&title, exact, &best)?)?;
     Ok(())
 }
 
@@ -316,16 +425,26 @@ fn markdown(
     s
 }
 
-/// Fig 3 style: the two methods' predictives (M = 15, first start) with their inducing inputs.
+/// Fig 3: the two methods' predictives (M = 15, first start) with their inducing inputs.
 fn fig3_svg(exact: &ExactGp, m15: &[(u64, SparseFit)]) -> anyhow::Result<String> {
+    let first: Vec<&SparseFit> = [SparseKind::Vfe, SparseKind::Fitc]
+        .iter()
+        .filter_map(|k| m15.iter().find(|(s, f)| *s == 0 && f.kind == k.name()).map(|(_, f)| f))
+        .collect();
+    fits_svg("Snelson data, M = 15 from the same random start (Bauer et al. 2016, Fig 3)", exact, &first)
+}
+
+/// One panel per fit: its predictive (mean ± 2 sd of y) and inducing inputs over the data and
+/// the exact GP's mean, as in Bauer et al.'s Figs 1 and 3.
+fn fits_svg(title: &str, exact: &ExactGp, fits: &[&SparseFit]) -> anyhow::Result<String> {
     let (x, y) = (exact.x(), exact.y());
     let grid = DMatrix::from_fn(200, 1, |i, _| -1.0 + 8.0 * i as f64 / 199.0);
     let gx: Vec<f64> = grid.iter().copied().collect();
     let ex = exact.posterior()?.predict(&grid, false)?;
     let data: Vec<(f64, f64)> = x.iter().copied().zip(y.iter().copied()).collect();
-    let mut fig = Figure::new("Snelson data, M = 15 from the same random start (Bauer et al. 2016, Fig 3)");
-    for kind in [SparseKind::Vfe, SparseKind::Fitc] {
-        let Some((_, f)) = m15.iter().find(|(s, f)| *s == 0 && f.kind == kind.name()) else { continue };
+    let mut fig = Figure::new(title);
+    for f in fits {
+        let kind = f.sparse_kind();
         let mut gp = SparseGp::new(
             kind,
             se(f.variance, vec![f.lengthscale], false),
@@ -343,10 +462,10 @@ fn fig3_svg(exact: &ExactGp, m15: &[(u64, SparseFit)]) -> anyhow::Result<String>
         let bottom = y.min() - 0.5;
         let chart = LineChart::new(
             format!(
-                "{} (NLML {:.2}, σ_n {:.3}, {} distinct Z)",
+                "{} (NLML {:.2}, σ_n {}, {} distinct Z)",
                 kind.name().to_uppercase(),
                 f.nlml,
-                f.sigma_n,
+                sigma_text(f.sigma_n),
                 f.clusters
             ),
             "x",
@@ -403,7 +522,7 @@ struct AddOne {
 }
 
 fn add_one_scan(f: &SparseFit, x: &DMatrix<f64>, y: &DVector<f64>) -> anyhow::Result<AddOne> {
-    let kind = if f.kind == "vfe" { SparseKind::Vfe } else { SparseKind::Fitc };
+    let kind = f.sparse_kind();
     let model = |z: DMatrix<f64>| -> anyhow::Result<SparseGp> {
         let noise = NoiseModel::Homoscedastic(NoiseVariance::fixed(f.sigma_n.powi(2)));
         let mut gp = SparseGp::new(kind, se(f.variance, vec![f.lengthscale], false), noise, x.clone(), y.clone(), z)?;

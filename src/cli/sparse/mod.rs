@@ -22,8 +22,9 @@ use std::path::Path;
 
 #[derive(Debug, Subcommand)]
 pub enum SparseCommand {
-    /// Bauer et al. 2016: FITC vs VFE on Snelson's data (Z = X, Fig 4; M = 15 random starts,
-    /// Fig 3) and the 4-D toy against M (Fig 5).
+    /// Bauer et al. 2016: FITC vs VFE on Snelson's data (M = 8 best of random starts, Fig 1;
+    /// Z = X, Fig 4; M = 15 random starts, Fig 3; one input added, Fig 2) and the 4-D toy
+    /// against M (Fig 5).
     Bauer(bauer::BauerArgs),
     /// Bauer et al. 2016 Table 1: GP on a subset, FITC, VFE, VFE with hyperparameters frozen
     /// first and VFE initialised from FITC on pumadyn32nm (SE-ARD, M = 40).
