@@ -309,8 +309,7 @@ impl ReleaseModel {
                     sigma: 0.0,
                     eta: None,
                     cap: None,
-                    basis: None,
-                    coords: None,
+                    low_rank: None,
                 }
             }
         })

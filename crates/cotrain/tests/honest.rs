@@ -146,7 +146,7 @@ fn a_low_rank_batch_releases_noise_in_k_dimensions_and_nothing_label_dependent_b
         ReleaseModel::new(d.x_train.clone(), range().clip(&d.y_train), t.kernel(2), t.noise_variance, None, 0).unwrap();
     let xq = d.x_pool.select_rows(q.iter());
     let plan = rm.plan(&xq, Some((mu, range())), &CapRule::auto(), &RankRule::Fixed { k: 2 }).unwrap();
-    let u = plan.basis.clone().expect("rank 2");
+    let u = plan.low_rank.clone().expect("rank 2").u;
     assert_eq!(u.ncols(), 2);
     assert!((plan.sigma - c.sigma).abs() < 1e-12);
     let noise = DVector::from_vec(a1.mean.clone()) - plan.hat.mean(&rm.y, Some(range())).unwrap();

@@ -77,13 +77,6 @@ impl Auth {
         self.tokens.is_empty()
     }
 
-    /// Authenticate a call (its `authorization` metadata and its connection's client
-    /// certificate).
-    pub fn check<T>(&self, req: &Request<T>) -> Result<Principal, Status> {
-        let header = req.metadata().get("authorization").and_then(|v| v.to_str().ok());
-        self.authenticate(header, req.extensions())
-    }
-
     /// Authenticate from the `authorization` header's value and the request's extensions (where
     /// the TLS layer puts the verified client certificate).
     pub fn authenticate(
@@ -223,16 +216,20 @@ mod tests {
     #[test]
     fn tokens_name_principals() {
         let a = Auth::tokens(vec![("b".repeat(20), "B".into()), ("o".repeat(20), ORCHESTRATOR.into())], false).unwrap();
+        // What request() attaches is what the layer reads.
         let d = std::time::Duration::from_secs(1);
-        assert_eq!(a.check(&request((), Some(&"b".repeat(20)), d).unwrap()).unwrap(), Principal::Peer("B".into()));
-        assert_eq!(a.check(&request((), Some(&"o".repeat(20)), d).unwrap()).unwrap(), Principal::Orchestrator);
-        let e = a.check(&request((), Some(&"x".repeat(20)), d).unwrap()).unwrap_err();
-        assert_eq!(e.code(), tonic::Code::Unauthenticated);
-        let e = a.check(&request((), None, d).unwrap()).unwrap_err();
-        assert_eq!(e.code(), tonic::Code::Unauthenticated);
+        let check = |token: Option<&str>| {
+            let r = request((), token, d).unwrap();
+            let header = r.metadata().get("authorization").and_then(|v| v.to_str().ok());
+            a.authenticate(header, r.extensions())
+        };
+        assert_eq!(check(Some(&"b".repeat(20))).unwrap(), Principal::Peer("B".into()));
+        assert_eq!(check(Some(&"o".repeat(20))).unwrap(), Principal::Orchestrator);
+        assert_eq!(check(Some(&"x".repeat(20))).unwrap_err().code(), tonic::Code::Unauthenticated);
+        assert_eq!(check(None).unwrap_err().code(), tonic::Code::Unauthenticated);
         assert!(Auth::tokens(vec![("short".into(), "B".into())], false).is_err());
         assert!(Auth::tokens(vec![("t".repeat(20), "B".into()), ("t".repeat(20), "C".into())], false).is_err());
-        assert_eq!(Auth::open().check(&Request::new(())).unwrap(), Principal::Anyone);
+        assert_eq!(Auth::open().authenticate(None, &http::Extensions::new()).unwrap(), Principal::Anyone);
     }
 
     /// Records the principal the layer handed on, if the call got through.

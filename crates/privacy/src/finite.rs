@@ -248,10 +248,15 @@ pub fn error_covariance(
     c: &DMatrix<f64>,
     prior: &DMatrix<f64>,
 ) -> DMatrix<f64> {
-    let ckxq = matmul(c.as_view(), false, kernel.k(x.as_view(), xq.as_view()).as_view(), false); // q × q
-    let ckc = crate::low_rank::released_mean_cov(kernel, x, s2, c);
-    let mut out = prior - &ckxq - ckxq.transpose() + ckc;
-    crate::low_rank::symmetrise(&mut out); // exactly symmetric
+    let g = matmul(c.as_view(), false, kernel.k(x.as_view(), xq.as_view()).as_view(), false); // C K_XQ
+    error_covariance_from(prior, &g, &crate::low_rank::released_mean_cov(kernel, x, s2, c))
+}
+
+/// K_QQ − G − Gᵀ + M with G = C K_XQ and M = C (K_XX + diag s²) Cᵀ: [`error_covariance`] from its
+/// two products (for the estimator P C·y pass P G and P M P), exactly symmetric.
+fn error_covariance_from(prior: &DMatrix<f64>, g: &DMatrix<f64>, m: &DMatrix<f64>) -> DMatrix<f64> {
+    let mut out = prior - g - g.transpose() + m;
+    crate::low_rank::symmetrise(&mut out);
     out
 }
 
@@ -417,14 +422,20 @@ pub struct FiniteRelease {
     /// The η chosen (None: no cap).
     pub eta: Option<f64>,
     pub cap: Option<CapReport>,
-    /// The low-rank release's orthonormal basis U (q × k; [`crate::low_rank`]): the released
-    /// mean is U (Uᵀ C·clip(y) + σ z) (`hat.c` holds U Uᵀ C for the reported quantities). None:
-    /// the full release, C·clip(y) + σ z.
-    pub basis: Option<DMatrix<f64>>,
-    /// Uᵀ C (k × n) of a low-rank release: the matrix whose column norms give Δ_k and from which
-    /// the drawn k-vector Uᵀ C·clip(y) + σz is computed (so no rounding of U Uᵀ C can put a
-    /// label-dependent component outside span(U), where there is no noise).
-    pub coords: Option<DMatrix<f64>>,
+    /// The low-rank release's basis and coordinates ([`crate::low_rank`]); None: the full
+    /// release, C·clip(y) + σ z.
+    pub low_rank: Option<LowRank>,
+}
+
+/// What a low-rank release draws: U (Uᵀ C·clip(y) + σ z) with z ~ N(0, I_k).
+#[derive(Debug, Clone)]
+pub struct LowRank {
+    /// Orthonormal basis U (q × k): the top-k eigenvectors of C (K + diag s²) Cᵀ.
+    pub u: DMatrix<f64>,
+    /// Uᵀ C (k × n): the matrix whose column norms give Δ_k and from which the drawn k-vector is
+    /// computed (so no rounding of U Uᵀ C can put a label-dependent component outside span(U),
+    /// where there is no noise). `hat.c` holds U Uᵀ C for the reported quantities.
+    pub coords: DMatrix<f64>,
 }
 
 impl FiniteRelease {
@@ -449,9 +460,9 @@ impl FiniteRelease {
     /// is *reported* is σ² ([`FiniteRelease::released_cov`]).
     pub fn noise_at_points(&self) -> DVector<f64> {
         let s2 = self.sigma * self.sigma;
-        match &self.basis {
+        match &self.low_rank {
             None => DVector::from_element(self.hat.c.nrows(), s2),
-            Some(u) => DVector::from_fn(u.nrows(), |q, _| s2 * u.row(q).norm_squared()),
+            Some(lr) => DVector::from_fn(lr.u.nrows(), |q, _| s2 * lr.u.row(q).norm_squared()),
         }
     }
 
@@ -470,24 +481,21 @@ impl FiniteRelease {
                 self.hat.c.nrows()
             )));
         }
-        match (&self.basis, &self.coords) {
-            (Some(u), Some(coords)) => {
-                if y.len() != coords.ncols() {
-                    return Err(PrivacyError::invalid(format!(
-                        "{} labels for a release over {} rows",
-                        y.len(),
-                        coords.ncols()
-                    )));
-                }
-                let yc = match range {
-                    Some(r) => r.clip(y),
-                    None => y.clone(),
-                };
-                let k = u.ncols();
-                Ok(u * (coords * yc + z.rows(0, k) * self.sigma))
-            }
-            _ => Ok(self.hat.mean(y, range)? + z * self.sigma),
+        let Some(LowRank { u, coords }) = &self.low_rank else {
+            return Ok(self.hat.mean(y, range)? + z * self.sigma);
+        };
+        if y.len() != coords.ncols() {
+            return Err(PrivacyError::invalid(format!(
+                "{} labels for a release over {} rows",
+                y.len(),
+                coords.ncols()
+            )));
         }
+        let yc = match range {
+            Some(r) => r.clip(y),
+            None => y.clone(),
+        };
+        Ok(u * (coords * yc + z.rows(0, u.ncols()) * self.sigma))
     }
 }
 
@@ -512,7 +520,7 @@ pub fn plan(
     let finish = |hat: Hat, eta: Option<f64>, cap: Option<CapReport>| -> Result<FiniteRelease, PrivacyError> {
         let sensitivity = hat.sensitivity(range)?;
         let sigma = sensitivity.value / mu;
-        Ok(FiniteRelease { hat, sensitivity, sigma, eta, cap, basis: None, coords: None })
+        Ok(FiniteRelease { hat, sensitivity, sigma, eta, cap, low_rank: None })
     };
     let sf = |h: &Hat| h.prior.diagonal().max().max(0.0).sqrt();
     let mut best: Option<(f64, FiniteRelease)> = None;
@@ -567,7 +575,7 @@ pub fn plan(
         }
     }
     let mut chosen = best.ok_or_else(|| PrivacyError::invalid("finite release: no candidate release"))?.1;
-    if chosen.basis.is_none() {
+    if chosen.low_rank.is_none() {
         // (A low-rank candidate's covariance is already the conservative bound.)
         chosen.hat.make_conservative(kernel, x, xq, model);
     }
@@ -590,9 +598,7 @@ fn low_rank_release(
     let u = crate::low_rank::principal_basis(m, k)?;
     let coords = u.transpose() * &full.hat.c; // k × n
     let p = &u * u.transpose();
-    let pg = &p * g;
-    let mut latent = &full.hat.prior - &pg - pg.transpose() + &p * m * &p;
-    crate::low_rank::symmetrise(&mut latent);
+    let latent = error_covariance_from(&full.hat.prior, &(&p * g), &(&p * m * &p));
     if latent.iter().any(|v| !v.is_finite()) {
         return Err(PrivacyError::invalid("low-rank release: non-finite error covariance"));
     }
@@ -602,7 +608,7 @@ fn low_rank_release(
     hat.latent_cov = latent;
     let sensitivity = hat.sensitivity(range)?;
     let sigma = sensitivity.value / mu;
-    Ok(FiniteRelease { hat, sensitivity, sigma, eta: full.eta, cap: full.cap, basis: Some(u), coords: Some(coords) })
+    Ok(FiniteRelease { hat, sensitivity, sigma, eta: full.eta, cap: full.cap, low_rank: Some(LowRank { u, coords }) })
 }
 
 fn check_eta(eta: f64) -> Result<(), PrivacyError> {
@@ -876,7 +882,7 @@ mod tests {
             let full = plan(&se(), &x, &s2, &xq, model, r, mu, &cap_rule, &RankRule::Full).unwrap();
             for k in [1, 2, 4] {
                 let low = plan(&se(), &x, &s2, &xq, model, r, mu, &cap_rule, &RankRule::Fixed { k }).unwrap();
-                let u = low.basis.clone().expect("a rank-k release has a basis");
+                let u = low.low_rank.clone().expect("a rank-k release has a basis").u;
                 assert_eq!((u.nrows(), u.ncols()), (6, k));
                 assert!((u.transpose() * &u - DMatrix::identity(k, k)).abs().max() < 1e-12);
                 // The drawn vector, recomputed from the *full* release's hat (an independent path).
@@ -934,7 +940,7 @@ mod tests {
         }
         assert!(utility_score(&auto) >= utility_score(&go(&RankRule::Full)) - 1e-12);
         // Here the low rank pays: the score of the best low-rank candidate beats the full release.
-        assert!(auto.basis.is_some(), "expected a low-rank choice at these close release points");
+        assert!(auto.low_rank.is_some(), "expected a low-rank choice at these close release points");
     }
 
     /// Influences of a row far from every release point are tiny, not zero: Δ never

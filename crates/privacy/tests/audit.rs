@@ -67,9 +67,9 @@ fn setup_finite(rule: &CapRule, rank: &RankRule, epsilon: f64, delta: f64) -> (S
     // with one label at each end of the range.
     let drawn = |y: &DVector<f64>| {
         let m = rel.hat.mean(y, Some(range)).unwrap();
-        match &rel.basis {
+        match &rel.low_rank {
             None => m,
-            Some(u) => u.transpose() * m,
+            Some(lr) => lr.u.transpose() * m,
         }
     };
     let pair = |j: usize| {

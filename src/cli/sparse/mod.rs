@@ -11,6 +11,7 @@ mod init;
 mod steps;
 mod walder;
 
+use anyhow::Context as _;
 use clap::Subcommand;
 use dpcotrain_gp::Prediction;
 use dpcotrain_gp::kernels::{Kernel, SquaredExponential};
@@ -91,7 +92,7 @@ fn headerless_gz_csv(path: &Path, gz: &[u8]) -> anyhow::Result<(DMatrix<f64>, DV
     let mut text = String::new();
     flate2::read::GzDecoder::new(gz)
         .read_to_string(&mut text)
-        .map_err(|e| anyhow::anyhow!("{}: cannot decompress as gzipped UTF-8 text: {e}", path.display()))?;
+        .with_context(|| format!("{}: cannot decompress as gzipped UTF-8 text", path.display()))?;
     let Some(first) = text.lines().find(|l| !l.trim().is_empty()) else {
         anyhow::bail!("{}: no data rows after decompressing", path.display());
     };
@@ -102,6 +103,7 @@ fn headerless_gz_csv(path: &Path, gz: &[u8]) -> anyhow::Result<(DMatrix<f64>, DV
     let mut header: Vec<String> = (1..d).map(|i| format!("x{i}")).collect();
     header.push("y".into());
     let csv = format!("{}\n{text}", header.join(","));
+    // The hint goes after the reader's own message (file, line, column), which it explains.
     let t = dpcotrain_cotrain::table::Table::parse(path, csv.as_bytes()).map_err(|e| {
         anyhow::anyhow!(
             "{e} (the file has no header: line 1 is the header x1,…,y added on reading, line n is row n − 1)"
