@@ -20,6 +20,7 @@ pub mod prediction;
 pub mod sampling;
 pub mod sparse;
 pub mod standardize;
+pub mod svgp;
 pub mod train;
 
 pub use exact::ExactGp;
@@ -29,6 +30,7 @@ pub use linalg::{Cholesky, Jitter, JitterPolicy, LinalgError};
 pub use noise::{NoiseModel, NoiseVariance};
 pub use prediction::Prediction;
 pub use sparse::{ObjectiveTerms, SparseGp, SparseKind};
+pub use svgp::Svgp;
 
 /// Errors of the numerical core.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -205,6 +205,30 @@ impl Cholesky {
         x
     }
 
+    /// Reverse mode through the factorisation (Murray 2016, "Differentiation of the Cholesky
+    /// decomposition", eq. 10): given L̄ = ∂f/∂L (only its lower triangle is read), the
+    /// symmetric ∂f/∂A = sym(L⁻ᵀ Φ(Lᵀ L̄) L⁻¹), where Φ keeps the lower triangle and halves
+    /// the diagonal. The jitter is the caller's (it depends on A only through mean diag A).
+    pub fn backward(&self, l_bar: &DMatrix<f64>) -> DMatrix<f64> {
+        let n = self.dim();
+        assert_eq!(l_bar.shape(), (n, n), "Cholesky::backward: L̄ shape");
+        let mut lower = l_bar.clone();
+        for j in 1..n {
+            lower.as_mut_slice()[j * n..j * n + j].fill(0.0);
+        }
+        let mut p = matmul(self.l.as_view(), true, lower.as_view(), false);
+        for j in 0..n {
+            p[(j, j)] *= 0.5;
+            for i in 0..j {
+                p[(i, j)] = 0.0;
+            }
+        }
+        self.solve_lt_in_place(&mut p);
+        let mut p = p.transpose();
+        self.solve_lt_in_place(&mut p);
+        (&p + p.transpose()) * 0.5
+    }
+
     /// (A + εI)⁻¹ = L⁻ᵀ L⁻¹, symmetric. Only for gradients that need the whole matrix.
     /// Uses a triangular inverse and a triangular product (n³/3 + n³/3 flops).
     pub fn inverse(&self) -> DMatrix<f64> {
@@ -329,6 +353,37 @@ mod tests {
     fn spd(n: usize, seed: u64) -> DMatrix<f64> {
         let a = random(n, n + 3, seed);
         &a * a.transpose() + DMatrix::identity(n, n) * 0.1
+    }
+
+    /// Murray's reverse mode equals central differences of ⟨G, chol(A)⟩ in each symmetric
+    /// pair (A_ij, A_ji) moved together.
+    #[test]
+    fn cholesky_backward_matches_finite_differences() {
+        let n = 6;
+        let a = spd(n, 11);
+        let g = random(n, n, 12);
+        let policy = JitterPolicy { start: 0.0, factor: 10.0, tries: 1, try_without: true };
+        let f = |a: &DMatrix<f64>| {
+            let l = Cholesky::factor(a.clone(), "A", policy).unwrap();
+            (0..n).flat_map(|j| (j..n).map(move |i| (i, j))).map(|(i, j)| g[(i, j)] * l.l()[(i, j)]).sum::<f64>()
+        };
+        let an = Cholesky::factor(a.clone(), "A", policy).unwrap().backward(&g);
+        let h = 1e-6;
+        for j in 0..n {
+            for i in j..n {
+                let shift = |s: f64| {
+                    let mut b = a.clone();
+                    b[(i, j)] += s;
+                    if i != j {
+                        b[(j, i)] += s;
+                    }
+                    f(&b)
+                };
+                let fd = (shift(h) - shift(-h)) / (2.0 * h);
+                let analytic = if i == j { an[(i, i)] } else { an[(i, j)] + an[(j, i)] };
+                assert!((fd - analytic).abs() < 1e-6 * (1.0 + fd.abs()), "({i},{j}): {analytic} vs {fd}");
+            }
+        }
     }
 
     #[test]

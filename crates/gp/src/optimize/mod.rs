@@ -115,6 +115,7 @@
 //! describes the old objective. Iteration numbers passed to the callback start
 //! at 1 on each call.
 
+pub mod adam;
 mod line_search;
 mod memory;
 

@@ -1,0 +1,128 @@
+//! The uncollapsed bound L₃ of Hensman, Fusi & Lawrence (2013) on a minibatch, in the whitened
+//! parametrisation, and its analytic gradient with respect to the hyperparameters (kernel,
+//! log σ², Z) at fixed q(v).
+//!
+//! With c = N/|B|, r = y − Aᵀm and S = Λ⁻¹ (module docs of [`super`] for the notation):
+//!
+//! ```text
+//! ∂/∂A        = (c/σ²) (m rᵀ + A − S A)
+//! ∂/∂diag K_ff = −c/(2σ²)
+//! ∂/∂log σ²   = c Σ_i [ −½ + (r_i² + s_i)/(2σ²) ]
+//! ∂/∂K_uf     = L⁻ᵀ ∂/∂A
+//! ∂/∂L        = −tril(L⁻ᵀ (∂/∂A) Aᵀ)      (A = L⁻¹K_uf)
+//! ∂/∂K_uu     = Murray (2016) reverse mode of the Cholesky, plus the jitter term
+//! ```
+//!
+//! The KL term does not depend on the hyperparameters in the whitened form.
+
+use super::Svgp;
+use crate::features::InducingFeatures;
+use crate::linalg::{col_sq_norms, matmul};
+use crate::{GpError, Jitter};
+use nalgebra::{DMatrix, DMatrixView, DVectorView};
+
+const LN_2PI: f64 = 1.837_877_066_409_345_3;
+
+/// L₃ on a minibatch (scaled to the whole data set) and, when asked, its gradient with respect
+/// to [`Svgp::params`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct BatchBound {
+    /// c Σ_i E_q[log p(y_i | f_i)] − KL.
+    pub value: f64,
+    /// c Σ_i E_q[log p(y_i | f_i)].
+    pub expected_log_lik: f64,
+    /// KL(q(v) ‖ p(v)) ≥ 0.
+    pub kl: f64,
+    pub grad: Option<Vec<f64>>,
+    pub jitter: Jitter,
+}
+
+impl Svgp {
+    /// L₃ on the minibatch (`x`, `y`) of a data set of `n_total` rows; the gradient (in
+    /// [`Svgp::params`] order) when `want_grad`.
+    pub fn batch_bound(
+        &self,
+        x: DMatrixView<'_, f64>,
+        y: DVectorView<'_, f64>,
+        n_total: usize,
+        want_grad: bool,
+    ) -> Result<BatchBound, GpError> {
+        self.check_batch(x, y)?;
+        if n_total < x.nrows() {
+            return Err(GpError::invalid(format!(
+                "the data set has {n_total} rows, fewer than the minibatch's {}",
+                x.nrows()
+            )));
+        }
+        let f = self.factors()?;
+        let (m, b) = (self.z.nrows(), x.nrows());
+        let c = n_total as f64 / b as f64;
+        let s2 = self.noise.variance;
+        let kernel = self.kernel.as_ref();
+
+        let kuf = kernel.k(self.z.as_view(), x);
+        let mut a = kuf.clone();
+        f.chol_uu.solve_l_in_place(&mut a);
+        // B = L_Λ⁻¹ A: a_iᵀ S a_i = ‖b_i‖².
+        let mut bq = a.clone();
+        f.chol_q.solve_l_in_place(&mut bq);
+        let kdiag = kernel.diag(x);
+        let qdiag = col_sq_norms(&a);
+        let sdiag = col_sq_norms(&bq);
+        let mu = a.tr_mul(&f.mean);
+        let r = y - &mu;
+        let var = &kdiag - &qdiag + &sdiag;
+        let quad: f64 = r.iter().zip(var.iter()).map(|(ri, vi)| ri * ri + vi).sum();
+        let expected_log_lik = c * (-0.5 * b as f64 * (LN_2PI + s2.ln()) - quad / (2.0 * s2));
+
+        // KL = ½[tr Λ⁻¹ + mᵀm − M + log|Λ|].
+        let trace_s: f64 = f.chol_q.inverse_lower().diagonal().sum();
+        let kl = 0.5 * (trace_s + f.mean.norm_squared() - m as f64 + f.chol_q.logdet());
+        let value = expected_log_lik - kl;
+        let jitter = f.chol_uu.jitter();
+        if !value.is_finite() {
+            return Err(GpError::Optimisation(format!(
+                "the SVGP bound is {value} (σ² = {s2:e}); the hyperparameters are degenerate"
+            )));
+        }
+        if !want_grad {
+            return Ok(BatchBound { value, expected_log_lik, kl, grad: None, jitter });
+        }
+
+        // ∂/∂A = (c/σ²)(m rᵀ + A − S A), S A = L_Λ⁻ᵀ B.
+        let mut sa = bq;
+        f.chol_q.solve_lt_in_place(&mut sa);
+        let mut g_a = (&a - &sa) * (c / s2);
+        g_a.ger(c / s2, &f.mean, &r, 1.0);
+        let g_kdiag = nalgebra::DVector::from_element(b, -c / (2.0 * s2));
+        let g_log_s2 = c * (-0.5 * b as f64 + quad / (2.0 * s2));
+
+        // Through A = L⁻¹K_uf.
+        let mut g_kuf = g_a.clone();
+        f.chol_uu.solve_lt_in_place(&mut g_kuf);
+        let l_bar = -matmul(g_kuf.as_view(), false, a.as_view(), true);
+        let mut g_uu = f.chol_uu.backward(&l_bar);
+        let shift = jitter.relative * g_uu.trace() / m as f64;
+        for i in 0..m {
+            g_uu[(i, i)] += shift;
+        }
+
+        let feats = InducingFeatures::Points;
+        let want_z = self.optimize_inducing;
+        let gf = feats.vjp_kuf(kernel, &self.z, x, kuf.as_view(), g_kuf.as_view(), want_z);
+        let gu = feats.vjp_kuu(kernel, &self.z, g_uu.as_view(), want_z);
+        let gd = kernel.diag_vjp(x, g_kdiag.as_view());
+        let mut grad: Vec<f64> = (0..kernel.n_params()).map(|p| gf.kernel[p] + gu.kernel[p] + gd[p]).collect();
+        if self.noise.learn {
+            grad.push(g_log_s2);
+        }
+        if want_z {
+            let gz: DMatrix<f64> = gf.z.expect("asked for ∂/∂Z") + gu.z.expect("asked for ∂/∂Z");
+            grad.extend_from_slice(gz.as_slice());
+        }
+        if let Some(i) = grad.iter().position(|g| !g.is_finite()) {
+            return Err(GpError::Optimisation(format!("the SVGP gradient of parameter {i} is {}", grad[i])));
+        }
+        Ok(BatchBound { value, expected_log_lik, kl, grad: Some(grad), jitter })
+    }
+}

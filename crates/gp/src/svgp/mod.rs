@@ -1,0 +1,305 @@
+//! Stochastic variational GP regression (SVGP; Hensman, Fusi & Lawrence 2013; Thomas 2017
+//! §1.3.2 eqs 1.28–1.35) in the whitened parametrisation, for private views too large for the
+//! collapsed bound's O(NM²) pass per step, or too large for memory.
+//!
+//! With L = chol(K_uu + εI) and u = L v, the variational posterior is q(v) = N(m, S) and
+//!
+//! ```text
+//! a_i = L⁻¹ k_u(x_i),   μ_i = a_iᵀ m,   s_i = k(x_i, x_i) − a_iᵀa_i + a_iᵀ S a_i
+//! L₃  = Σ_i [ log N(y_i | μ_i, σ²) − s_i / (2σ²) ] − KL(N(m, S) ‖ N(0, I))
+//! KL  = ½ [ tr S + mᵀm − M + log|S⁻¹| ]
+//! ```
+//!
+//! (Thomas's eq 1.35 prints k_ui k_iiᵀ; it means k_ui k_uiᵀ.) The bound is a sum over rows, so a
+//! minibatch B scaled by N/|B| gives an unbiased estimate of it and of its gradient
+//! ([`bound`]). q(v) is stored in its natural parameters, the precision Λ = S⁻¹ and h = Λm,
+//! so a natural-gradient step of size γ is a convex combination (Hensman et al. 2013 §3;
+//! Salimbeni, Eleftheriadis & Hensman 2018) and needs no matrix inverse:
+//!
+//! ```text
+//! Λ ← (1 − γ) Λ + γ (I + (N/|B|) σ⁻² A_B A_Bᵀ),   h ← (1 − γ) h + γ (N/|B|) σ⁻² A_B y_B
+//! ```
+//!
+//! With the full batch and γ = 1 this is the optimal q(v) for the current θ and Z, and L₃
+//! then equals Titsias's collapsed bound (the identity test in `tests`). Hyperparameters and
+//! Z take Adam steps ([`crate::optimize::adam`]) on the minibatch gradient — GPflow's
+//! `SVGP` + `NaturalGradient` recipe ([`fit`]).
+
+pub mod bound;
+pub mod fit;
+pub mod minibatch;
+
+pub use bound::BatchBound;
+pub use fit::{SvgpCheckpoint, SvgpEvent, SvgpOptions, SvgpProgress, SvgpReport, fit_svgp};
+pub use minibatch::{InMemory, MinibatchSource, SourcePosition};
+
+use crate::features::InducingFeatures;
+use crate::kernels::{Bounds, Kernel};
+use crate::linalg::{Cholesky, JitterPolicy, col_sq_norms};
+use crate::noise::NoiseVariance;
+use crate::{GpError, Prediction, validate_inputs};
+use nalgebra::{DMatrix, DMatrixView, DVector, DVectorView};
+use serde::{Deserialize, Serialize};
+
+/// q(v) = N(Λ⁻¹h, Λ⁻¹) over the whitened inducing values v = L⁻¹u, in natural parameters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WhitenedQ {
+    /// h = Λ m.
+    pub h: DVector<f64>,
+    /// Λ = S⁻¹ (symmetric, ⪰ I along every natural-gradient path from the prior).
+    pub precision: DMatrix<f64>,
+}
+
+impl WhitenedQ {
+    /// The prior p(v) = N(0, I).
+    pub fn prior(m: usize) -> Self {
+        WhitenedQ { h: DVector::zeros(m), precision: DMatrix::identity(m, m) }
+    }
+
+    fn check(&self, m: usize) -> Result<(), GpError> {
+        if self.h.len() != m || self.precision.shape() != (m, m) {
+            return Err(GpError::invalid(format!(
+                "q(u) has {} entries and a {:?} precision, but there are {m} inducing points",
+                self.h.len(),
+                self.precision.shape()
+            )));
+        }
+        if self.h.iter().chain(self.precision.iter()).any(|v| !v.is_finite()) {
+            return Err(GpError::invalid("q(u) has a non-finite natural parameter"));
+        }
+        Ok(())
+    }
+}
+
+/// An SVGP regression model: kernel, Gaussian noise σ², inducing inputs Z (M×D) and q(v).
+#[derive(Debug, Clone)]
+pub struct Svgp {
+    pub kernel: Box<dyn Kernel>,
+    pub noise: NoiseVariance,
+    z: DMatrix<f64>,
+    q: WhitenedQ,
+    /// Whether Z is part of the hyperparameter vector.
+    pub optimize_inducing: bool,
+    /// Jitter ladder for K_uu (the collapsed models' default, so the identity test compares
+    /// like with like).
+    pub jitter: JitterPolicy,
+}
+
+/// The per-step factorisations shared by the bound, the natural-gradient step and prediction.
+pub(crate) struct Factors {
+    pub chol_uu: Cholesky,
+    /// chol(Λ).
+    pub chol_q: Cholesky,
+    /// m = Λ⁻¹h.
+    pub mean: DVector<f64>,
+}
+
+impl Svgp {
+    /// A model with q(v) at the prior. σ² must be positive and finite; Z must be M×D with
+    /// finite entries.
+    pub fn new(kernel: Box<dyn Kernel>, noise: NoiseVariance, z: DMatrix<f64>) -> Result<Self, GpError> {
+        if !(noise.variance.is_finite() && noise.variance > 0.0) {
+            return Err(GpError::invalid(format!(
+                "noise variance must be positive and finite, got {}",
+                noise.variance
+            )));
+        }
+        if z.nrows() == 0 {
+            return Err(GpError::invalid("no inducing points"));
+        }
+        validate_inputs(&z, kernel.as_ref(), "Z")?;
+        let q = WhitenedQ::prior(z.nrows());
+        Ok(Svgp { kernel, noise, z, q, optimize_inducing: true, jitter: JitterPolicy::ALWAYS })
+    }
+
+    pub fn z(&self) -> &DMatrix<f64> {
+        &self.z
+    }
+    pub fn q(&self) -> &WhitenedQ {
+        &self.q
+    }
+    pub fn num_inducing(&self) -> usize {
+        self.z.nrows()
+    }
+    pub fn input_dim(&self) -> usize {
+        self.z.ncols()
+    }
+
+    /// Replace q(v) (e.g. from a checkpoint); its size must match Z.
+    pub fn set_q(&mut self, q: WhitenedQ) -> Result<(), GpError> {
+        q.check(self.z.nrows())?;
+        self.q = q;
+        Ok(())
+    }
+
+    pub(crate) fn factors(&self) -> Result<Factors, GpError> {
+        let features = InducingFeatures::Points;
+        let chol_uu = Cholesky::factor(features.kuu(self.kernel.as_ref(), &self.z), "K_uu", self.jitter)?;
+        let chol_q = Cholesky::factor(self.q.precision.clone(), "q(u) precision", JitterPolicy::IF_NEEDED)?;
+        let mean = chol_q.solve_vec(&self.q.h);
+        Ok(Factors { chol_uu, chol_q, mean })
+    }
+
+    /// Check a minibatch against the model: matching columns, finite values, equal lengths.
+    pub(crate) fn check_batch(&self, x: DMatrixView<'_, f64>, y: DVectorView<'_, f64>) -> Result<(), GpError> {
+        if x.nrows() != y.len() {
+            return Err(GpError::invalid(format!("minibatch X has {} rows but y has {}", x.nrows(), y.len())));
+        }
+        if x.nrows() == 0 {
+            return Err(GpError::invalid("empty minibatch"));
+        }
+        if x.ncols() != self.z.ncols() {
+            return Err(GpError::invalid(format!(
+                "minibatch has {} columns, inducing inputs {}",
+                x.ncols(),
+                self.z.ncols()
+            )));
+        }
+        if let Some(i) = y.iter().position(|v| !v.is_finite()) {
+            return Err(GpError::invalid(format!("minibatch target {i} is {}", y[i])));
+        }
+        if let Some(k) = x.iter().position(|v| !v.is_finite()) {
+            return Err(GpError::invalid(format!(
+                "minibatch row {}, column {} is {}",
+                k % x.nrows(),
+                k / x.nrows(),
+                x.iter().nth(k).unwrap()
+            )));
+        }
+        Ok(())
+    }
+
+    /// One natural-gradient step of size γ ∈ (0, 1] on q(v) from a minibatch of `n_total` rows
+    /// (see the module docs). Linear in y: Λ does not depend on the labels.
+    pub fn natural_gradient_step(
+        &mut self,
+        x: DMatrixView<'_, f64>,
+        y: DVectorView<'_, f64>,
+        n_total: usize,
+        gamma: f64,
+    ) -> Result<(), GpError> {
+        if !(gamma > 0.0 && gamma <= 1.0) {
+            return Err(GpError::invalid(format!("natural-gradient step must be in (0, 1], got {gamma}")));
+        }
+        self.check_batch(x, y)?;
+        let chol_uu =
+            Cholesky::factor(InducingFeatures::Points.kuu(self.kernel.as_ref(), &self.z), "K_uu", self.jitter)?;
+        let mut a = self.kernel.k(self.z.as_view(), x);
+        chol_uu.solve_l_in_place(&mut a);
+        let scale = n_total as f64 / x.nrows() as f64 / self.noise.variance;
+        let m = self.z.nrows();
+        let mut target = crate::linalg::aat(&a) * scale;
+        for i in 0..m {
+            target[(i, i)] += 1.0;
+        }
+        let h_target = &a * y * scale;
+        self.q.precision = &self.q.precision * (1.0 - gamma) + target * gamma;
+        crate::linalg::symmetrize_from_lower(&mut self.q.precision);
+        self.q.h = &self.q.h * (1.0 - gamma) + h_target * gamma;
+        Ok(())
+    }
+
+    /// The optimal q(v) for the current θ, Z and σ² given every row of `source` (one
+    /// streamed pass accumulating Σ a_i a_iᵀ and Σ a_i y_i: O(NM²), memory O(M²)). The model
+    /// then equals the collapsed VFE posterior with the same θ, Z and σ² (Titsias 2009).
+    pub fn set_optimal_q(&mut self, source: &mut dyn MinibatchSource) -> Result<(), GpError> {
+        let chol_uu =
+            Cholesky::factor(InducingFeatures::Points.kuu(self.kernel.as_ref(), &self.z), "K_uu", self.jitter)?;
+        let m = self.z.nrows();
+        let (mut prec, mut h) = (DMatrix::<f64>::zeros(m, m), DVector::<f64>::zeros(m));
+        source.for_each_block(&mut |x, y| {
+            self.check_batch(x, y)?;
+            let mut a = self.kernel.k(self.z.as_view(), x);
+            chol_uu.solve_l_in_place(&mut a);
+            crate::linalg::aat_acc(a.as_view(), &mut prec, 1.0, true);
+            h += &a * y;
+            Ok(())
+        })?;
+        crate::linalg::symmetrize_from_lower(&mut prec);
+        let s2 = self.noise.variance;
+        prec /= s2;
+        for i in 0..m {
+            prec[(i, i)] += 1.0;
+        }
+        self.q = WhitenedQ { h: h / s2, precision: prec };
+        Ok(())
+    }
+
+    /// Latent predictive at `xs`: μ* = a*ᵀm, var* = k** − ‖a*‖² + ‖L_Λ⁻¹a*‖², with
+    /// a* = L⁻¹k_u(x*); the full covariance on request.
+    pub fn predict(&self, xs: &DMatrix<f64>, full_cov: bool) -> Result<Prediction, GpError> {
+        validate_inputs(xs, self.kernel.as_ref(), "test inputs")?;
+        if xs.ncols() != self.z.ncols() {
+            return Err(GpError::invalid(format!(
+                "test inputs have {} columns, inducing inputs {}",
+                xs.ncols(),
+                self.z.ncols()
+            )));
+        }
+        let f = self.factors()?;
+        let mut a = self.kernel.k(self.z.as_view(), xs.as_view());
+        f.chol_uu.solve_l_in_place(&mut a);
+        let mut b = a.clone();
+        f.chol_q.solve_l_in_place(&mut b);
+        let mean = a.tr_mul(&f.mean);
+        let var = self.kernel.diag(xs.as_view()) - col_sq_norms(&a) + col_sq_norms(&b);
+        let cov = full_cov.then(|| self.kernel.k(xs.as_view(), xs.as_view()) - a.tr_mul(&a) + b.tr_mul(&b));
+        Ok(Prediction::new(mean, var, cov))
+    }
+
+    /// Hyperparameters on the optimisation scale: kernel log-parameters, log σ² (if learned),
+    /// then Z column-major (if `optimize_inducing`).
+    pub fn params(&self) -> Vec<f64> {
+        let mut p = self.kernel.params();
+        if self.noise.learn {
+            p.push(self.noise.variance.ln());
+        }
+        if self.optimize_inducing {
+            p.extend_from_slice(self.z.as_slice());
+        }
+        p
+    }
+
+    pub fn set_params(&mut self, p: &[f64]) {
+        let nk = self.kernel.n_params();
+        self.kernel.set_params(&p[..nk]);
+        let mut i = nk;
+        if self.noise.learn {
+            self.noise.variance = p[i].exp();
+            i += 1;
+        }
+        if self.optimize_inducing {
+            let len = self.z.len();
+            self.z.as_mut_slice().copy_from_slice(&p[i..i + len]);
+        }
+    }
+
+    pub fn bounds(&self) -> Vec<Bounds> {
+        let mut b = self.kernel.bounds();
+        if self.noise.learn {
+            b.push(self.noise.bounds);
+        }
+        if self.optimize_inducing {
+            b.extend(std::iter::repeat_n(Bounds::new(f64::NEG_INFINITY, f64::INFINITY), self.z.len()));
+        }
+        b
+    }
+
+    pub fn param_names(&self) -> Vec<String> {
+        let mut n = self.kernel.param_names();
+        if self.noise.learn {
+            n.push("noise_variance".into());
+        }
+        if self.optimize_inducing {
+            for d in 0..self.z.ncols() {
+                for m in 0..self.z.nrows() {
+                    n.push(format!("Z[{m},{d}]"));
+                }
+            }
+        }
+        n
+    }
+}
+
+#[cfg(test)]
+mod tests;
