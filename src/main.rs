@@ -5,7 +5,7 @@
 mod cli;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use cli::{bench, certs, data, demo, experiment, gp, node, privacy, run, status};
+use cli::{bench, certs, data, demo, experiment, gp, node, privacy, run, status, svgp};
 
 #[derive(Debug, Parser)]
 #[command(name = "dpcotrain", version, about = "Differentially private co-training of Gaussian processes")]
@@ -68,6 +68,8 @@ enum DataCommand {
 enum GpCommand {
     /// Fit a GP (exact, VFE, FITC or DTC) to a CSV file, optionally predict.
     Fit(gp::FitArgs),
+    /// Fit a stochastic variational GP (SVGP) to a CSV streamed from disk, with checkpoints.
+    Svgp(svgp::SvgpArgs),
 }
 
 /// Every (sub)command accepts negative numbers as option values, so `--epsilon -1` reaches our
@@ -113,6 +115,7 @@ fn main() {
         Command::Data(DataCommand::SplitCcpp(a)) => data::split_ccpp(a),
         Command::Certs(a) => certs::certs(a),
         Command::Gp(GpCommand::Fit(args)) => gp::run(args),
+        Command::Gp(GpCommand::Svgp(args)) => svgp::run(args),
         Command::Privacy(cmd) => privacy::run(cmd),
         Command::Experiment(cmd) => experiment::run(cmd),
         Command::Bench(cmd) => bench::run(cmd),

@@ -393,3 +393,102 @@ fn multiscale_features_train_from_the_ordinary_fit() {
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("needs a squared-exponential kernel") && stderr(&out).contains("matern52"));
 }
+
+/// 400 rows of a smooth 2-D function with the target in the middle column.
+fn svgp_csv() -> PathBuf {
+    let mut s = String::from("a,y,b\n");
+    for i in 0..400 {
+        let (a, b) = (((i * 37) % 101) as f64 / 25.0 - 2.0, ((i * 53) % 97) as f64 / 24.0 - 2.0);
+        s += &format!("{a},{},{b}\n", (1.3 * a).sin() + 0.4 * b + 0.05 * ((i * 7 % 13) as f64 / 6.0 - 1.0));
+    }
+    tmp("svgp.csv", &s)
+}
+
+/// `gp svgp` streams the file, checkpoints, and a run stopped half-way and resumed gives the
+/// same JSON numbers as one that never stopped; a checkpoint of other settings is refused.
+#[test]
+fn svgp_resumes_from_its_checkpoint_bit_identically() {
+    let train = svgp_csv();
+    let common = |cp: &str, steps: &str| {
+        let cp = test_dir(cp).display().to_string();
+        vec![
+            "gp",
+            "svgp",
+            "--train",
+            train.to_str().unwrap(),
+            "--target",
+            "y",
+            "--inducing",
+            "12",
+            "--batch",
+            "32",
+            "--chunk-rows",
+            "100",
+            "--checkpoint",
+            &cp,
+            "--checkpoint-every",
+            "5",
+            "--resume",
+            "--steps",
+            steps,
+            "--json",
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect::<Vec<_>>()
+    };
+    let run_s = |a: Vec<String>| json_of(&bin().args(&a).output().unwrap());
+    let straight = run_s(common("a.json", "40"));
+    let half = run_s(common("b.json", "20"));
+    assert_eq!(half["steps"], 20);
+    let rest = run_s(common("b.json", "40"));
+    assert_eq!(rest["resumed_at"], 20);
+    for key in ["noise", "kernel", "bound_per_row", "epochs_completed"] {
+        assert_eq!(straight[key], rest[key], "{key}");
+    }
+    assert!(straight["epochs_completed"].as_u64().unwrap() >= 3, "the run crossed epochs");
+    let mut other = common("b.json", "40");
+    other[9] = "10".into(); // --batch
+    let out = bin().args(&other).output().unwrap();
+    let e = stderr(&out);
+    assert!(e.contains("other settings") && e.contains("batch"), "{e}");
+}
+
+/// `gp svgp --test` reports the RMSE of a good fit in data units, with the inputs matched by
+/// name; unknown columns, unparsable cells and bad settings are refused with the reason.
+#[test]
+fn svgp_reports_test_rmse_and_refuses_bad_columns() {
+    let train = svgp_csv();
+    let out = json_of(&run(&[
+        "gp",
+        "svgp",
+        "--train",
+        train.to_str().unwrap(),
+        "--target",
+        "y",
+        "--inducing",
+        "20",
+        "--batch",
+        "50",
+        "--epochs",
+        "30",
+        "--lr",
+        "0.03",
+        "--natgrad",
+        "0.3",
+        "--optimal-q",
+        "--test",
+        train.to_str().unwrap(),
+        "--json",
+    ]));
+    let rmse = out["test"]["rmse"].as_f64().unwrap();
+    assert!(rmse < 0.1, "training-set RMSE of a smooth function with noise sd ≈ 0.03: {rmse}");
+    assert_eq!(out["inputs"], serde_json::json!(["a", "b"]));
+    let e = stderr(&run(&["gp", "svgp", "--train", train.to_str().unwrap(), "--target", "z"]));
+    assert!(e.contains("no column named \"z\""), "{e}");
+    let bad = tmp("bad.csv", "a,y\n1,2\n3,oops\n");
+    let e = stderr(&run(&["gp", "svgp", "--train", bad.to_str().unwrap(), "--target", "y", "--inducing", "1"]));
+    assert!(e.contains("bad.csv") && e.contains("line 3"), "{e}");
+    let e = stderr(&run(&["gp", "svgp", "--train", train.to_str().unwrap(), "--target", "y", "--natgrad", "2"]));
+    assert!(e.contains("--natgrad"), "{e}");
+}

@@ -12,3 +12,4 @@ pub mod privacy;
 pub mod run;
 pub mod sparse;
 pub mod status;
+pub mod svgp;

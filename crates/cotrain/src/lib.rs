@@ -34,6 +34,7 @@ pub mod select;
 pub mod simulate;
 pub mod state;
 pub mod table;
+pub mod table_stream;
 
 /// The parameter vector shared by every combiner: the kernel's log-parameters, then log σ².
 pub(crate) fn kernel_noise_params(kernel: &dyn dpcotrain_gp::Kernel, noise: &dpcotrain_gp::NoiseVariance) -> Vec<f64> {

@@ -287,7 +287,7 @@ impl<'a> LineCounter<'a> {
 }
 
 /// A record with no content: an empty or whitespace-only line (fields are already trimmed).
-fn is_blank(record: &csv::ByteRecord) -> bool {
+pub(crate) fn is_blank(record: &csv::ByteRecord) -> bool {
     record.is_empty() || (record.len() == 1 && record[0].is_empty())
 }
 
@@ -443,7 +443,7 @@ impl Table {
     }
 }
 
-fn csv_error(path: &Path, source: csv::Error) -> TableError {
+pub(crate) fn csv_error(path: &Path, source: csv::Error) -> TableError {
     if !source.is_io_error() {
         return TableError::Csv { path: path.to_path_buf(), source };
     }
@@ -454,7 +454,7 @@ fn csv_error(path: &Path, source: csv::Error) -> TableError {
     TableError::Read { path: path.to_path_buf(), source }
 }
 
-fn parse_header(path: &Path, line: u64, record: &csv::ByteRecord) -> Result<Vec<String>, TableError> {
+pub(crate) fn parse_header(path: &Path, line: u64, record: &csv::ByteRecord) -> Result<Vec<String>, TableError> {
     let mut columns = Vec::with_capacity(record.len());
     let mut seen: HashMap<String, usize> = HashMap::with_capacity(record.len());
     for (j, field) in record.iter().enumerate() {
@@ -482,7 +482,7 @@ fn parse_header(path: &Path, line: u64, record: &csv::ByteRecord) -> Result<Vec<
     Ok(columns)
 }
 
-fn parse_row(
+pub(crate) fn parse_row(
     path: &Path,
     line: u64,
     record: &csv::ByteRecord,

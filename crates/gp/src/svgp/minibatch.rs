@@ -17,9 +17,10 @@ pub struct SourcePosition {
     pub epoch: u64,
     /// Rows of this epoch already handed out.
     pub row: u64,
-    /// Streaming sources: byte offset and first row of the chunk being served (0 in memory).
-    pub chunk_byte: u64,
-    pub chunk_row: u64,
+    /// Streaming sources: the index, in this epoch's chunk order, of the chunk being served,
+    /// and the rows of it already handed out (0 for sources in memory).
+    pub chunk: u64,
+    pub in_chunk: u64,
 }
 
 /// A supply of minibatches.
