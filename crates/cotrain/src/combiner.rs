@@ -106,6 +106,52 @@ impl AnswerGuard {
 
 crate::named_enum!(AnswerGuard, "answer guard", [Off, Loo]);
 
+/// Which GP a party fits to its private view (docs/decisions.md D21, D25).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LocalModel {
+    /// Exact up to [`SPARSE_THRESHOLD`] private rows, VFE above.
+    Auto,
+    Exact,
+    /// Titsias's collapsed bound, θ and Z by L-BFGS (greedy-variance start).
+    Vfe,
+    /// θ and Z learned by SVGP's minibatch optimisation (Hensman et al. 2013: natural
+    /// gradients on q(u), Adam on θ and Z), O(bM²) per step instead of O(NM²) per evaluation;
+    /// q(u) is then set to its optimum, so the model's mean and variance — and its answers and
+    /// their sensitivity — are the VFE posterior's at the learned θ and Z.
+    Svgp,
+}
+
+impl LocalModel {
+    pub fn name(self) -> &'static str {
+        match self {
+            LocalModel::Auto => "auto",
+            LocalModel::Exact => "exact",
+            LocalModel::Vfe => "vfe",
+            LocalModel::Svgp => "svgp",
+        }
+    }
+}
+
+crate::named_enum!(LocalModel, "model.local", [Auto, Exact, Vfe, Svgp]);
+
+/// How an SVGP local model is trained (see [`LocalModel::Svgp`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SvgpTraining {
+    /// Minibatch rows (at most the private rows).
+    pub batch: usize,
+    /// Optimisation steps: at least `min_steps`, and at least `epochs` passes.
+    pub epochs: f64,
+    pub min_steps: u64,
+    pub learning_rate: f64,
+    pub natgrad_step: f64,
+}
+
+impl Default for SvgpTraining {
+    fn default() -> Self {
+        SvgpTraining { batch: 256, epochs: 20.0, min_steps: 1000, learning_rate: 0.02, natgrad_step: 0.2 }
+    }
+}
+
 /// The leave-one-out comparison behind [`AnswerGuard::Loo`], over the private rows.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct LooCheck {
@@ -222,6 +268,8 @@ pub struct CoModel {
     sparse_z: Option<DMatrix<f64>>,
     /// Number of inducing points requested for the sparse path.
     sparse_m: Option<usize>,
+    /// Learn the sparse path's θ and Z by SVGP instead of L-BFGS on the collapsed bound.
+    svgp: Option<SvgpTraining>,
     /// The posterior factorisations for (version, parameters, pseudo rows), reused by every
     /// prediction until the model changes (an O(N³) factorisation for the exact combiners, an
     /// O(NM²) one for the sparse model).
@@ -359,6 +407,7 @@ impl CoModel {
             post: None,
             sparse_z: None,
             sparse_m: None,
+            svgp: None,
         })
     }
 
@@ -395,6 +444,37 @@ impl CoModel {
         self.sparse_m.is_some()
     }
 
+    /// As [`CoModel::use_sparse`], with θ and Z learned by SVGP ([`LocalModel::Svgp`]).
+    pub fn use_svgp(&mut self, m: usize, training: SvgpTraining) -> Result<(), CotrainError> {
+        if !(training.batch >= 1
+            && training.epochs.is_finite()
+            && training.epochs > 0.0
+            && training.learning_rate.is_finite()
+            && training.learning_rate > 0.0
+            && training.natgrad_step > 0.0
+            && training.natgrad_step <= 1.0)
+        {
+            return Err(CotrainError::invalid(format!("invalid SVGP training settings {training:?}")));
+        }
+        self.use_sparse(m)?;
+        self.svgp = Some(training);
+        Ok(())
+    }
+
+    /// The inducing inputs of the sparse local model (after the private fit).
+    pub fn sparse_inducing(&self) -> Option<&DMatrix<f64>> {
+        self.sparse_z.as_ref()
+    }
+
+    /// The local model in use (never `Auto`).
+    pub fn local_model(&self) -> LocalModel {
+        match (self.sparse_m, self.svgp) {
+            (None, _) => LocalModel::Exact,
+            (Some(_), None) => LocalModel::Vfe,
+            (Some(_), Some(_)) => LocalModel::Svgp,
+        }
+    }
+
     pub fn n_private(&self) -> usize {
         self.x_tr.nrows()
     }
@@ -426,6 +506,9 @@ impl CoModel {
 
     /// Fit the hyperparameters on the private data alone (the pre-co-training model).
     pub fn fit_private(&mut self) -> Result<f64, CotrainError> {
+        if let (Some(m), Some(t)) = (self.sparse_m, self.svgp) {
+            return self.fit_private_svgp(m, t);
+        }
         if let Some(m) = self.sparse_m {
             let z = greedy_variance(self.kernel.as_ref(), &self.x_tr, m, 0.0, self.train.seed)?.z;
             let mut gp = SparseGp::new(
@@ -626,6 +709,44 @@ impl CoModel {
         }
         self.psd_clipped += clipped;
         Ok((xq, mu, v, k2))
+    }
+
+    /// [`LocalModel::Svgp`]'s private fit: θ and Z by SVGP from the greedy-variance start on
+    /// the private rows (minibatches in a seeded order), then the collapsed VFE model at those
+    /// θ and Z — the SVGP with its optimal q(u) — serves every prediction and re-fit.
+    fn fit_private_svgp(&mut self, m: usize, t: SvgpTraining) -> Result<f64, CotrainError> {
+        use dpcotrain_gp::Svgp;
+        use dpcotrain_gp::optimize::adam::AdamOptions;
+        use dpcotrain_gp::svgp::{InMemory, SvgpOptions, fit_svgp};
+        let z = greedy_variance(self.kernel.as_ref(), &self.x_tr, m, 0.0, self.train.seed)?.z;
+        let mut svgp = Svgp::new(self.kernel.clone(), self.noise.clone(), z)?;
+        let n = self.x_tr.nrows();
+        let batch = t.batch.min(n);
+        let mut source = InMemory::new(self.x_tr.clone(), self.y_tr.clone(), batch, self.train.seed)?;
+        let epochs = (t.epochs * n as f64 / batch as f64).ceil() as u64;
+        let opts = SvgpOptions {
+            steps: epochs.max(t.min_steps),
+            adam: AdamOptions { learning_rate: t.learning_rate, ..Default::default() },
+            natgrad_step: t.natgrad_step,
+            checkpoint_every: 0,
+            progress_every: 0,
+        };
+        fit_svgp(&mut svgp, &mut source, &opts, None, &mut |_| Ok(()))?;
+        let gp = SparseGp::new(
+            SparseKind::Vfe,
+            svgp.kernel.clone(),
+            NoiseModel::Homoscedastic(svgp.noise.clone()),
+            self.x_tr.clone(),
+            self.y_tr.clone(),
+            svgp.z().clone(),
+        )?;
+        let objective = gp.objective_value()?;
+        self.kernel = svgp.kernel;
+        self.noise = svgp.noise;
+        self.sparse_z = Some(gp.z().clone());
+        self.pre_params = Some(self.params());
+        self.version += 1;
+        Ok(objective)
     }
 
     /// Check answers against this party's own labels (Noisy combiner, exact local model).

@@ -18,7 +18,7 @@
 use crate::CotrainError;
 use crate::answer::{Answer, ChargeInfo, PredictRequest, Uncertainty};
 use crate::answer_cache::{self, AnswerCache};
-use crate::combiner::{CoModel, CombinerKind, SPARSE_THRESHOLD};
+use crate::combiner::{CoModel, CombinerKind, LocalModel, SPARSE_THRESHOLD, SvgpTraining};
 use crate::data::PartyData;
 use crate::release_model::{
     PublicTheta, QueryPolicy, ReleaseForm, ReleaseModel, ThetaPolicy, ThetaSelection, select_theta,
@@ -370,6 +370,21 @@ impl Party {
     /// A party with its private data; fits the private-only model (pre-co-training).
     /// With calibrated DP the labels are clipped to the declared range first.
     pub fn new(
+        data: PartyData,
+        kind: CombinerKind,
+        uncertainty: Uncertainty,
+        kernel: Box<dyn Kernel>,
+        noise: NoiseVariance,
+        dp: DpConfig,
+        seed: Option<u64>,
+    ) -> Result<Self, CotrainError> {
+        Self::with_local_model(data, kind, uncertainty, kernel, noise, dp, seed, LocalModel::Auto, None)
+    }
+
+    /// As [`Party::new`], with the local model chosen ([`LocalModel`]) and, for the sparse
+    /// ones, M inducing inputs (default [`DEFAULT_INDUCING`], at most the private rows).
+    #[allow(clippy::too_many_arguments)]
+    pub fn with_local_model(
         mut data: PartyData,
         kind: CombinerKind,
         uncertainty: Uncertainty,
@@ -377,6 +392,8 @@ impl Party {
         noise: NoiseVariance,
         dp: DpConfig,
         seed: Option<u64>,
+        local: LocalModel,
+        inducing: Option<usize>,
     ) -> Result<Self, CotrainError> {
         dp.validate()?;
         if let DpMode::Calibrated { range, .. } = &dp.mode {
@@ -394,9 +411,14 @@ impl Party {
         if let Some(s) = seed {
             model.train.seed = s;
         }
-        if data.x_train.nrows() > SPARSE_THRESHOLD {
+        let n = data.x_train.nrows();
+        let m = inducing.unwrap_or(DEFAULT_INDUCING).min(n);
+        match local {
             // Large private set: VFE local model (D21); Blocky/Hybrid refuse with the reason.
-            model.use_sparse(DEFAULT_INDUCING.min(data.x_train.nrows()))?;
+            LocalModel::Auto if n > SPARSE_THRESHOLD => model.use_sparse(m)?,
+            LocalModel::Auto | LocalModel::Exact => {}
+            LocalModel::Vfe => model.use_sparse(m)?,
+            LocalModel::Svgp => model.use_svgp(m, SvgpTraining::default())?,
         }
         model.fit_private()?;
         let mut party = Party {

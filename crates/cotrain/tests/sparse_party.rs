@@ -111,3 +111,101 @@ fn cached_sparse_posterior_follows_every_model_change() {
     assert_ne!(changed.var, absorbed.var);
     assert_eq!(changed, fresh(&m));
 }
+
+/// `local = svgp`: θ and Z come from SVGP's minibatch fit; the model then predicts with the
+/// optimal q(u), i.e. as an SVGP whose q(u) is set in closed form — checked against the gp
+/// crate's own `Svgp` with the same θ, Z and σ² — and its label influence (the input of the DP
+/// sensitivity) equals a brute-force perturbation of each label of that SVGP's mean.
+#[test]
+fn svgp_local_model_predicts_as_its_optimal_q_and_its_influence_is_brute_force_exact() {
+    use dpcotrain_cotrain::combiner::{LocalModel, SvgpTraining};
+    use dpcotrain_gp::Svgp;
+    use dpcotrain_gp::svgp::InMemory;
+    let (x, y) = xy(300);
+    let mut m = model(CombinerKind::Noisy, Uncertainty::Marginal, y.clone());
+    let quick = SvgpTraining { min_steps: 300, ..Default::default() };
+    m.use_svgp(25, quick).unwrap();
+    assert_eq!(m.local_model(), LocalModel::Svgp);
+    let start = m.kernel.params();
+    m.fit_private().unwrap();
+    assert_ne!(m.kernel.params(), start, "SVGP moved θ");
+    // An SVGP with the fitted θ, σ² and Z and its optimal q(u) predicts the same.
+    let xs = DMatrix::from_column_slice(4, 1, &[-1.5, -0.2, 0.4, 1.7]);
+    let p = m.predict(&xs, true).unwrap();
+    let zt = m.sparse_inducing().unwrap().clone();
+    let (kernel, noise) = (m.kernel.clone(), m.noise.clone());
+    let svgp_for = |y: &DVector<f64>| {
+        let mut s = Svgp::new(kernel.clone(), noise.clone(), zt.clone()).unwrap();
+        s.set_optimal_q(&mut InMemory::new(x.clone(), y.clone(), 64, 0).unwrap()).unwrap();
+        s
+    };
+    let s = svgp_for(&y);
+    let q = s.predict(&xs, true).unwrap();
+    assert!((&p.mean - &q.mean).abs().max() < 1e-8, "{} vs {}", p.mean, q.mean);
+    assert!((&p.var - &q.var).abs().max() < 1e-8);
+    // Brute force: f = k(·, Z) β with β = L⁻ᵀ m (whitened mean m); perturb one label at a time.
+    let kuu = kernel.k(zt.as_view(), zt.as_view());
+    let chol = dpcotrain_gp::Cholesky::factor(kuu.clone(), "K_uu", s.jitter).unwrap();
+    // The influence is measured in K_uu + εI (the jitter the model used): an upper bound on the
+    // norm in K_uu itself.
+    let gram = chol.l() * chol.l().transpose();
+    let beta = |s: &Svgp| {
+        let mean = s.q().precision.clone().cholesky().unwrap().solve(&s.q().h);
+        chol.solve_lt_vec(&mean)
+    };
+    let b0 = beta(&s);
+    let inf = m.label_influence().unwrap();
+    for j in [0usize, 17, 123, 299] {
+        let mut yj = y.clone();
+        yj[j] += 1.0;
+        let db = beta(&svgp_for(&yj)) - &b0;
+        let brute = (db.dot(&(&gram * &db))).sqrt();
+        assert!((brute - inf[j]).abs() < 1e-6 * brute.max(1e-3), "row {j}: brute {brute} vs {}", inf[j]);
+        assert!(
+            db.dot(&(&kuu * &db)).sqrt() <= inf[j] * (1.0 + 1e-12),
+            "row {j}: the jittered norm bounds the exact one"
+        );
+    }
+    // Answers are folded in and re-fitted on the sparse path.
+    m.absorb(&answer()).unwrap();
+    m.refit().unwrap();
+    assert_ne!(m.predict(&xs, false).unwrap().mean, p.mean);
+}
+
+#[test]
+fn svgp_local_model_is_chosen_by_party_and_refuses_what_vfe_refuses() {
+    use dpcotrain_cotrain::combiner::{LocalModel, SvgpTraining};
+    let (_, y) = xy(50);
+    let mut m = model(CombinerKind::Blocky, Uncertainty::Marginal, y.clone());
+    assert!(m.use_svgp(10, SvgpTraining::default()).unwrap_err().to_string().contains("exact GP path"));
+    let mut m = model(CombinerKind::Noisy, Uncertainty::Marginal, y);
+    let bad = SvgpTraining { natgrad_step: 1.5, ..Default::default() };
+    assert!(m.use_svgp(10, bad).unwrap_err().to_string().contains("SVGP training"));
+    assert_eq!("svgp".parse::<LocalModel>().unwrap(), LocalModel::Svgp);
+    assert!("svpg".parse::<LocalModel>().unwrap_err().to_string().contains("auto, exact, vfe or svgp"));
+    let (x, y) = xy(400);
+    let d = PartyData {
+        name: "p".into(),
+        columns: vec!["x".into()],
+        x_pool: x.rows(0, 10).clone_owned(),
+        x_test: x.rows(10, 10).clone_owned(),
+        y_test: y.rows(10, 10).clone_owned(),
+        x_train: x,
+        y_train: y,
+    };
+    let p = Party::with_local_model(
+        d,
+        CombinerKind::Noisy,
+        Uncertainty::Marginal,
+        Box::new(SquaredExponential::isotropic(1.0, 1.0)),
+        NoiseVariance::new(0.1),
+        DpConfig::off(),
+        Some(1),
+        LocalModel::Svgp,
+        Some(30),
+    )
+    .unwrap();
+    assert_eq!(p.model.local_model(), LocalModel::Svgp);
+    // Greedy variance stops early once the residual variance is exhausted.
+    assert!((20..=30).contains(&p.model.sparse_inducing().unwrap().nrows()));
+}

@@ -10,7 +10,7 @@
 use crate::auth::ORCHESTRATOR;
 use dpcotrain_cotrain::CotrainError;
 use dpcotrain_cotrain::answer::Uncertainty;
-use dpcotrain_cotrain::combiner::{AnswerForm, AnswerGuard, CombinerKind, RefitPolicy};
+use dpcotrain_cotrain::combiner::{AnswerForm, AnswerGuard, CombinerKind, LocalModel, RefitPolicy};
 use dpcotrain_cotrain::data::PartyData;
 use dpcotrain_cotrain::driver::default_kernel;
 use dpcotrain_cotrain::release_model::{PublicTheta, QueryPolicy, ReleaseForm, ThetaPolicy};
@@ -155,6 +155,17 @@ pub struct ModelConfig {
     /// Where each re-fit after received answers starts: warm, warm+restart (default), every=K.
     #[serde(default = "warm_restart")]
     pub refit: RefitPolicy,
+    /// The GP fitted to the private view: auto (exact up to 3,000 private rows, VFE above),
+    /// exact, vfe, or svgp (θ and Z by stochastic variational training; docs/decisions.md D25).
+    #[serde(default = "auto_local")]
+    pub local: LocalModel,
+    /// Inducing inputs M of a sparse local model (default 300, at most the private rows).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inducing: Option<usize>,
+}
+
+fn auto_local() -> LocalModel {
+    LocalModel::Auto
 }
 
 fn warm_restart() -> RefitPolicy {
@@ -174,7 +185,15 @@ fn marginal() -> Uncertainty {
 
 impl Default for ModelConfig {
     fn default() -> Self {
-        ModelConfig { combiner: noisy(), uncertainty: marginal(), answers: None, guard: off(), refit: warm_restart() }
+        ModelConfig {
+            combiner: noisy(),
+            uncertainty: marginal(),
+            answers: None,
+            guard: off(),
+            refit: warm_restart(),
+            local: auto_local(),
+            inducing: None,
+        }
     }
 }
 
@@ -447,7 +466,16 @@ pub fn party_from_config(cfg: &PartyConfig, path: &Path) -> Result<Party, Config
     let NodeSettings { kind, uncertainty, dp, answers, guard } = settings_from_config(cfg, path)?;
     let data = data_from_config(cfg, path)?;
     let (k, noise) = default_kernel(&data);
-    let mut party = Party::new(data, kind, uncertainty, k, noise, dp, cfg.seed)
+    let (local, inducing) = (cfg.model.local, cfg.model.inducing);
+    if let Some(m) = inducing {
+        if local == LocalModel::Exact {
+            return Err(bad(path, "model.inducing applies to sparse local models (vfe, svgp, or auto above 3,000 rows), not to local = \"exact\"".to_string()));
+        }
+        if m == 0 {
+            return Err(bad(path, "model.inducing must be at least 1".to_string()));
+        }
+    }
+    let mut party = Party::with_local_model(data, kind, uncertainty, k, noise, dp, cfg.seed, local, inducing)
         .map_err(|source| ConfigError::Party { path: path.to_path_buf(), source })?;
     party.model.set_answer_form(answers).map_err(|e| bad(path, format!("model.answers: {e}")))?;
     party.model.set_guard(guard).map_err(|e| bad(path, format!("model.guard: {e}")))?;

@@ -147,3 +147,30 @@ async fn bad_configs_are_typed_errors_that_name_the_file_and_field() {
         Ok(_) => panic!("a config with a missing file was launched"),
     }
 }
+
+/// `[model] local = "svgp"` gives the node an SVGP-trained sparse local model with the M asked
+/// for; a misspelt model or `inducing` with the exact model is refused, naming file and field.
+#[test]
+fn model_local_svgp_builds_a_sparse_party_and_bad_values_are_refused() {
+    use dpcotrain_cotrain::combiner::LocalModel;
+    use dpcotrain_federation::config::party_from_config;
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_node(dir.path());
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("local = \"auto\""), "the default is written out");
+    let svgp = dir.path().join("svgp.toml");
+    std::fs::write(&svgp, text.replace("local = \"auto\"", "local = \"svgp\"\ninducing = 10")).unwrap();
+    let cfg: PartyConfig = load(&svgp).unwrap();
+    let party = party_from_config(&cfg, &svgp).unwrap();
+    assert_eq!(party.model.local_model(), LocalModel::Svgp);
+    assert!(party.model.sparse_inducing().unwrap().nrows() <= 10);
+    let bad = dir.path().join("typo.toml");
+    std::fs::write(&bad, text.replace("local = \"auto\"", "local = \"svpg\"")).unwrap();
+    let e = load::<PartyConfig>(&bad).unwrap_err().to_string();
+    assert!(e.contains("typo.toml") && e.contains("model.local") && e.contains("svgp"), "{e}");
+    let bad = dir.path().join("exact.toml");
+    std::fs::write(&bad, text.replace("local = \"auto\"", "local = \"exact\"\ninducing = 10")).unwrap();
+    let cfg: PartyConfig = load(&bad).unwrap();
+    let e = party_from_config(&cfg, &bad).err().unwrap().to_string();
+    assert!(e.contains("exact.toml") && e.contains("model.inducing"), "{e}");
+}
