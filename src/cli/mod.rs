@@ -10,6 +10,7 @@ pub mod gp;
 pub mod node;
 pub mod privacy;
 pub mod run;
+pub mod scalable;
 pub mod sparse;
 pub mod status;
 pub mod svgp;

@@ -7,6 +7,7 @@
 
 pub mod node;
 pub mod state;
+pub mod svgp;
 
 use clap::{Args, Subcommand};
 use dpcotrain_gp::kernels::SquaredExponential;
@@ -23,6 +24,9 @@ use std::time::Instant;
 pub enum BenchCommand {
     /// Time VFE ELBO+gradient, exact LML+gradient and GEMM; measure a large VFE fit's memory.
     Gp(GpBenchArgs),
+    /// SVGP: one training step (natural gradient + Adam) against GPflow and GPyTorch
+    /// (`--vs python`), and one epoch streamed from a CSV on disk (`--stream-rows`).
+    Svgp(svgp::SvgpBenchArgs),
     /// Federation speed: a 100k-row VFE node's Predict latency over gRPC+TLS, and the gRPC
     /// overhead per exchange of a two-party 25-round run.
     Node(node::NodeBenchArgs),
@@ -97,6 +101,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Gp(a) => run_gp(a),
         BenchCommand::GpMemory(a) => run_memory(a),
+        BenchCommand::Svgp(a) => svgp::run(a),
         BenchCommand::State(a) => state::run(a),
         BenchCommand::Node(a) => {
             tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(node::run(a))
@@ -205,7 +210,8 @@ fn run_gp(a: GpBenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn peak_rss_bytes() -> Option<u64> {
+/// The process's peak resident set size (Linux `VmHWM`), if known.
+pub(crate) fn peak_rss_bytes() -> Option<u64> {
     let s = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;

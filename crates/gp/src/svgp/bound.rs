@@ -48,38 +48,81 @@ impl Svgp {
         want_grad: bool,
     ) -> Result<BatchBound, GpError> {
         self.check_batch(x, y)?;
+        let (chol_uu, kuf, a) = self.whitened_cross(x)?;
+        self.bound_from(&chol_uu, &kuf, &a, x, y, n_total, want_grad)
+    }
+
+    /// One training step's numerics: a natural-gradient step of size γ on q(v), then L₃ and its
+    /// gradient at the new q(v) — sharing chol(K_uu), K_uf and A = L⁻¹K_uf, which the two
+    /// would otherwise each compute (θ and Z do not change in between).
+    pub fn natgrad_then_bound(
+        &mut self,
+        x: DMatrixView<'_, f64>,
+        y: DVectorView<'_, f64>,
+        n_total: usize,
+        gamma: f64,
+    ) -> Result<BatchBound, GpError> {
+        self.check_batch(x, y)?;
+        let (chol_uu, kuf, a) = self.whitened_cross(x)?;
+        self.natgrad_from(&a, y, n_total, gamma)?;
+        self.bound_from(&chol_uu, &kuf, &a, x, y, n_total, true)
+    }
+
+    /// chol(K_uu + εI), K_uf and A = L⁻¹K_uf for a minibatch.
+    pub(crate) fn whitened_cross(
+        &self,
+        x: DMatrixView<'_, f64>,
+    ) -> Result<(crate::linalg::Cholesky, DMatrix<f64>, DMatrix<f64>), GpError> {
+        let chol_uu = crate::linalg::Cholesky::factor(
+            InducingFeatures::Points.kuu(self.kernel.as_ref(), &self.z),
+            "K_uu",
+            self.jitter,
+        )?;
+        let kuf = self.kernel.k(self.z.as_view(), x);
+        let mut a = kuf.clone();
+        chol_uu.solve_l_in_place(&mut a);
+        Ok((chol_uu, kuf, a))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn bound_from(
+        &self,
+        chol_uu: &crate::linalg::Cholesky,
+        kuf: &DMatrix<f64>,
+        a: &DMatrix<f64>,
+        x: DMatrixView<'_, f64>,
+        y: DVectorView<'_, f64>,
+        n_total: usize,
+        want_grad: bool,
+    ) -> Result<BatchBound, GpError> {
         if n_total < x.nrows() {
             return Err(GpError::invalid(format!(
                 "the data set has {n_total} rows, fewer than the minibatch's {}",
                 x.nrows()
             )));
         }
-        let f = self.factors()?;
+        let (chol_q, mean) = self.q_factors()?;
         let (m, b) = (self.z.nrows(), x.nrows());
         let c = n_total as f64 / b as f64;
         let s2 = self.noise.variance;
         let kernel = self.kernel.as_ref();
-
-        let kuf = kernel.k(self.z.as_view(), x);
-        let mut a = kuf.clone();
-        f.chol_uu.solve_l_in_place(&mut a);
         // B = L_Λ⁻¹ A: a_iᵀ S a_i = ‖b_i‖².
         let mut bq = a.clone();
-        f.chol_q.solve_l_in_place(&mut bq);
+        chol_q.solve_l_in_place(&mut bq);
         let kdiag = kernel.diag(x);
-        let qdiag = col_sq_norms(&a);
+        let qdiag = col_sq_norms(a);
         let sdiag = col_sq_norms(&bq);
-        let mu = a.tr_mul(&f.mean);
+        let mu = a.tr_mul(&mean);
         let r = y - &mu;
         let var = &kdiag - &qdiag + &sdiag;
         let quad: f64 = r.iter().zip(var.iter()).map(|(ri, vi)| ri * ri + vi).sum();
         let expected_log_lik = c * (-0.5 * b as f64 * (LN_2PI + s2.ln()) - quad / (2.0 * s2));
 
         // KL = ½[tr Λ⁻¹ + mᵀm − M + log|Λ|].
-        let trace_s: f64 = f.chol_q.inverse_lower().diagonal().sum();
-        let kl = 0.5 * (trace_s + f.mean.norm_squared() - m as f64 + f.chol_q.logdet());
+        let trace_s: f64 = chol_q.inverse_lower().diagonal().sum();
+        let kl = 0.5 * (trace_s + mean.norm_squared() - m as f64 + chol_q.logdet());
         let value = expected_log_lik - kl;
-        let jitter = f.chol_uu.jitter();
+        let jitter = chol_uu.jitter();
         if !value.is_finite() {
             return Err(GpError::Optimisation(format!(
                 "the SVGP bound is {value} (σ² = {s2:e}); the hyperparameters are degenerate"
@@ -91,17 +134,17 @@ impl Svgp {
 
         // ∂/∂A = (c/σ²)(m rᵀ + A − S A), S A = L_Λ⁻ᵀ B.
         let mut sa = bq;
-        f.chol_q.solve_lt_in_place(&mut sa);
-        let mut g_a = (&a - &sa) * (c / s2);
-        g_a.ger(c / s2, &f.mean, &r, 1.0);
+        chol_q.solve_lt_in_place(&mut sa);
+        let mut g_a = (a - &sa) * (c / s2);
+        g_a.ger(c / s2, &mean, &r, 1.0);
         let g_kdiag = nalgebra::DVector::from_element(b, -c / (2.0 * s2));
         let g_log_s2 = c * (-0.5 * b as f64 + quad / (2.0 * s2));
 
         // Through A = L⁻¹K_uf.
         let mut g_kuf = g_a.clone();
-        f.chol_uu.solve_lt_in_place(&mut g_kuf);
+        chol_uu.solve_lt_in_place(&mut g_kuf);
         let l_bar = -matmul(g_kuf.as_view(), false, a.as_view(), true);
-        let mut g_uu = f.chol_uu.backward(&l_bar);
+        let mut g_uu = chol_uu.backward(&l_bar);
         let shift = jitter.relative * g_uu.trace() / m as f64;
         for i in 0..m {
             g_uu[(i, i)] += shift;

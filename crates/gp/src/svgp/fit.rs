@@ -122,8 +122,7 @@ pub fn fit_svgp(
     while step < opts.steps {
         let (x, y) = source.next_batch()?;
         let at = |e: GpError| prefix(e, step + 1);
-        model.natural_gradient_step(x.as_view(), y.as_view(), n_total, opts.natgrad_step).map_err(at)?;
-        let b = model.batch_bound(x.as_view(), y.as_view(), n_total, true).map_err(at)?;
+        let b = model.natgrad_then_bound(x.as_view(), y.as_view(), n_total, opts.natgrad_step).map_err(at)?;
         let mut p = model.params();
         adam.ascend(&mut p, b.grad.as_ref().expect("asked for the gradient"), &bounds)
             .map_err(|i| GpError::Optimisation(format!("step {}: non-finite gradient of {}", step + 1, names[i])))?;

@@ -85,15 +85,6 @@ pub struct Svgp {
     pub jitter: JitterPolicy,
 }
 
-/// The per-step factorisations shared by the bound, the natural-gradient step and prediction.
-pub(crate) struct Factors {
-    pub chol_uu: Cholesky,
-    /// chol(Λ).
-    pub chol_q: Cholesky,
-    /// m = Λ⁻¹h.
-    pub mean: DVector<f64>,
-}
-
 impl Svgp {
     /// A model with q(v) at the prior. σ² must be positive and finite; Z must be M×D with
     /// finite entries.
@@ -132,12 +123,11 @@ impl Svgp {
         Ok(())
     }
 
-    pub(crate) fn factors(&self) -> Result<Factors, GpError> {
-        let features = InducingFeatures::Points;
-        let chol_uu = Cholesky::factor(features.kuu(self.kernel.as_ref(), &self.z), "K_uu", self.jitter)?;
+    /// chol(Λ) and the whitened mean m = Λ⁻¹h of q(v).
+    pub(crate) fn q_factors(&self) -> Result<(Cholesky, DVector<f64>), GpError> {
         let chol_q = Cholesky::factor(self.q.precision.clone(), "q(u) precision", JitterPolicy::IF_NEEDED)?;
         let mean = chol_q.solve_vec(&self.q.h);
-        Ok(Factors { chol_uu, chol_q, mean })
+        Ok((chol_q, mean))
     }
 
     /// Check a minibatch against the model: matching columns, finite values, equal lengths.
@@ -178,21 +168,29 @@ impl Svgp {
         n_total: usize,
         gamma: f64,
     ) -> Result<(), GpError> {
+        self.check_batch(x, y)?;
+        let (_, _, a) = self.whitened_cross(x)?;
+        self.natgrad_from(&a, y, n_total, gamma)
+    }
+
+    /// The natural-gradient step given A = L⁻¹K_uf of the minibatch.
+    pub(crate) fn natgrad_from(
+        &mut self,
+        a: &DMatrix<f64>,
+        y: DVectorView<'_, f64>,
+        n_total: usize,
+        gamma: f64,
+    ) -> Result<(), GpError> {
         if !(gamma > 0.0 && gamma <= 1.0) {
             return Err(GpError::invalid(format!("natural-gradient step must be in (0, 1], got {gamma}")));
         }
-        self.check_batch(x, y)?;
-        let chol_uu =
-            Cholesky::factor(InducingFeatures::Points.kuu(self.kernel.as_ref(), &self.z), "K_uu", self.jitter)?;
-        let mut a = self.kernel.k(self.z.as_view(), x);
-        chol_uu.solve_l_in_place(&mut a);
-        let scale = n_total as f64 / x.nrows() as f64 / self.noise.variance;
+        let scale = n_total as f64 / a.ncols() as f64 / self.noise.variance;
         let m = self.z.nrows();
-        let mut target = crate::linalg::aat(&a) * scale;
+        let mut target = crate::linalg::aat(a) * scale;
         for i in 0..m {
             target[(i, i)] += 1.0;
         }
-        let h_target = &a * y * scale;
+        let h_target = a * y * scale;
         self.q.precision = &self.q.precision * (1.0 - gamma) + target * gamma;
         crate::linalg::symmetrize_from_lower(&mut self.q.precision);
         self.q.h = &self.q.h * (1.0 - gamma) + h_target * gamma;
@@ -236,12 +234,11 @@ impl Svgp {
                 self.z.ncols()
             )));
         }
-        let f = self.factors()?;
-        let mut a = self.kernel.k(self.z.as_view(), xs.as_view());
-        f.chol_uu.solve_l_in_place(&mut a);
+        let (_, _, a) = self.whitened_cross(xs.as_view())?;
+        let (chol_q, q_mean) = self.q_factors()?;
         let mut b = a.clone();
-        f.chol_q.solve_l_in_place(&mut b);
-        let mean = a.tr_mul(&f.mean);
+        chol_q.solve_l_in_place(&mut b);
+        let mean = a.tr_mul(&q_mean);
         let var = self.kernel.diag(xs.as_view()) - col_sq_norms(&a) + col_sq_norms(&b);
         let cov = full_cov.then(|| self.kernel.k(xs.as_view(), xs.as_view()) - a.tr_mul(&a) + b.tr_mul(&b));
         Ok(Prediction::new(mean, var, cov))
