@@ -232,7 +232,8 @@ pub fn run(args: SvgpArgs) -> anyhow::Result<()> {
         adam: AdamOptions { learning_rate: args.lr, ..Default::default() },
         natgrad_step: args.natgrad,
         checkpoint_every: if args.checkpoint.is_some() { args.checkpoint_every.max(1) } else { 0 },
-        progress_every: 10,
+        // At most ~200 progress reports (the bar and the JSON trace).
+        progress_every: (steps / 200).clamp(1, 50),
     };
     let resumed_at = resume.as_ref().map(|c| c.step);
     let bar = (!args.quiet && !args.json).then(|| {

@@ -149,7 +149,10 @@ pub fn fit_svgp(
             on_event(SvgpEvent::Checkpoint(&cp))?;
         }
     }
-    Ok(SvgpReport { steps: step, epochs_completed: source.position().epoch, bound_per_row: ema, trace })
+    let end = source.position();
+    // A source that has just served an epoch's last row has completed that epoch.
+    let epochs_completed = end.epoch + u64::from(end.row >= n_total as u64);
+    Ok(SvgpReport { steps: step, epochs_completed, bound_per_row: ema, trace })
 }
 
 fn summary(names: &[String]) -> String {
