@@ -12,8 +12,8 @@
 use crate::table::{TableError, csv_error, is_blank, parse_header, parse_row};
 use dpcotrain_gp::GpError;
 use dpcotrain_gp::standardize::Standardizer;
-use dpcotrain_gp::svgp::{MinibatchSource, SourcePosition};
-use nalgebra::{DMatrix, DMatrixView, DVector, DVectorView};
+use dpcotrain_gp::svgp::{BlockVisitor, MinibatchSource, SourcePosition};
+use nalgebra::{DMatrix, DVector};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
@@ -289,10 +289,7 @@ impl MinibatchSource for CsvStream {
         self.current = None;
         Ok(())
     }
-    fn for_each_block(
-        &mut self,
-        f: &mut dyn FnMut(DMatrixView<'_, f64>, DVectorView<'_, f64>) -> Result<(), GpError>,
-    ) -> Result<(), GpError> {
+    fn for_each_block(&mut self, f: &mut BlockVisitor<'_>) -> Result<(), GpError> {
         for c in 0..self.chunks.len() {
             let (x, y) = self.read_chunk(c)?;
             f(x.as_view(), y.as_view())?;

@@ -175,7 +175,9 @@ pub fn run(a: SvgpBenchArgs) -> anyhow::Result<()> {
     let case = format!("N={} M={} batch={} D={}", a.n, a.m, a.batch, a.d);
     // A B A B: ours, each library, ours, each library; the best of the two of each is kept.
     let rounds = if a.vs.is_some() { 2 } else { 1 };
-    let (mut best_ours, mut theirs): (f64, Vec<(String, Result<f64, String>)>) = (f64::INFINITY, vec![]);
+    let mut best_ours = f64::INFINITY;
+    // (library, seconds per step or why it was not measured)
+    let mut theirs: Vec<(String, Result<f64, String>)> = vec![];
     for round in 0..rounds {
         best_ours = best_ours.min(ours(&a, &x, &y)?);
         if a.vs.is_some() {

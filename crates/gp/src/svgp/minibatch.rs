@@ -23,6 +23,9 @@ pub struct SourcePosition {
     pub in_chunk: u64,
 }
 
+/// What [`MinibatchSource::for_each_block`] calls with each block of rows (inputs, targets).
+pub type BlockVisitor<'a> = dyn FnMut(DMatrixView<'_, f64>, DVectorView<'_, f64>) -> Result<(), GpError> + 'a;
+
 /// A supply of minibatches.
 pub trait MinibatchSource {
     /// Rows in the whole data set (N, the scale of the minibatch bound).
@@ -36,10 +39,7 @@ pub trait MinibatchSource {
     /// Continue from `pos` (a position this source reported before).
     fn seek(&mut self, pos: &SourcePosition) -> Result<(), GpError>;
     /// Visit every row once, in blocks, in stored order, without moving the training position.
-    fn for_each_block(
-        &mut self,
-        f: &mut dyn FnMut(DMatrixView<'_, f64>, DVectorView<'_, f64>) -> Result<(), GpError>,
-    ) -> Result<(), GpError>;
+    fn for_each_block(&mut self, f: &mut BlockVisitor<'_>) -> Result<(), GpError>;
 }
 
 /// Rows held in memory, reshuffled every epoch by a permutation drawn from (seed, epoch).
@@ -115,10 +115,7 @@ impl MinibatchSource for InMemory {
         self.order = self.permutation(pos.epoch);
         Ok(())
     }
-    fn for_each_block(
-        &mut self,
-        f: &mut dyn FnMut(DMatrixView<'_, f64>, DVectorView<'_, f64>) -> Result<(), GpError>,
-    ) -> Result<(), GpError> {
+    fn for_each_block(&mut self, f: &mut BlockVisitor<'_>) -> Result<(), GpError> {
         let n = self.x.nrows();
         for start in (0..n).step_by(PASS_BLOCK) {
             let len = PASS_BLOCK.min(n - start);
