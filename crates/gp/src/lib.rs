@@ -90,6 +90,23 @@ pub(crate) fn validate_data(
     Ok(())
 }
 
+/// [`validate_inputs`] for points to predict at, which must also have Z's columns.
+pub(crate) fn validate_test_inputs(
+    xs: &nalgebra::DMatrix<f64>,
+    z: &nalgebra::DMatrix<f64>,
+    kernel: &dyn Kernel,
+) -> Result<(), GpError> {
+    validate_inputs(xs, kernel, "test inputs")?;
+    if xs.ncols() != z.ncols() {
+        return Err(GpError::invalid(format!(
+            "test inputs have {} columns, inducing inputs {}",
+            xs.ncols(),
+            z.ncols()
+        )));
+    }
+    Ok(())
+}
+
 pub(crate) fn validate_inputs(x: &nalgebra::DMatrix<f64>, kernel: &dyn Kernel, what: &str) -> Result<(), GpError> {
     if let Some(d) = kernel.input_dim()
         && d != x.ncols()

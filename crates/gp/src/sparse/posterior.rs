@@ -13,7 +13,7 @@
 use crate::features::InducingFeatures;
 use crate::kernels::Kernel;
 use crate::linalg::{Cholesky, col_sq_norms, gemm};
-use crate::{GpError, Jitter, Prediction, validate_inputs};
+use crate::{GpError, Jitter, Prediction};
 use nalgebra::{DMatrix, DVector};
 
 #[derive(Debug, Clone)]
@@ -74,14 +74,7 @@ impl SparsePosterior {
 
     /// Latent predictive at `xs` (rows).
     pub fn predict(&self, xs: &DMatrix<f64>, full_cov: bool) -> Result<Prediction, GpError> {
-        validate_inputs(xs, self.kernel.as_ref(), "test inputs")?;
-        if xs.ncols() != self.z.ncols() {
-            return Err(GpError::invalid(format!(
-                "test inputs have {} columns, inducing inputs {}",
-                xs.ncols(),
-                self.z.ncols()
-            )));
-        }
+        crate::validate_test_inputs(xs, &self.z, self.kernel.as_ref())?;
         let mut t1 = self.features.kuf(self.kernel.as_ref(), &self.z, xs.as_view());
         self.chol_uu.solve_l_in_place(&mut t1);
         let mut t2 = t1.clone();

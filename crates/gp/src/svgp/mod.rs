@@ -226,14 +226,7 @@ impl Svgp {
     /// Latent predictive at `xs`: μ* = a*ᵀm, var* = k** − ‖a*‖² + ‖L_Λ⁻¹a*‖², with
     /// a* = L⁻¹k_u(x*); the full covariance on request.
     pub fn predict(&self, xs: &DMatrix<f64>, full_cov: bool) -> Result<Prediction, GpError> {
-        validate_inputs(xs, self.kernel.as_ref(), "test inputs")?;
-        if xs.ncols() != self.z.ncols() {
-            return Err(GpError::invalid(format!(
-                "test inputs have {} columns, inducing inputs {}",
-                xs.ncols(),
-                self.z.ncols()
-            )));
-        }
+        crate::validate_test_inputs(xs, &self.z, self.kernel.as_ref())?;
         let (_, _, a) = self.whitened_cross(xs.as_view())?;
         let (chol_q, q_mean) = self.q_factors()?;
         let mut b = a.clone();
