@@ -50,9 +50,47 @@ pub struct GpBenchArgs {
     /// machine is a shared VM whose timings vary by ±15% between runs, hence best-of-many.
     #[arg(long, default_value_t = 10)]
     pub reps: usize,
+    /// Also time GPflow's SGPR ELBO + gradient (θ and Z; compiled tf.function) at the VFE
+    /// sizes and numpy's GEMM 2000³, when `python3` has them (A B A B with ours).
+    #[arg(long, value_name = "python")]
+    pub vs: Option<String>,
     #[arg(long)]
     pub json: bool,
 }
+
+/// GPflow's SGPR: the collapsed bound and its gradient in θ, σ² and Z, compiled.
+const GPFLOW_SGPR: &str = r#"
+import json, sys, time, numpy as np
+import gpflow, tensorflow as tf
+N, M, D, R = map(int, sys.argv[1:5])
+gpflow.config.set_default_float(np.float64)
+rng = np.random.default_rng(7)
+X = rng.uniform(-2, 2, (N, D)); Y = np.sin(1.5 * X).sum(1, keepdims=True) + 0.1 * rng.uniform(-1, 1, (N, 1))
+Z = rng.uniform(-2, 2, (M, D))
+m = gpflow.models.SGPR((X, Y), gpflow.kernels.SquaredExponential(lengthscales=[0.7] * D), inducing_variable=Z, noise_variance=0.1)
+@tf.function
+def step():
+    with tf.GradientTape() as t:
+        loss = m.training_loss()
+    return loss, t.gradient(loss, m.trainable_variables)
+step()
+best = float("inf")
+for _ in range(R):
+    t0 = time.perf_counter(); step(); best = min(best, time.perf_counter() - t0)
+print(json.dumps({"lib": "gpflow " + gpflow.__version__, "seconds": best}))
+"#;
+
+/// numpy's GEMM 2000³ (its BLAS), the reference rate of the python stack.
+const NUMPY_GEMM: &str = r#"
+import json, sys, time, numpy as np
+R = int(sys.argv[1]); n = 2000
+rng = np.random.default_rng(1); a = rng.uniform(-1, 1, (n, n)); b = rng.uniform(-1, 1, (n, n))
+a @ b
+best = float("inf")
+for _ in range(R):
+    t0 = time.perf_counter(); a @ b; best = min(best, time.perf_counter() - t0)
+print(json.dumps({"lib": "numpy " + np.__version__, "gflops": 2 * n**3 / best / 1e9}))
+"#;
 
 #[derive(Debug, Args)]
 pub struct MemoryArgs {
@@ -116,9 +154,24 @@ fn run_gp(a: GpBenchArgs) -> anyhow::Result<()> {
             println!("{s}");
         }
     };
+    if let Some(v) = &a.vs
+        && v != "python"
+    {
+        anyhow::bail!("--vs {v:?}: the only comparison is python (GPflow and numpy)");
+    }
     let peak = gemm_peak(a.reps);
     say(format!("GEMM 2000³ (faer, all cores): {peak:.1} GFLOP/s  ← the machine's practical peak"));
     rows.push(json!({"case": "gemm", "n": 2000, "gflops": peak}));
+    if a.vs.is_some() {
+        match svgp::python(NUMPY_GEMM, &[a.reps.to_string()]) {
+            Ok(v) => {
+                let g = v["gflops"].as_f64().unwrap_or(0.0);
+                say(format!("GEMM 2000³ ({}): {g:.1} GFLOP/s", v["lib"].as_str().unwrap_or("numpy")));
+                rows.push(json!({"case": "gemm", "lib": v["lib"], "n": 2000, "gflops": g}));
+            }
+            Err(e) => say(format!("numpy: not measured ({e})")),
+        }
+    }
 
     let ns: &[usize] = if a.quick { &[10_000] } else { &[10_000, 100_000] };
     for &n in ns {
@@ -137,13 +190,31 @@ fn run_gp(a: GpBenchArgs) -> anyhow::Result<()> {
                 // (lower triangle, M²N) and the GEMM P·K_uf for ∂/∂K_uf (2M²N); no M×N TRSM.
                 let flops = 3.0 * (m * m) as f64 * n as f64;
                 say(format!(
-                    "VFE ELBO+grad (θ and Z)  N={n:>6} M={m:>3} D={d}: {t:>8.3} s  {:>6.1} GFLOP/s  (ELBO {:.3})",
+                    "VFE ELBO+grad (θ and Z)  N={n:>6} M={m:>3} D={d}: {t:>8.3} s  {:>6.1} GFLOP/s = {:>3.0}% of GEMM  (ELBO {:.3})",
                     flops / t / 1e9,
+                    100.0 * flops / t / 1e9 / peak,
                     e.value
                 ));
-                rows.push(
-                    json!({"case": "vfe_elbo_grad", "n": n, "m": m, "d": d, "seconds": t, "gflops": flops / t / 1e9}),
-                );
+                rows.push(json!({"case": "vfe_elbo_grad", "n": n, "m": m, "d": d, "seconds": t,
+                                 "gflops": flops / t / 1e9, "share_of_gemm": flops / t / 1e9 / peak}));
+                // GPflow on the same sizes, then ours once more (A B A B).
+                if a.vs.is_some() && m == 500 && d == 4 {
+                    let r = reps.min(3).to_string();
+                    match svgp::python(GPFLOW_SGPR, &[n.to_string(), m.to_string(), d.to_string(), r]) {
+                        Ok(v) => {
+                            let theirs = v["seconds"].as_f64().unwrap_or(f64::NAN);
+                            let again = best_of(reps, || gp.evaluate()).0.min(t);
+                            say(format!(
+                                "VFE ELBO+grad (θ and Z)  N={n:>6} M={m:>3} D={d}: {theirs:>8.3} s  ({}; dpcotrain {again:.3} s is {:.2}× faster)",
+                                v["lib"].as_str().unwrap_or("gpflow"),
+                                theirs / again
+                            ));
+                            rows.push(json!({"case": "vfe_elbo_grad", "lib": v["lib"], "n": n, "m": m, "d": d,
+                                             "seconds": theirs, "ratio_to_dpcotrain": theirs / again}));
+                        }
+                        Err(e) => say(format!("gpflow: not measured ({e})")),
+                    }
+                }
             }
         }
     }
@@ -171,6 +242,23 @@ fn run_gp(a: GpBenchArgs) -> anyhow::Result<()> {
             tb / ta
         ));
         rows.push(json!({"case": "vfe_multiscale_vs_ordinary", "n": n, "m": m, "d": d, "seconds": tb, "ordinary_seconds": ta, "ratio": tb / ta}));
+    }
+    // The co-training grid's re-fits evaluate the exact LML + gradient at n ≈ 25–250.
+    for n in [25usize, 100, 225] {
+        let (x, y) = data(n, 2, 9);
+        let gp =
+            ExactGp::new(Box::new(SquaredExponential::ard(1.0, vec![0.7; 2])), NoiseModel::homoscedastic(0.1), x, y)?;
+        let inner = 200;
+        let (t, r) =
+            best_of(a.reps, || (0..inner).try_for_each(|_| gp.evaluate().map(|e| drop(std::hint::black_box(e)))));
+        r?;
+        let per = t / inner as f64;
+        say(format!(
+            "exact LML+grad           n={n:>6}            : {:>8.1} µs per evaluation (best of {} × {inner})",
+            per * 1e6,
+            a.reps
+        ));
+        rows.push(json!({"case": "exact_lml_grad_small", "n": n, "seconds": per}));
     }
     let exact_ns: &[usize] = if a.quick { &[2000] } else { &[2000, 5000] };
     for &n in exact_ns {

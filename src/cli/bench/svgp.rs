@@ -136,13 +136,13 @@ fn ours(a: &SvgpBenchArgs, x: &DMatrix<f64>, y: &nalgebra::DVector<f64>) -> anyh
     Ok(t.elapsed().as_secs_f64() / a.steps as f64)
 }
 
-/// Run a Python benchmark script; None (with the reason) when python or the library is missing.
-fn python(script: &str, a: &SvgpBenchArgs) -> Result<Value, String> {
-    let args = [a.n, a.m, a.batch, a.d, a.steps as usize].map(|v| v.to_string());
+/// Run a Python benchmark script with `args`; its last line is one JSON object. The reason, when
+/// python or the library is missing or the script fails.
+pub(crate) fn python(script: &str, args: &[String]) -> Result<Value, String> {
     let out = std::process::Command::new("python3")
         .arg("-c")
         .arg(script)
-        .args(&args)
+        .args(args)
         .env("TF_CPP_MIN_LOG_LEVEL", "3")
         .output()
         .map_err(|e| format!("python3 not runnable: {e}"))?;
@@ -182,7 +182,8 @@ pub fn run(a: SvgpBenchArgs) -> anyhow::Result<()> {
         best_ours = best_ours.min(ours(&a, &x, &y)?);
         if a.vs.is_some() {
             for (k, script) in [GPFLOW, GPYTORCH].iter().enumerate() {
-                let r = python(script, &a);
+                let args = [a.n, a.m, a.batch, a.d, a.steps as usize].map(|v| v.to_string());
+                let r = python(script, &args);
                 let name = match &r {
                     Ok(v) => v["lib"].as_str().unwrap_or("?").to_string(),
                     Err(_) => ["gpflow", "gpytorch"][k].to_string(),
