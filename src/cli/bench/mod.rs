@@ -18,6 +18,7 @@ use nalgebra::{DMatrix, DVector};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::json;
+use std::path::PathBuf;
 use std::time::Instant;
 
 #[derive(Debug, Subcommand)]
@@ -276,6 +277,19 @@ fn run_gp(a: GpBenchArgs) -> anyhow::Result<()> {
         ));
         rows.push(json!({"case": "exact_lml_grad", "n": n, "seconds": t, "gflops": flops / t / 1e9}));
     }
+    // SVGP: one training step at M = 500, minibatch 1,000 (and GPflow's and GPyTorch's with --vs).
+    rows.extend(svgp::measure(&svgp::SvgpBenchArgs {
+        n: if a.quick { 10_000 } else { 100_000 },
+        m: 500,
+        batch: 1000,
+        d: 4,
+        steps: if a.quick { 5 } else { 30 },
+        vs: a.vs.clone(),
+        stream_rows: None,
+        stream_dir: PathBuf::new(),
+        stream_m: 100,
+        json: a.json,
+    })?);
     if a.memory {
         say("VFE fit N=1e6, M=500, D=4 in a child process (a few minutes)…".into());
         let exe = std::env::current_exe()?;

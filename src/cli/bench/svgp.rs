@@ -157,6 +157,16 @@ pub(crate) fn python(script: &str, args: &[String]) -> Result<Value, String> {
 }
 
 pub fn run(a: SvgpBenchArgs) -> anyhow::Result<()> {
+    let rows = measure(&a)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    }
+    Ok(())
+}
+
+/// The measurements of [`run`] as JSON rows, printing a line per case unless `a.json` (also
+/// called by `bench gp`, which prints its own rows).
+pub(crate) fn measure(a: &SvgpBenchArgs) -> anyhow::Result<Vec<Value>> {
     if a.m == 0 || a.batch == 0 || a.m > a.n || a.steps == 0 {
         anyhow::bail!("need 1 ≤ M ≤ N, a batch ≥ 1 and ≥ 1 step");
     }
@@ -179,7 +189,7 @@ pub fn run(a: SvgpBenchArgs) -> anyhow::Result<()> {
     // (library, seconds per step or why it was not measured)
     let mut theirs: Vec<(String, Result<f64, String>)> = vec![];
     for round in 0..rounds {
-        best_ours = best_ours.min(ours(&a, &x, &y)?);
+        best_ours = best_ours.min(ours(a, &x, &y)?);
         if a.vs.is_some() {
             for (k, script) in [GPFLOW, GPYTORCH].iter().enumerate() {
                 let args = [a.n, a.m, a.batch, a.d, a.steps as usize].map(|v| v.to_string());
@@ -213,7 +223,7 @@ pub fn run(a: SvgpBenchArgs) -> anyhow::Result<()> {
         }
     }
     if let Some(n) = a.stream_rows {
-        let v = stream_epoch(&a, n)?;
+        let v = stream_epoch(a, n)?;
         say(format!(
             "SVGP one epoch streamed from disk, {n} rows × 4 inputs, M = {}, batch {}: {:.1} s ({} steps), peak RSS {:.2} GiB",
             a.stream_m,
@@ -224,10 +234,7 @@ pub fn run(a: SvgpBenchArgs) -> anyhow::Result<()> {
         ));
         rows.push(json!({"case": "svgp_stream_epoch", "rows": n, "m": a.stream_m, "batch": a.batch, "result": v}));
     }
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
-    }
-    Ok(())
+    Ok(rows)
 }
 
 /// Write (once) an `n`-row CSV and stream one epoch of it through `gp svgp` in a child process.
