@@ -8,6 +8,10 @@ use dpcotrain_cotrain::floors::{floors_table, monte_carlo_floor};
 use dpcotrain_cotrain::grid::{
     Dataset, DpLabel, DpSetting, Grid, RunRow, Shard, job_keys, run_grid_resumable, sort_rows,
 };
+use dpcotrain_cotrain::readings::{
+    AnswerSource, BlockyTheta, FitStarts, HybridForm, ReadingPreset, Readings, SelectionVariance, SharedVariance,
+    ThesisNoise,
+};
 use dpcotrain_cotrain::responder::ReleasePolicy;
 use dpcotrain_cotrain::simulate::SimConfig;
 use dpcotrain_privacy::sensitivity::LabelRange;
@@ -103,6 +107,33 @@ pub struct GridArgs {
     /// K-th re-fit only).
     #[arg(long, default_value = "warm+restart", value_name = "POLICY")]
     pub refit: RefitPolicy,
+    /// A named combination of the protocol readings (docs/decisions.md D25): `default` (the
+    /// project's reading) or `thesis` (the combination that reproduces Thomas 2017 best). The
+    /// flags below override single readings.
+    #[arg(long, default_value = "default", value_name = "PRESET")]
+    pub reading: ReadingPreset,
+    /// Which model a responder answers from: cotrained (default) or private.
+    #[arg(long, value_name = "SOURCE")]
+    pub answer_source: Option<AnswerSource>,
+    /// Whose θ the Blocky query block uses: responder (default) or querier (eq 4.6 as printed;
+    /// views of equal dimension only).
+    #[arg(long, value_name = "WHOSE")]
+    pub blocky_theta: Option<BlockyTheta>,
+    /// Thesis DP noise: per-requester-path (default) or fresh-per-query.
+    #[arg(long, value_name = "DRAW")]
+    pub thesis_noise: Option<ThesisNoise>,
+    /// Hybrid's noise placement: joint (default) or yu (Yu et al. 2007).
+    #[arg(long, value_name = "FORM")]
+    pub hybrid: Option<HybridForm>,
+    /// The variance an answer carries: latent (default) or y (latent + the responder's σ²).
+    #[arg(long, value_name = "WHICH")]
+    pub shared_variance: Option<SharedVariance>,
+    /// Starts of the private-only fit: best-of-4 (default) or single (GPy start s² = ℓ = σ² = 1).
+    #[arg(long, value_name = "STARTS")]
+    pub fit_starts: Option<FitStarts>,
+    /// The variance uncertainty sampling ranks: clamped (default) or raw.
+    #[arg(long, value_name = "WHICH")]
+    pub selection_variance: Option<SelectionVariance>,
     /// A small subset (2 seeds, n_obs 25, 5 rounds) for smoke tests.
     #[arg(long)]
     pub quick: bool,
@@ -166,6 +197,19 @@ fn dp_setting(a: &GridArgs) -> anyhow::Result<DpSetting> {
     })
 }
 
+/// The preset of `--reading` with the single-reading flags applied over it.
+pub(crate) fn readings(a: &GridArgs) -> Readings {
+    let mut r = a.reading.readings();
+    r.answer_source = a.answer_source.unwrap_or(r.answer_source);
+    r.blocky_theta = a.blocky_theta.unwrap_or(r.blocky_theta);
+    r.thesis_noise = a.thesis_noise.unwrap_or(r.thesis_noise);
+    r.hybrid = a.hybrid.unwrap_or(r.hybrid);
+    r.shared_variance = a.shared_variance.unwrap_or(r.shared_variance);
+    r.fit_starts = a.fit_starts.unwrap_or(r.fit_starts);
+    r.selection_variance = a.selection_variance.unwrap_or(r.selection_variance);
+    r
+}
+
 fn fill_grid(grid: &mut Grid, a: &GridArgs) -> anyhow::Result<()> {
     grid.seeds = (0..a.seeds).collect();
     if let Some(n) = &a.nobs {
@@ -176,6 +220,9 @@ fn fill_grid(grid: &mut Grid, a: &GridArgs) -> anyhow::Result<()> {
     grid.uncertainty = a.uncertainty.clone();
     grid.rounds = a.rounds;
     grid.refit = a.refit;
+    grid.readings = readings(a);
+    // Refuse a reading that does not apply before any run starts (naming the key).
+    grid.readings.check(&grid.dp.config())?;
     if a.quick {
         grid.seeds = (0..a.seeds.min(2)).collect();
         grid.nobs = vec![25];
@@ -303,7 +350,11 @@ fn execute(grid: &Grid, a: &GridArgs) -> anyhow::Result<()> {
             std::fs::remove_file(&path).with_context(|| format!("cannot delete {}", path.display()))?;
         }
         // Settings that change every run's numbers but not its key: a folder holds runs of one.
-        let settings = serde_json::to_string_pretty(&GridSettings { rounds: grid.rounds, refit: grid.refit })?;
+        let settings = serde_json::to_string_pretty(&GridSettings {
+            rounds: grid.rounds,
+            refit: grid.refit,
+            readings: grid.readings,
+        })?;
         let settings_path = dir.join("grid.json");
         if let Ok(old) = std::fs::read_to_string(&settings_path)
             && old != settings
@@ -359,6 +410,9 @@ fn execute(grid: &Grid, a: &GridArgs) -> anyhow::Result<()> {
     bar.finish_and_clear();
     let secs = start.elapsed().as_secs_f64();
     eprintln!("{} runs in {secs:.1} s on {} threads", total - done.len(), rayon::current_num_threads());
+    if !grid.readings.is_default() {
+        eprintln!("readings: {}", grid.readings);
+    }
     saved.append(&mut rows);
     let mut rows = saved;
     sort_rows(&mut rows);
@@ -527,6 +581,10 @@ fn write_report(dir: &std::path::Path, rows: &[RunRow]) -> anyhow::Result<()> {
 struct GridSettings {
     rounds: usize,
     refit: RefitPolicy,
+    /// Written only when a reading differs from the default, so folders of earlier grids keep
+    /// their grid.json (and resume).
+    #[serde(default, skip_serializing_if = "Readings::is_default")]
+    readings: Readings,
 }
 
 /// What a shard's folder records about its slice (shard.json), checked by `experiment merge`.
