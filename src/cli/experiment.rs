@@ -463,6 +463,14 @@ Each cell: our mean ± sd (the thesis's value; our difference). Anchor \
         )?;
         md += &format!("![RMSE per round]({file})\n\n");
     }
+    for ((dataset, dp), g) in &groups {
+        if dataset == "simulated" {
+            md += &dpcotrain_report::compare::simulated_comparison(g);
+            if *dp == DpLabel::Off {
+                md += &dpcotrain_report::compare::c1_comparison(g);
+            }
+        }
+    }
     md += "## The thesis's findings, checked\n\n| finding | holds | evidence |\n|---|---|---|\n";
     for (f, ok, why) in report::orderings(rows) {
         md += &format!("| {f} | {} | {why} |\n", if ok { "yes" } else { "**no**" });

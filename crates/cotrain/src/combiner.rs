@@ -483,6 +483,7 @@ impl CoModel {
         self.kernel = kernel;
         self.noise = noise;
         self.pre_params = Some(self.params());
+        self.private_post = None;
         self.version += 1;
         Ok(objective)
     }

@@ -302,7 +302,7 @@ pub fn build_parties_with(
     for (i, d) in scenario.parties.iter().enumerate() {
         let (k, noise) = default_kernel(d);
         let seed = Some(seed.wrapping_add(i as u64));
-        let p = Party::with_readings(d.clone(), kind, uncertainty, k, noise, dp.clone(), seed, readings)?;
+        let p = Party::new(d.clone(), kind, uncertainty, k, noise, dp.clone(), seed, readings)?;
         out.push(Arc::new(Mutex::new(p)));
     }
     Ok(out)

@@ -188,13 +188,7 @@ impl HybridModel {
         let yu = self.yu_parts()?;
         let n = self.n_o();
         let lml = -0.5 * self.y.dot(&yu.alpha) - 0.5 * yu.chol_aug.logdet() - 0.5 * n as f64 * LN_2PI;
-        let mut g = yu.chol_aug.inverse();
-        g.neg_mut();
-        g.ger(1.0, &yu.alpha, &yu.alpha, 1.0);
-        let shift = yu.chol_aug.jitter().relative * g.trace() / n as f64;
-        for i in 0..n {
-            g[(i, i)] += shift;
-        }
+        let mut g = lml_weight(&yu.chol_aug, &yu.alpha);
         g *= 0.5;
         let noise_grad = self.noise.variance * g.trace();
         // ∂K_c = Rᵀ ∂K₁ R, so the kernel sees R G Rᵀ.
@@ -299,6 +293,20 @@ impl HybridModel {
     }
 }
 
+/// ααᵀ − A⁻¹ for A = chol, α = A⁻¹y (twice the weight that ∂log N(y | 0, A)/∂A contracts), with
+/// the jitter ε = rel·mean diag(A) shifting the diagonal by rel·tr(·)/dim.
+fn lml_weight(chol: &Cholesky, alpha: &DVector<f64>) -> DMatrix<f64> {
+    let mut g = chol.inverse();
+    g.neg_mut();
+    g.ger(1.0, alpha, alpha, 1.0);
+    let n = g.nrows();
+    let shift = chol.jitter().relative * g.trace() / n as f64;
+    for i in 0..n {
+        g[(i, i)] += shift;
+    }
+    g
+}
+
 /// The factorisations of either form.
 #[derive(Debug, Clone)]
 enum Factored {
@@ -339,13 +347,7 @@ impl Objective for HybridModel {
             -0.5 * self.y.dot(&parts.alpha) - 0.5 * parts.chol_a.logdet() + 0.5 * logdet_m - 0.5 * n as f64 * LN_2PI;
         // G_A = ½(ααᵀ − A⁻¹) + ½ S_QQ(M⁻¹), with each jitter ε = rel·mean diag(·) shifting the
         // diagonal of its own block by rel·tr(∂/∂·)/dim.
-        let mut g = parts.chol_a.inverse();
-        g.neg_mut();
-        g.ger(1.0, &parts.alpha, &parts.alpha, 1.0);
-        let shift_a = parts.chol_a.jitter().relative * g.trace() / n as f64;
-        for i in 0..n {
-            g[(i, i)] += shift_a;
-        }
+        let mut g = lml_weight(&parts.chol_a, &parts.alpha);
         if let Some(chol_m) = &parts.chol_m {
             let m_inv = chol_m.inverse();
             let shift_m = chol_m.jitter().relative * m_inv.trace() / q as f64;

@@ -371,24 +371,12 @@ fn mix(seed: u64, name: &str, version: u64) -> u64 {
 }
 
 impl Party {
-    /// A party with its private data; fits the private-only model (pre-co-training).
-    /// With calibrated DP the labels are clipped to the declared range first.
+    /// A party with its private data; fits the private-only model (pre-co-training), under the
+    /// given readings of the ambiguous protocol choices ([`crate::readings`]; refused, naming
+    /// the key, where a reading does not apply to `dp`). With calibrated DP the labels are
+    /// clipped to the declared range first.
+    #[allow(clippy::too_many_arguments)] // the party's data, model, privacy, seed and readings
     pub fn new(
-        data: PartyData,
-        kind: CombinerKind,
-        uncertainty: Uncertainty,
-        kernel: Box<dyn Kernel>,
-        noise: NoiseVariance,
-        dp: DpConfig,
-        seed: Option<u64>,
-    ) -> Result<Self, CotrainError> {
-        Self::with_readings(data, kind, uncertainty, kernel, noise, dp, seed, Readings::default())
-    }
-
-    /// [`Party::new`] under the given readings of the ambiguous protocol choices
-    /// ([`crate::readings`]); refused, naming the key, where a reading does not apply to `dp`.
-    #[allow(clippy::too_many_arguments)] // `new`'s arguments and the readings
-    pub fn with_readings(
         mut data: PartyData,
         kind: CombinerKind,
         uncertainty: Uncertainty,

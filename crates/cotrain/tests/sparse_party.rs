@@ -77,6 +77,7 @@ fn combiners_that_need_the_exact_path_refuse_with_the_reason() {
         NoiseVariance::new(0.1),
         DpConfig::off(),
         Some(1),
+        Default::default(),
     )
     .unwrap_err()
     .to_string();

@@ -13,6 +13,7 @@ use dpcotrain_cotrain::answer::Uncertainty;
 use dpcotrain_cotrain::combiner::{AnswerForm, AnswerGuard, CombinerKind, RefitPolicy};
 use dpcotrain_cotrain::data::PartyData;
 use dpcotrain_cotrain::driver::default_kernel;
+use dpcotrain_cotrain::readings::{BlockyTheta, Readings};
 use dpcotrain_cotrain::release_model::{PublicTheta, QueryPolicy, ReleaseForm, ThetaPolicy};
 use dpcotrain_cotrain::responder::{DpConfig, DpMode, Party, ReleasePolicy};
 use dpcotrain_cotrain::table::{Table, TableError};
@@ -155,6 +156,10 @@ pub struct ModelConfig {
     /// Where each re-fit after received answers starts: warm, warm+restart (default), every=K.
     #[serde(default = "warm_restart")]
     pub refit: RefitPolicy,
+    /// `[model.readings]`: the readings of the protocol's ambiguous choices (docs/decisions.md
+    /// D25); every key defaults to the project's reading.
+    #[serde(default, skip_serializing_if = "Readings::is_default")]
+    pub readings: Readings,
 }
 
 fn warm_restart() -> RefitPolicy {
@@ -174,7 +179,14 @@ fn marginal() -> Uncertainty {
 
 impl Default for ModelConfig {
     fn default() -> Self {
-        ModelConfig { combiner: noisy(), uncertainty: marginal(), answers: None, guard: off(), refit: warm_restart() }
+        ModelConfig {
+            combiner: noisy(),
+            uncertainty: marginal(),
+            answers: None,
+            guard: off(),
+            refit: warm_restart(),
+            readings: Readings::default(),
+        }
     }
 }
 
@@ -447,7 +459,14 @@ pub fn party_from_config(cfg: &PartyConfig, path: &Path) -> Result<Party, Config
     let NodeSettings { kind, uncertainty, dp, answers, guard } = settings_from_config(cfg, path)?;
     let data = data_from_config(cfg, path)?;
     let (k, noise) = default_kernel(&data);
-    let mut party = Party::new(data, kind, uncertainty, k, noise, dp, cfg.seed)
+    let readings = cfg.model.readings;
+    if readings.blocky_theta == BlockyTheta::Querier {
+        return Err(bad(
+            path,
+            "model.readings.blocky_theta = \"querier\" needs the querier's θ with every request, which the wire protocol does not carry (in-process experiments only); use \"responder\"".into(),
+        ));
+    }
+    let mut party = Party::new(data, kind, uncertainty, k, noise, dp, cfg.seed, readings)
         .map_err(|source| ConfigError::Party { path: path.to_path_buf(), source })?;
     party.model.set_answer_form(answers).map_err(|e| bad(path, format!("model.answers: {e}")))?;
     party.model.set_guard(guard).map_err(|e| bad(path, format!("model.guard: {e}")))?;
@@ -690,5 +709,28 @@ impl PartyConfig {
             Some(d) => rel(path, d),
             None => rel(path, &Path::new("state").join(&self.name)),
         }
+    }
+}
+
+#[cfg(test)]
+mod readings_tests {
+    use super::*;
+    use dpcotrain_cotrain::readings::HybridForm;
+
+    #[test]
+    fn model_readings_parse_default_and_refuse_what_a_node_cannot_do() {
+        let m: ModelConfig = toml::from_str("combiner = \"hybrid\"\n[readings]\nhybrid = \"yu\"\n").unwrap();
+        assert_eq!(m.readings, Readings { hybrid: HybridForm::Yu, ..Readings::default() });
+        let m: ModelConfig = toml::from_str("combiner = \"noisy\"\n").unwrap();
+        assert!(m.readings.is_default());
+        assert!(!toml::to_string(&m).unwrap().contains("readings"), "default readings are not written");
+        let err = toml::from_str::<ModelConfig>("[readings]\nhybird = \"yu\"\n").unwrap_err().to_string();
+        assert!(err.contains("hybird"), "{err}");
+        // A node cannot evaluate the querier's θ: refused, naming the key.
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/two-party/party-a.toml");
+        let mut cfg: PartyConfig = load(&path).unwrap();
+        cfg.model.readings.blocky_theta = BlockyTheta::Querier;
+        let err = party_from_config(&cfg, &path).unwrap_err().to_string();
+        assert!(err.contains("model.readings.blocky_theta"), "{err}");
     }
 }
