@@ -683,3 +683,55 @@ pub(crate) fn write_atomic(path: &std::path::Path, text: &str) -> anyhow::Result
     use dpcotrain_federation::durable::{Access, write_atomic};
     write_atomic(path, text.as_bytes(), Access::Public).with_context(|| format!("cannot write {}", path.display()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        grid: GridArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<Readings, String> {
+        let all = std::iter::once("t").chain(args.iter().copied());
+        Flags::try_parse_from(all).map(|f| readings(&f.grid)).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn reading_preset_and_flags_set_the_readings() {
+        assert_eq!(parse(&[]).unwrap(), Readings::default());
+        assert_eq!(parse(&["--reading", "thesis"]).unwrap(), Readings::thesis());
+        // A single flag overrides the preset's value for its key only.
+        let r = parse(&["--reading", "thesis", "--hybrid", "yu", "--fit-starts", "best-of-4"]).unwrap();
+        assert_eq!(r, Readings { hybrid: HybridForm::Yu, fit_starts: FitStarts::BestOf(4), ..Readings::thesis() });
+        let r = parse(&[
+            "--answer-source",
+            "private",
+            "--blocky-theta",
+            "querier",
+            "--thesis-noise",
+            "fresh-per-query",
+            "--shared-variance",
+            "y",
+            "--selection-variance",
+            "raw",
+        ])
+        .unwrap();
+        assert_eq!(
+            (r.answer_source, r.blocky_theta, r.thesis_noise, r.shared_variance, r.selection_variance),
+            (
+                AnswerSource::Private,
+                BlockyTheta::Querier,
+                ThesisNoise::FreshPerQuery,
+                SharedVariance::Y,
+                SelectionVariance::Raw
+            )
+        );
+        assert!(parse(&["--hybrid", "yuu"]).unwrap_err().contains("hybrid form"));
+        assert!(parse(&["--fit-starts", "best-of-0"]).unwrap_err().contains("single or best-of-K"));
+        assert!(parse(&["--reading", "paper"]).unwrap_err().contains("reading preset"));
+    }
+}
