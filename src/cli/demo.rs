@@ -371,8 +371,16 @@ fn references(a: &DemoArgs, sc: &Scenario, kind: CombinerKind, unc: Uncertainty)
     }
     let pooled = ccpp_pooled(&CcppConfig { masking: true, n_obs: a.n_obs, seed: a.seed, ..CcppConfig::default() })?;
     let (k, noise) = default_kernel(&pooled);
-    let mut p =
-        Party::new(pooled, CombinerKind::Noisy, Uncertainty::Marginal, k, noise, DpConfig::off(), Some(a.seed))?;
+    let mut p = Party::new(
+        pooled,
+        CombinerKind::Noisy,
+        Uncertainty::Marginal,
+        k,
+        noise,
+        DpConfig::off(),
+        Some(a.seed),
+        Default::default(),
+    )?;
     Ok((evaluate(&mut p)?.rmse, yu))
 }
 

@@ -8,6 +8,10 @@ use dpcotrain_cotrain::floors::{floors_table, monte_carlo_floor};
 use dpcotrain_cotrain::grid::{
     Dataset, DpLabel, DpSetting, Grid, RunRow, Shard, job_keys, run_grid_resumable, sort_rows,
 };
+use dpcotrain_cotrain::readings::{
+    AnswerSource, BlockyTheta, FitStarts, HybridForm, ReadingPreset, Readings, SelectionVariance, SharedVariance,
+    ThesisNoise,
+};
 use dpcotrain_cotrain::responder::ReleasePolicy;
 use dpcotrain_cotrain::simulate::SimConfig;
 use dpcotrain_privacy::sensitivity::LabelRange;
@@ -106,6 +110,33 @@ pub struct GridArgs {
     /// K-th re-fit only).
     #[arg(long, default_value = "warm+restart", value_name = "POLICY")]
     pub refit: RefitPolicy,
+    /// A named combination of the protocol readings (docs/decisions.md D25): `default` (the
+    /// project's reading) or `thesis` (the combination that reproduces Thomas 2017 best). The
+    /// flags below override single readings.
+    #[arg(long, default_value = "default", value_name = "PRESET")]
+    pub reading: ReadingPreset,
+    /// Which model a responder answers from: cotrained (default) or private.
+    #[arg(long, value_name = "SOURCE")]
+    pub answer_source: Option<AnswerSource>,
+    /// Whose θ the Blocky query block uses: responder (default) or querier (eq 4.6 as printed;
+    /// views of equal dimension only).
+    #[arg(long, value_name = "WHOSE")]
+    pub blocky_theta: Option<BlockyTheta>,
+    /// Thesis DP noise: per-requester-path (default) or fresh-per-query.
+    #[arg(long, value_name = "DRAW")]
+    pub thesis_noise: Option<ThesisNoise>,
+    /// Hybrid's noise placement: joint (default) or yu (Yu et al. 2007).
+    #[arg(long, value_name = "FORM")]
+    pub hybrid: Option<HybridForm>,
+    /// The variance an answer carries: latent (default) or y (latent + the responder's σ²).
+    #[arg(long, value_name = "WHICH")]
+    pub shared_variance: Option<SharedVariance>,
+    /// Starts of the private-only fit: best-of-4 (default) or single (GPy start s² = ℓ = σ² = 1).
+    #[arg(long, value_name = "STARTS")]
+    pub fit_starts: Option<FitStarts>,
+    /// The variance uncertainty sampling ranks: clamped (default) or raw.
+    #[arg(long, value_name = "WHICH")]
+    pub selection_variance: Option<SelectionVariance>,
     /// A small subset (2 seeds, n_obs 25, 5 rounds) for smoke tests.
     #[arg(long)]
     pub quick: bool,
@@ -169,6 +200,19 @@ fn dp_setting(a: &GridArgs) -> anyhow::Result<DpSetting> {
     })
 }
 
+/// The preset of `--reading` with the single-reading flags applied over it.
+pub(crate) fn readings(a: &GridArgs) -> Readings {
+    let mut r = a.reading.readings();
+    r.answer_source = a.answer_source.unwrap_or(r.answer_source);
+    r.blocky_theta = a.blocky_theta.unwrap_or(r.blocky_theta);
+    r.thesis_noise = a.thesis_noise.unwrap_or(r.thesis_noise);
+    r.hybrid = a.hybrid.unwrap_or(r.hybrid);
+    r.shared_variance = a.shared_variance.unwrap_or(r.shared_variance);
+    r.fit_starts = a.fit_starts.unwrap_or(r.fit_starts);
+    r.selection_variance = a.selection_variance.unwrap_or(r.selection_variance);
+    r
+}
+
 fn fill_grid(grid: &mut Grid, a: &GridArgs) -> anyhow::Result<()> {
     grid.seeds = (0..a.seeds).collect();
     if let Some(n) = &a.nobs {
@@ -179,6 +223,9 @@ fn fill_grid(grid: &mut Grid, a: &GridArgs) -> anyhow::Result<()> {
     grid.uncertainty = a.uncertainty.clone();
     grid.rounds = a.rounds;
     grid.refit = a.refit;
+    grid.readings = readings(a);
+    // Refuse a reading that does not apply before any run starts (naming the key).
+    grid.readings.check(&grid.dp.config())?;
     if a.quick {
         grid.seeds = (0..a.seeds.min(2)).collect();
         grid.nobs = vec![25];
@@ -307,7 +354,11 @@ fn execute(grid: &Grid, a: &GridArgs) -> anyhow::Result<()> {
             std::fs::remove_file(&path).with_context(|| format!("cannot delete {}", path.display()))?;
         }
         // Settings that change every run's numbers but not its key: a folder holds runs of one.
-        let settings = serde_json::to_string_pretty(&GridSettings { rounds: grid.rounds, refit: grid.refit })?;
+        let settings = serde_json::to_string_pretty(&GridSettings {
+            rounds: grid.rounds,
+            refit: grid.refit,
+            readings: grid.readings,
+        })?;
         let settings_path = dir.join("grid.json");
         if let Ok(old) = std::fs::read_to_string(&settings_path)
             && old != settings
@@ -363,6 +414,9 @@ fn execute(grid: &Grid, a: &GridArgs) -> anyhow::Result<()> {
     bar.finish_and_clear();
     let secs = start.elapsed().as_secs_f64();
     eprintln!("{} runs in {secs:.1} s on {} threads", total - done.len(), rayon::current_num_threads());
+    if !grid.readings.is_default() {
+        eprintln!("readings: {}", grid.readings);
+    }
     saved.append(&mut rows);
     let mut rows = saved;
     sort_rows(&mut rows);
@@ -412,6 +466,14 @@ Each cell: our mean ± sd (the thesis's value; our difference). Anchor \
             &report::rmse_rounds_svg(g, &format!("Test RMSE per round — {dataset}, DP {dp}")),
         )?;
         md += &format!("![RMSE per round]({file})\n\n");
+    }
+    for ((dataset, dp), g) in &groups {
+        if dataset == "simulated" {
+            md += &dpcotrain_report::compare::simulated_comparison(g);
+            if *dp == DpLabel::Off {
+                md += &dpcotrain_report::compare::c1_comparison(g);
+            }
+        }
     }
     md += "## The thesis's findings, checked\n\n| finding | holds | evidence |\n|---|---|---|\n";
     for (f, ok, why) in report::orderings(rows) {
@@ -531,6 +593,10 @@ fn write_report(dir: &std::path::Path, rows: &[RunRow]) -> anyhow::Result<()> {
 struct GridSettings {
     rounds: usize,
     refit: RefitPolicy,
+    /// Written only when a reading differs from the default, so folders of earlier grids keep
+    /// their grid.json (and resume).
+    #[serde(default, skip_serializing_if = "Readings::is_default")]
+    readings: Readings,
 }
 
 /// What a shard's folder records about its slice (shard.json), checked by `experiment merge`.
@@ -620,4 +686,56 @@ fn merge(shards: &[PathBuf], out: &std::path::Path) -> anyhow::Result<()> {
 pub(crate) fn write_atomic(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
     use dpcotrain_federation::durable::{Access, write_atomic};
     write_atomic(path, text.as_bytes(), Access::Public).with_context(|| format!("cannot write {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        grid: GridArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<Readings, String> {
+        let all = std::iter::once("t").chain(args.iter().copied());
+        Flags::try_parse_from(all).map(|f| readings(&f.grid)).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn reading_preset_and_flags_set_the_readings() {
+        assert_eq!(parse(&[]).unwrap(), Readings::default());
+        assert_eq!(parse(&["--reading", "thesis"]).unwrap(), Readings::thesis());
+        // A single flag overrides the preset's value for its key only.
+        let r = parse(&["--reading", "thesis", "--hybrid", "yu", "--fit-starts", "best-of-4"]).unwrap();
+        assert_eq!(r, Readings { hybrid: HybridForm::Yu, fit_starts: FitStarts::BestOf(4), ..Readings::thesis() });
+        let r = parse(&[
+            "--answer-source",
+            "private",
+            "--blocky-theta",
+            "querier",
+            "--thesis-noise",
+            "fresh-per-query",
+            "--shared-variance",
+            "y",
+            "--selection-variance",
+            "raw",
+        ])
+        .unwrap();
+        assert_eq!(
+            (r.answer_source, r.blocky_theta, r.thesis_noise, r.shared_variance, r.selection_variance),
+            (
+                AnswerSource::Private,
+                BlockyTheta::Querier,
+                ThesisNoise::FreshPerQuery,
+                SharedVariance::Y,
+                SelectionVariance::Raw
+            )
+        );
+        assert!(parse(&["--hybrid", "yuu"]).unwrap_err().contains("hybrid form"));
+        assert!(parse(&["--fit-starts", "best-of-0"]).unwrap_err().contains("single or best-of-K"));
+        assert!(parse(&["--reading", "paper"]).unwrap_err().contains("reading preset"));
+    }
 }

@@ -89,11 +89,29 @@ pub struct BlockyPredictor {
 }
 
 impl BlockyPredictor {
+    /// The raw (unclamped) latent variances at `xs` (uncertainty sampling under
+    /// `selection_variance = raw`).
+    pub fn raw_variance(&self, xs: &DMatrix<f64>) -> Result<DVector<f64>, GpError> {
+        Ok(self.raw(xs, false)?.1)
+    }
+
     /// Latent predictive with k₁ cross-covariances.
     pub fn predict(&self, xs: &DMatrix<f64>, full_cov: bool) -> Result<Prediction, GpError> {
+        if self.query.is_none() {
+            return self.post.predict(xs, full_cov);
+        }
+        let (mean, raw, cov) = self.raw(xs, full_cov)?;
+        Ok(Prediction::new(mean, raw, cov))
+    }
+
+    /// Mean, raw (unclamped) variance and, if asked, covariance of the predictive at `xs`.
+    fn raw(&self, xs: &DMatrix<f64>, full_cov: bool) -> Result<RawPredictive, GpError> {
         let (m, post) = (&self.model, &self.post);
         let p_tr = post.predict(xs, full_cov)?;
-        let Some((chol_q, alpha_q)) = &self.query else { return Ok(p_tr) };
+        let Some((chol_q, alpha_q)) = &self.query else {
+            let raw = m.kernel.diag(xs.as_view()) - m.private_explained(xs, post)?;
+            return Ok((p_tr.mean, raw, p_tr.cov));
+        };
         let kqs = m.kernel.k(m.x_q.as_view(), xs.as_view());
         let mean = &p_tr.mean + kqs.tr_mul(alpha_q);
         let mut v = kqs;
@@ -107,9 +125,12 @@ impl BlockyPredictor {
             }
             None => None,
         };
-        Ok(Prediction::new(mean, raw, cov))
+        Ok((mean, raw, cov))
     }
 }
+
+/// Mean, raw variance and optional covariance of a Blocky predictive.
+type RawPredictive = (DVector<f64>, DVector<f64>, Option<DMatrix<f64>>);
 
 impl BlockyModel {
     fn private_explained(

@@ -12,6 +12,7 @@ use crate::answer::{Answer, Uncertainty};
 use crate::blocky::{BlockyModel, BlockyPredictor};
 use crate::hybrid::{HybridModel, HybridPredictor};
 use crate::psd::project_psd;
+use crate::readings::{FitStarts, Readings, SelectionVariance};
 use dpcotrain_gp::exact::ExactPosterior;
 use dpcotrain_gp::inducing::greedy_variance;
 use dpcotrain_gp::kernels::Kernel;
@@ -106,7 +107,7 @@ impl AnswerGuard {
 
 crate::named_enum!(AnswerGuard, "answer guard", [Off, Loo]);
 
-/// Which GP a party fits to its private view (docs/decisions.md D21, D25).
+/// Which GP a party fits to its private view (docs/decisions.md D21, D26).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LocalModel {
     /// Exact up to [`SPARSE_THRESHOLD`] private rows, VFE above.
@@ -243,6 +244,11 @@ pub struct CoModel {
     pub answer_form: AnswerForm,
     /// Whether answers are checked against the private labels before use.
     guard: AnswerGuard,
+    /// The readings of the ambiguous protocol choices ([`CoModel::set_readings`]).
+    readings: Readings,
+    /// The private-only posterior at the private fit's θ (answers under
+    /// `answer_source = private`), built on first use.
+    private_post: Option<ExactPosterior>,
     /// The guard's last verdict (None: no check since the last answer).
     loo: Option<LooCheck>,
     pub kernel: Box<dyn Kernel>,
@@ -391,6 +397,8 @@ impl CoModel {
             uncertainty,
             answer_form: AnswerForm::Posterior,
             guard: AnswerGuard::Off,
+            readings: Readings::default(),
+            private_post: None,
             loo: None,
             kernel,
             noise,
@@ -527,8 +535,18 @@ impl CoModel {
             self.version += 1;
             return Ok(r.objective);
         }
-        // D17: 3 seeded restarts for the private fit.
-        let opts = TrainOptions { restarts: self.train.restarts.max(3), ..self.train.clone() };
+        // D17: 3 seeded restarts for the private fit (`fit_starts = best-of-4`, the default);
+        // `fit_starts = single` is one run from the GPy default start s² = ℓ = σ² = 1.
+        let restarts = match self.readings.fit_starts {
+            FitStarts::Single => {
+                let mut p = self.params();
+                p.iter_mut().for_each(|v| *v = 0.0);
+                self.set_params(&p);
+                0
+            }
+            FitStarts::BestOf(_) => self.train.restarts.max(self.readings.fit_starts.restarts()),
+        };
+        let opts = TrainOptions { restarts, ..self.train.clone() };
         let key = private_fit::key(self.kernel.as_ref(), &self.noise, &self.x_tr, &self.y_tr, &opts);
         let (kernel, noise, objective) = match private_fit::get(&key) {
             Some(hit) => hit,
@@ -548,6 +566,7 @@ impl CoModel {
         self.kernel = kernel;
         self.noise = noise;
         self.pre_params = Some(self.params());
+        self.private_post = None;
         self.version += 1;
         Ok(objective)
     }
@@ -854,6 +873,61 @@ impl CoModel {
         Ok(())
     }
 
+    /// Set the readings of the ambiguous protocol choices (docs/decisions.md D25). The combiner
+    /// reads `hybrid` and `selection_variance`; the party reads the others.
+    pub fn set_readings(&mut self, readings: Readings) {
+        self.readings = readings;
+        self.version += 1;
+    }
+
+    pub fn readings(&self) -> Readings {
+        self.readings
+    }
+
+    /// The variance uncertainty sampling ranks candidates by: the clamped predictive variance,
+    /// or under `selection_variance = raw` the raw one (Blocky's can be negative; the other
+    /// combiners' raw and clamped variances differ only by round-off below zero).
+    pub fn selection_variance(&mut self, xs: &DMatrix<f64>) -> Result<DVector<f64>, CotrainError> {
+        if self.readings.selection_variance == SelectionVariance::Raw && self.kind == CombinerKind::Blocky {
+            self.predict(xs, false)?;
+            if let Some((_, Predictor::Blocky(p))) = &self.post {
+                return Ok(p.raw_variance(xs)?);
+            }
+        }
+        Ok(self.predict(xs, false)?.var)
+    }
+
+    /// Latent predictive of the private-only model (private rows, the private fit's θ): what a
+    /// responder answers from under `answer_source = private` (exact local model only).
+    pub fn predict_private(&mut self, xs: &DMatrix<f64>, full_cov: bool) -> Result<Prediction, CotrainError> {
+        if self.is_sparse() {
+            return Err(CotrainError::invalid(
+                "readings.answer_source = private needs the exact local model (not VFE)",
+            ));
+        }
+        if self.private_post.is_none() {
+            self.private_post = Some(self.private_only()?.posterior()?);
+        }
+        Ok(self.private_post.as_ref().expect("just built").predict(xs, full_cov)?)
+    }
+
+    /// The kernel of the private fit (its θ), for answers under `answer_source = private`.
+    pub fn private_kernel(&self) -> Box<dyn Kernel> {
+        let (mut k, mut s) = (self.kernel.clone(), self.noise.clone());
+        if let Some(pre) = &self.pre_params {
+            crate::set_kernel_noise_params(&mut k, &mut s, pre);
+        }
+        k
+    }
+
+    /// The noise variance of the private fit.
+    pub fn private_noise_variance(&self) -> f64 {
+        match &self.pre_params {
+            Some(pre) => pre[pre.len() - 1].exp(),
+            None => self.noise.variance,
+        }
+    }
+
     /// Whether answers must carry the peer's prior covariance.
     pub fn needs_prior(&self) -> bool {
         self.kind.needs_prior() || self.answer_form == AnswerForm::Likelihood
@@ -906,9 +980,10 @@ impl CoModel {
                 mu,
                 k2 + v,
             )),
-            CombinerKind::Hybrid => {
-                Built::Hybrid(HybridModel::new(self.kernel.clone(), self.noise.clone(), xo, y, q, k2 + v))
-            }
+            CombinerKind::Hybrid => Built::Hybrid(
+                HybridModel::new(self.kernel.clone(), self.noise.clone(), xo, y, q, k2 + v)
+                    .with_form(self.readings.hybrid),
+            ),
         })
     }
 

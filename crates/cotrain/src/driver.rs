@@ -4,8 +4,10 @@
 
 use crate::CotrainError;
 use crate::answer::PredictRequest;
+use crate::combiner::CombinerKind;
 use crate::metrics::{Metrics, metrics};
 use crate::peer::{InProcessPeer, Peer};
+use crate::readings::{BlockyTheta, Readings};
 use crate::release_model::{NOMINAL_ANSWER_NOISE, QueryPolicy};
 use crate::responder::Party;
 use crate::select::{most_uncertain, public_greedy};
@@ -189,6 +191,7 @@ pub async fn run_in_process(parties: &[Arc<Mutex<Party>>], rounds: usize) -> Res
                 .filter(|(j, _)| *j != i)
                 .map(|(_, p)| InProcessPeer { party: p.clone() })
                 .collect();
+            hand_over_theta(q, &peers)?;
             turns.push(query_turn(q, &peers, round).await?);
         }
         for (i, p) in parties.iter().enumerate() {
@@ -219,6 +222,24 @@ pub async fn run_in_process(parties: &[Arc<Mutex<Party>>], rounds: usize) -> Res
         });
     }
     Ok(RunReport { rounds, parties: outcomes, turns })
+}
+
+/// Under `blocky_theta = querier` (Thomas 2017 eq 4.6 as printed: the Blocky query block is
+/// K₂(X₂^q, X₂^q; θ₁)), give every responder the querier's current θ₁ before it asks. Only the
+/// in-process driver can: the wire protocol does not carry θ₁.
+fn hand_over_theta(querier: &Mutex<Party>, peers: &[InProcessPeer]) -> Result<(), CotrainError> {
+    let (name, theta) = {
+        let q = lock(querier)?;
+        let r = q.model.readings();
+        if r.blocky_theta != BlockyTheta::Querier || q.model.kind != CombinerKind::Blocky {
+            return Ok(());
+        }
+        (q.name.clone(), q.model.kernel.params())
+    };
+    for p in peers {
+        lock(&p.party)?.set_requester_theta(&name, theta.clone())?;
+    }
+    Ok(())
 }
 
 /// Drive a future to completion on the current thread (in-process runs need no runtime: the
@@ -257,16 +278,31 @@ pub fn default_kernel(data: &crate::data::PartyData) -> (Box<dyn dpcotrain_gp::K
 /// One in-process party per scenario party, all with the same combiner, mode and DP setting.
 pub fn build_parties(
     scenario: &crate::data::Scenario,
-    kind: crate::combiner::CombinerKind,
+    kind: CombinerKind,
     uncertainty: crate::answer::Uncertainty,
     dp: &crate::responder::DpConfig,
     seed: u64,
 ) -> Result<Vec<Arc<Mutex<Party>>>, CotrainError> {
+    build_parties_with(scenario, kind, uncertainty, dp, seed, Readings::default())
+}
+
+/// [`build_parties`] under the given readings of the ambiguous protocol choices.
+pub fn build_parties_with(
+    scenario: &crate::data::Scenario,
+    kind: CombinerKind,
+    uncertainty: crate::answer::Uncertainty,
+    dp: &crate::responder::DpConfig,
+    seed: u64,
+    readings: Readings,
+) -> Result<Vec<Arc<Mutex<Party>>>, CotrainError> {
     scenario.validate()?;
+    let dims: Vec<usize> = scenario.parties.iter().map(|d| d.dim()).collect();
+    readings.check_views(kind, &dims)?;
     let mut out = Vec::new();
     for (i, d) in scenario.parties.iter().enumerate() {
         let (k, noise) = default_kernel(d);
-        let p = Party::new(d.clone(), kind, uncertainty, k, noise, dp.clone(), Some(seed.wrapping_add(i as u64)))?;
+        let seed = Some(seed.wrapping_add(i as u64));
+        let p = Party::new(d.clone(), kind, uncertainty, k, noise, dp.clone(), seed, readings)?;
         out.push(Arc::new(Mutex::new(p)));
     }
     Ok(out)

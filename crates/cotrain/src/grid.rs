@@ -8,7 +8,8 @@ use crate::answer::Uncertainty;
 use crate::ccpp::{CcppConfig, ccpp};
 use crate::combiner::{CombinerKind, RefitPolicy};
 use crate::data::Scenario;
-use crate::driver::{RunReport, block_on, build_parties, run_in_process};
+use crate::driver::{RunReport, block_on, build_parties_with, run_in_process};
+use crate::readings::Readings;
 use crate::responder::{DpConfig, DpMode, ReleasePolicy};
 use crate::simulate::{SimConfig, simulate};
 use dpcotrain_privacy::calibrate::THESIS_MULTIPLIER;
@@ -140,6 +141,8 @@ pub struct Grid {
     pub rounds: usize,
     /// Where every party's D5 re-fits start.
     pub refit: RefitPolicy,
+    /// The readings of the ambiguous protocol choices (every party, every run).
+    pub readings: Readings,
 }
 
 impl Grid {
@@ -161,6 +164,7 @@ impl Grid {
             dp,
             rounds: 25,
             refit: RefitPolicy::WarmRestart,
+            readings: Readings::default(),
         }
     }
 
@@ -176,6 +180,7 @@ impl Grid {
             dp,
             rounds: 25,
             refit: RefitPolicy::WarmRestart,
+            readings: Readings::default(),
         }
     }
 
@@ -436,7 +441,7 @@ pub fn run_grid_resumable(
         .par_iter()
         .map(|(dc, kind, unc)| {
             let sc = grid.scenario(dc)?;
-            let rep = build_parties(&sc, *kind, *unc, &dp, dc.seed).and_then(|ps| {
+            let rep = build_parties_with(&sc, *kind, *unc, &dp, dc.seed, grid.readings).and_then(|ps| {
                 for p in &ps {
                     p.lock().map_err(|_| CotrainError::invalid("party lock poisoned"))?.model.refit_policy = grid.refit;
                 }

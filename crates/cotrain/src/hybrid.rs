@@ -30,7 +30,23 @@
 //!
 //! Gradient: G_A = ½(ααᵀ − A⁻¹) + ½ S_QQ(M⁻¹) with α = A⁻¹y_aug (S_QQ places a q×q block in
 //! the Q rows and columns), contracted with ∂K₁/∂θ by the kernel; ∂/∂log σ₁² = σ₁² tr G_A.
+//!
+//! **Yu et al.'s noise placement** ([`HybridForm::Yu`], docs/hybrid-yu.md). Yu et al. 2007
+//! (Bayesian co-training, eq 4.4 of Thomas 2017) combine the *view* covariances inside the
+//! inverse and add the output noise Ψ(y, f_c) = N(y | f_c, σ₁²I) outside. With view 1 the latent
+//! K₁ over O and view 2 reaching only the queried rows through C₂:
+//!
+//! ```text
+//! K_c   = (K₁⁻¹ + E_Q C₂⁻¹ E_Qᵀ)⁻¹ = K₁ − K₁(O,Q) M'⁻¹ K₁(Q,O),   M' = K₁(Q,Q) + C₂   (Woodbury)
+//! K_aug = K_c + σ₁²I
+//! k_c(x,x') = k₁(x,x') − k₁(x,Q) M'⁻¹ k₁(Q,x'),   k_c(x,O) = k₁(x,O) R,   R = I − E_Q M'⁻¹ K₁(Q,O)
+//! ```
+//!
+//! The predictive of f_c at x ∉ O is k_c(x,O)K_aug⁻¹y_aug and k_c(x,x) − k_c(x,O)K_aug⁻¹k_c(O,x):
+//! C₂ no longer cancels, so the shared uncertainty moves the mean. Gradient: ∂K_c = Rᵀ ∂K₁ R
+//! (the ∂M'⁻¹ terms combine), so ∂LML/∂θ = tr(R G Rᵀ ∂K₁) with G = ½(ααᵀ − K_aug⁻¹).
 
+use crate::readings::HybridForm;
 use dpcotrain_gp::kernels::Kernel;
 use dpcotrain_gp::linalg::{Cholesky, JitterPolicy};
 use dpcotrain_gp::{Evaluation, GpError, NoiseVariance, Objective, Prediction};
@@ -50,6 +66,22 @@ pub struct HybridModel {
     q: usize,
     /// C₂ = K₂^q + V₂ (q × q), PSD-projected.
     c2: DMatrix<f64>,
+    /// Where the noise goes (joint, the default; or Yu et al.'s placement).
+    form: HybridForm,
+}
+
+/// The factorisations of the Yu form (module docs): K_aug = K_c + σ₁²I and M' = K₁(Q,Q) + C₂.
+#[derive(Debug, Clone)]
+struct YuParts {
+    /// K₁(O, O) without the noise.
+    k: DMatrix<f64>,
+    /// P = M'⁻¹ K₁(Q, O) (q × n), so that R = I − E_Q P.
+    p: DMatrix<f64>,
+    chol_m: Option<Cholesky>,
+    /// K_aug = K₁ − K₁(O,Q) P + σ₁²I.
+    chol_aug: Cholesky,
+    /// K_aug⁻¹ y_aug.
+    alpha: DVector<f64>,
 }
 
 /// Factorisations shared by objective, gradient and prediction.
@@ -74,7 +106,98 @@ impl HybridModel {
         q: usize,
         c2: DMatrix<f64>,
     ) -> Self {
-        HybridModel { kernel, noise, x_o, y, q, c2 }
+        HybridModel { kernel, noise, x_o, y, q, c2, form: HybridForm::Joint }
+    }
+
+    /// The same model with the noise placed as `form` says.
+    pub fn with_form(mut self, form: HybridForm) -> Self {
+        self.form = form;
+        self
+    }
+
+    /// R v = v − E_Q P v (R = I − E_Q M'⁻¹ K₁(Q,O); module docs), column by column.
+    fn apply_r(&self, yu: &YuParts, v: &DMatrix<f64>) -> DMatrix<f64> {
+        let qs = self.n_o() - self.q;
+        let mut out = v.clone();
+        if self.q > 0 {
+            let pv = &yu.p * v;
+            let mut rows = out.rows_mut(qs, self.q);
+            rows -= pv;
+        }
+        out
+    }
+
+    /// Rᵀ v = v − Pᵀ v_Q.
+    fn apply_rt(&self, yu: &YuParts, v: &DMatrix<f64>) -> DMatrix<f64> {
+        let qs = self.n_o() - self.q;
+        if self.q == 0 {
+            return v.clone();
+        }
+        v - yu.p.tr_mul(&v.rows(qs, self.q))
+    }
+
+    fn yu_parts(&self) -> Result<YuParts, GpError> {
+        let n = self.n_o();
+        let q = self.q;
+        let qs = n - q;
+        let k = self.kernel.k(self.x_o.as_view(), self.x_o.as_view());
+        let (p, chol_m) = if q == 0 {
+            (DMatrix::zeros(0, n), None)
+        } else {
+            let m = k.view((qs, qs), (q, q)) + &self.c2;
+            let chol = Cholesky::factor(m, "Hybrid (Yu) M' = K₁(Q,Q) + C₂", JitterPolicy::IF_NEEDED)?;
+            (chol.solve(&k.rows(qs, q).clone_owned()), Some(chol))
+        };
+        let mut aug = &k - k.columns(qs, q) * &p;
+        // Symmetrise the difference (round-off), then add the output noise.
+        aug = (&aug + aug.transpose()) * 0.5;
+        for i in 0..n {
+            aug[(i, i)] += self.noise.variance;
+        }
+        let chol_aug = Cholesky::factor(aug, "Hybrid (Yu) K_c + σ₁²I", JitterPolicy::IF_NEEDED)?;
+        let alpha = chol_aug.solve_vec(&self.y);
+        Ok(YuParts { k, p, chol_m, chol_aug, alpha })
+    }
+
+    fn yu_predict(&self, yu: &YuParts, xs: &DMatrix<f64>, full_cov: bool) -> Result<Prediction, GpError> {
+        let qs = self.n_o() - self.q;
+        let kos = self.kernel.k(self.x_o.as_view(), xs.as_view());
+        // k_c(O, x) = Rᵀ k₁(O, x).
+        let kc = self.apply_rt(yu, &kos);
+        let mean = kc.tr_mul(&yu.alpha);
+        // Prior of f_c at x: k₁(x,x') − k₁(x,Q) M'⁻¹ k₁(Q,x').
+        let mut w = kos.rows(qs, self.q).clone_owned();
+        if let Some(c) = &yu.chol_m {
+            c.solve_l_in_place(&mut w);
+        }
+        let mut v = kc;
+        yu.chol_aug.solve_l_in_place(&mut v);
+        let var = self.kernel.diag(xs.as_view())
+            - dpcotrain_gp::linalg::col_sq_norms(&w)
+            - dpcotrain_gp::linalg::col_sq_norms(&v);
+        let cov = full_cov.then(|| {
+            let mut c = self.kernel.k(xs.as_view(), xs.as_view());
+            dpcotrain_gp::linalg::gemm(&mut c, -1.0, w.as_view(), true, w.as_view(), false, true);
+            dpcotrain_gp::linalg::gemm(&mut c, -1.0, v.as_view(), true, v.as_view(), false, true);
+            c
+        });
+        Ok(Prediction::new(mean, var, cov))
+    }
+
+    fn yu_evaluate(&self) -> Result<Evaluation, GpError> {
+        let yu = self.yu_parts()?;
+        let n = self.n_o();
+        let lml = -0.5 * self.y.dot(&yu.alpha) - 0.5 * yu.chol_aug.logdet() - 0.5 * n as f64 * LN_2PI;
+        let mut g = lml_weight(&yu.chol_aug, &yu.alpha);
+        g *= 0.5;
+        let noise_grad = self.noise.variance * g.trace();
+        // ∂K_c = Rᵀ ∂K₁ R, so the kernel sees R G Rᵀ.
+        let rg = self.apply_r(&yu, &g);
+        let rgrt = self.apply_r(&yu, &rg.transpose());
+        let sym = (&rgrt + rgrt.transpose()) * 0.5;
+        let mut grad = self.kernel.vjp_sym_given_k(self.x_o.as_view(), yu.k.as_view(), sym.as_view());
+        grad.push(noise_grad);
+        Ok(Evaluation { value: lml, grad, jitter: yu.chol_aug.jitter() })
     }
 
     fn n_o(&self) -> usize {
@@ -107,6 +230,9 @@ impl HybridModel {
     /// points, no shared variance), it is of order 1e13 and would swamp the optimiser's
     /// relative convergence test and the objective's round-off.
     pub fn log_marginal_likelihood(&self) -> Result<f64, GpError> {
+        if self.form == HybridForm::Yu {
+            return Ok(self.evaluate()?.value);
+        }
         Ok(self.evaluate()?.value + self.peer_constant()?)
     }
 
@@ -123,13 +249,15 @@ impl HybridModel {
 
     /// Latent predictive at arbitrary points (not among the queried entities).
     pub fn predict(&self, xs: &DMatrix<f64>, full_cov: bool) -> Result<Prediction, GpError> {
-        let parts = self.parts()?;
-        self.predict_with(&parts, xs, full_cov)
+        self.clone().into_predictor()?.predict(xs, full_cov)
     }
 
     /// The factorisations every prediction needs, computed once.
     pub fn into_predictor(self) -> Result<HybridPredictor, GpError> {
-        let parts = self.parts()?;
+        let parts = match self.form {
+            HybridForm::Joint => Factored::Joint(self.parts()?),
+            HybridForm::Yu => Factored::Yu(self.yu_parts()?),
+        };
         Ok(HybridPredictor { model: self, parts })
     }
 
@@ -149,32 +277,66 @@ impl HybridModel {
     }
 
     /// Rows R = O and the map ∂w/∂y_tr (|O| × n_tr) of f = k₁(·, O) w, w = A⁻¹ y_aug.
+    /// Under the Yu form f = k₁(·, O) R K_aug⁻¹ y_aug, so the map is R K_aug⁻¹ restricted to the
+    /// private columns.
     pub fn mean_weights(&self) -> Result<(DMatrix<f64>, DMatrix<f64>), GpError> {
-        let parts = self.parts()?;
         let n = self.n_o();
         let ntr = n - self.q;
-        let w = parts.chol_a.solve(&DMatrix::<f64>::identity(n, ntr));
+        let w = match self.form {
+            HybridForm::Joint => self.parts()?.chol_a.solve(&DMatrix::<f64>::identity(n, ntr)),
+            HybridForm::Yu => {
+                let yu = self.yu_parts()?;
+                self.apply_r(&yu, &yu.chol_aug.solve(&DMatrix::<f64>::identity(n, ntr)))
+            }
+        };
         Ok((self.x_o.clone(), w))
     }
 }
 
-/// A [`HybridModel`] with its factorisations (K_aug, M) for repeated prediction.
+/// ααᵀ − A⁻¹ for A = chol, α = A⁻¹y (twice the weight that ∂log N(y | 0, A)/∂A contracts), with
+/// the jitter ε = rel·mean diag(A) shifting the diagonal by rel·tr(·)/dim.
+fn lml_weight(chol: &Cholesky, alpha: &DVector<f64>) -> DMatrix<f64> {
+    let mut g = chol.inverse();
+    g.neg_mut();
+    g.ger(1.0, alpha, alpha, 1.0);
+    let n = g.nrows();
+    let shift = chol.jitter().relative * g.trace() / n as f64;
+    for i in 0..n {
+        g[(i, i)] += shift;
+    }
+    g
+}
+
+/// The factorisations of either form.
+#[derive(Debug, Clone)]
+enum Factored {
+    Joint(Parts),
+    Yu(YuParts),
+}
+
+/// A [`HybridModel`] with its factorisations for repeated prediction.
 #[derive(Debug, Clone)]
 pub struct HybridPredictor {
     model: HybridModel,
-    parts: Parts,
+    parts: Factored,
 }
 
 impl HybridPredictor {
     /// Latent predictive at arbitrary points (not among the queried entities).
     pub fn predict(&self, xs: &DMatrix<f64>, full_cov: bool) -> Result<Prediction, GpError> {
-        self.model.predict_with(&self.parts, xs, full_cov)
+        match &self.parts {
+            Factored::Joint(p) => self.model.predict_with(p, xs, full_cov),
+            Factored::Yu(p) => self.model.yu_predict(p, xs, full_cov),
+        }
     }
 }
 
 impl Objective for HybridModel {
     crate::kernel_noise_params!();
     fn evaluate(&self) -> Result<Evaluation, GpError> {
+        if self.form == HybridForm::Yu {
+            return self.yu_evaluate();
+        }
         let parts = self.parts()?;
         let n = self.n_o();
         let q = self.q;
@@ -185,13 +347,7 @@ impl Objective for HybridModel {
             -0.5 * self.y.dot(&parts.alpha) - 0.5 * parts.chol_a.logdet() + 0.5 * logdet_m - 0.5 * n as f64 * LN_2PI;
         // G_A = ½(ααᵀ − A⁻¹) + ½ S_QQ(M⁻¹), with each jitter ε = rel·mean diag(·) shifting the
         // diagonal of its own block by rel·tr(∂/∂·)/dim.
-        let mut g = parts.chol_a.inverse();
-        g.neg_mut();
-        g.ger(1.0, &parts.alpha, &parts.alpha, 1.0);
-        let shift_a = parts.chol_a.jitter().relative * g.trace() / n as f64;
-        for i in 0..n {
-            g[(i, i)] += shift_a;
-        }
+        let mut g = lml_weight(&parts.chol_a, &parts.alpha);
         if let Some(chol_m) = &parts.chol_m {
             let m_inv = chol_m.inverse();
             let shift_m = chol_m.jitter().relative * m_inv.trace() / q as f64;

@@ -28,6 +28,7 @@ pub mod metrics;
 pub mod named;
 pub mod peer;
 pub mod psd;
+pub mod readings;
 pub mod release_model;
 pub mod responder;
 pub mod select;

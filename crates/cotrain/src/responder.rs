@@ -20,6 +20,7 @@ use crate::answer::{Answer, ChargeInfo, PredictRequest, Uncertainty};
 use crate::answer_cache::{self, AnswerCache};
 use crate::combiner::{CoModel, CombinerKind, LocalModel, SPARSE_THRESHOLD, SvgpTraining};
 use crate::data::PartyData;
+use crate::readings::{AnswerSource, BlockyTheta, Readings, SharedVariance, ThesisNoise};
 use crate::release_model::{
     PublicTheta, QueryPolicy, ReleaseForm, ReleaseModel, ThetaPolicy, ThetaSelection, select_theta,
 };
@@ -312,6 +313,9 @@ pub struct Party {
     pub(crate) theta_selection: Option<ThetaSelection>,
     /// ρ each peer said was left of its budget for this party, after its latest answer.
     pub(crate) peer_budget: HashMap<String, f64>,
+    /// Under `blocky_theta = querier`: each requester's θ₁ (kernel log-parameters) at the time
+    /// of asking, handed over by the in-process driver (the wire protocol does not carry it).
+    requester_theta: HashMap<String, Vec<f64>>,
 }
 
 /// One querier turn as folded into the model: replaying these in order rebuilds the model
@@ -367,8 +371,11 @@ fn mix(seed: u64, name: &str, version: u64) -> u64 {
 }
 
 impl Party {
-    /// A party with its private data; fits the private-only model (pre-co-training).
-    /// With calibrated DP the labels are clipped to the declared range first.
+    /// A party with its private data; fits the private-only model (pre-co-training), under the
+    /// given readings of the ambiguous protocol choices ([`crate::readings`]; refused, naming
+    /// the key, where a reading does not apply to `dp`). With calibrated DP the labels are
+    /// clipped to the declared range first.
+    #[allow(clippy::too_many_arguments)] // the party's data, model, privacy, seed and readings
     pub fn new(
         data: PartyData,
         kind: CombinerKind,
@@ -377,8 +384,9 @@ impl Party {
         noise: NoiseVariance,
         dp: DpConfig,
         seed: Option<u64>,
+        readings: Readings,
     ) -> Result<Self, CotrainError> {
-        Self::with_local_model(data, kind, uncertainty, kernel, noise, dp, seed, LocalModel::Auto, None)
+        Self::with_local_model(data, kind, uncertainty, kernel, noise, dp, seed, readings, LocalModel::Auto, None)
     }
 
     /// As [`Party::new`], with the local model chosen ([`LocalModel`]) and, for the sparse
@@ -392,10 +400,12 @@ impl Party {
         noise: NoiseVariance,
         dp: DpConfig,
         seed: Option<u64>,
+        readings: Readings,
         local: LocalModel,
         inducing: Option<usize>,
     ) -> Result<Self, CotrainError> {
         dp.validate()?;
+        readings.check(&dp)?;
         if let DpMode::Calibrated { range, .. } = &dp.mode {
             data.y_train = range.clip(&data.y_train);
         }
@@ -411,6 +421,7 @@ impl Party {
         if let Some(s) = seed {
             model.train.seed = s;
         }
+        model.set_readings(readings);
         let n = data.x_train.nrows();
         let m = inducing.unwrap_or(DEFAULT_INDUCING).min(n);
         match local {
@@ -435,6 +446,7 @@ impl Party {
             release_model: None,
             theta_selection: None,
             peer_budget: HashMap::new(),
+            requester_theta: HashMap::new(),
         };
         if let ThetaPolicy::Selected { default, mu } = party.dp.theta {
             let mu = if matches!(party.dp.mode, DpMode::Calibrated { .. }) { mu } else { f64::INFINITY };
@@ -478,10 +490,6 @@ impl Party {
     /// The DP θ selection this party made (θ policy `select`).
     pub fn theta_selection(&self) -> Option<&ThetaSelection> {
         self.theta_selection.as_ref()
-    }
-
-    pub(crate) fn path(&self, requester: &str, version: u64) -> NoisePath {
-        self.path_with(self.model.kernel.clone(), requester, version)
     }
 
     fn path_with(&self, k: Box<dyn Kernel>, requester: &str, version: u64) -> NoisePath {
@@ -587,6 +595,22 @@ impl Party {
         let mut v: Vec<String> = self.requesters.keys().cloned().collect();
         v.sort();
         v
+    }
+
+    /// Record `requester`'s θ₁ (its kernel's log-parameters) for the Blocky query block under
+    /// `blocky_theta = querier` (Thomas 2017 eq 4.6 as printed); refused when this party's kernel
+    /// has another number of parameters.
+    pub fn set_requester_theta(&mut self, requester: &str, theta: Vec<f64>) -> Result<(), CotrainError> {
+        let n = self.model.kernel.n_params();
+        if theta.len() != n {
+            return Err(CotrainError::invalid(format!(
+                "readings.blocky_theta = querier: {requester}'s θ has {} parameters but {}'s kernel has {n} (views of different dimension)",
+                theta.len(),
+                self.name
+            )));
+        }
+        self.requester_theta.insert(requester.to_string(), theta);
+        Ok(())
     }
 
     /// The requester's ledger (created on first use).
@@ -1005,9 +1029,18 @@ impl Party {
                 answered.push(i);
             }
         }
-        // Predict at every answered index (for the matrices) with the current model.
+        // Predict at every answered index (for the matrices) with the current model, or under
+        // `answer_source = private` with the private-only model (its kernel for the prior and the
+        // noise path too).
         let xa = x_pool.select_rows(answered.iter());
-        let pred = self.model.predict(&xa, req.uncertainty == Uncertainty::Full)?;
+        let readings = self.model.readings();
+        let private = readings.answer_source == AnswerSource::Private;
+        let full = req.uncertainty == Uncertainty::Full;
+        let (pred, kernel, noise_var) = if private {
+            (self.model.predict_private(&xa, full)?, self.model.private_kernel(), self.model.private_noise_variance())
+        } else {
+            (self.model.predict(&xa, full)?, self.model.kernel.clone(), self.model.noise.variance)
+        };
         let pos = |i: usize| answered.iter().position(|&a| a == i).expect("answered");
         // Noise scale and charge for a new mean function.
         let mechanism = self.mechanism_name();
@@ -1016,8 +1049,11 @@ impl Party {
         let mut charge = None;
         let mut new_values: Vec<(usize, f64)> = Vec::new();
         if !new_idx.is_empty() {
+            let fresh = readings.thesis_noise == ThesisNoise::FreshPerQuery;
             let need_new_path = match (&self.dp.mode, &st.path) {
                 (DpMode::Off, _) => false,
+                // `thesis_noise = fresh-per-query`: an independent draw for every request.
+                (DpMode::Thesis { .. }, Some(_)) if fresh => true,
                 (DpMode::Thesis { .. }, Some(_)) => false, // D9 R: one path per requester
                 (_, Some((v, _, _))) => *v != version,
                 (_, None) => true,
@@ -1030,7 +1066,14 @@ impl Party {
                 } else {
                     new_release = true;
                 }
-                st.path = Some((version, self.path(&req.requester, version), sigma));
+                // A fresh draw per request is seeded by how many indices were answered before
+                // it, so every request's draw is its own and a replay draws the same.
+                let stream = if fresh && matches!(self.dp.mode, DpMode::Thesis { .. }) {
+                    format!("{}\u{0}fresh{}", req.requester, st.answered.len())
+                } else {
+                    req.requester.clone()
+                };
+                st.path = Some((version, self.path_with(kernel.clone(), &stream, version), sigma));
             }
             let xn = x_pool.select_rows(new_idx.iter());
             let g = match st.path.as_mut() {
@@ -1058,11 +1101,29 @@ impl Party {
         st.answered = answered.clone();
         let mean: Vec<f64> = req.indices.iter().map(|i| st.released[i]).collect();
         let inflate = if self.dp.inflate_variance { sigma * sigma } else { 0.0 };
-        let prior_all = self.model.kernel.k(xa.as_view(), xa.as_view());
-        let var = (req.uncertainty == Uncertainty::Marginal)
-            .then(|| req.indices.iter().map(|&i| pred.var[pos(i)] + inflate * prior_all[(pos(i), pos(i))]).collect());
-        let cov = pred.cov.as_ref().map(|c| c + &prior_all * inflate);
-        let prior_cov = req.want_prior.then(|| prior_all.clone());
+        let prior_all = kernel.k(xa.as_view(), xa.as_view());
+        // `shared_variance = y`: the predictive variance of y₂ (latent + σ₂²).
+        let y_var = if readings.shared_variance == SharedVariance::Y { noise_var } else { 0.0 };
+        let var = (req.uncertainty == Uncertainty::Marginal).then(|| {
+            req.indices.iter().map(|&i| pred.var[pos(i)] + inflate * prior_all[(pos(i), pos(i))] + y_var).collect()
+        });
+        let cov = pred.cov.as_ref().map(|c| {
+            let mut c = c + &prior_all * inflate;
+            for i in 0..c.nrows() {
+                c[(i, i)] += y_var;
+            }
+            c
+        });
+        // `blocky_theta = querier`: the prior block with the requester's θ₁ on this view.
+        let prior_cov = match (req.want_prior, self.requester_theta.get(&req.requester)) {
+            (false, _) => None,
+            (true, Some(theta)) if readings.blocky_theta == BlockyTheta::Querier => {
+                let mut k = kernel.clone();
+                k.set_params(theta);
+                Some(k.k(xa.as_view(), xa.as_view()))
+            }
+            (true, _) => Some(prior_all.clone()),
+        };
         let noise_var = (self.dp.inflate_variance || sigma == 0.0)
             .then(|| req.indices.iter().map(|&i| inflate * prior_all[(pos(i), pos(i))]).collect());
         let budget = st.ledger.as_ref().map(|l| l.rho_remaining());

@@ -1,6 +1,7 @@
 //! Uncertainty sampling [Thomas §4.2.1; docs/decisions.md D20]: the querier predicts at every pool
 //! index it has not asked yet and picks the one with the largest latent predictive variance;
-//! ties go to the lowest index.
+//! ties go to the lowest index. Which variance (clamped or raw) is a reading
+//! ([`crate::readings::SelectionVariance`]).
 
 use crate::CotrainError;
 use crate::combiner::CoModel;
@@ -13,10 +14,10 @@ pub fn most_uncertain(model: &mut CoModel) -> Result<Option<usize>, CotrainError
         return Ok(None);
     }
     let xs = model.x_pool().select_rows(candidates.iter());
-    let p = model.predict(&xs, false)?;
+    let var = model.selection_variance(&xs)?;
     let mut best = 0;
     for k in 1..candidates.len() {
-        if p.var[k] > p.var[best] {
+        if var[k] > var[best] {
             best = k;
         }
     }

@@ -382,3 +382,52 @@ fn hybrid_objective_is_stable_for_a_nearly_singular_peer_covariance() {
         fd_check(&h);
     }
 }
+
+/// Yu et al. 2007's co-training model built transductively over S = O ∪ {x*}: the consensus
+/// prior K_c(S,S) = (K₁(S,S)⁻¹ + E_Q C₂⁻¹ E_Qᵀ)⁻¹ (view covariances combined inside the inverse),
+/// then y_O = f_c(O) + ε with ε ~ N(0, σ²I) (the output noise outside). Returns the predictive
+/// mean and variance of f_c(x*).
+fn yu_transductive(xo: &DMatrix<f64>, y: &DVector<f64>, c2: &DMatrix<f64>, s2: f64, x: &DMatrix<f64>) -> (f64, f64) {
+    let (n, q) = (xo.nrows(), c2.nrows());
+    let mut s = DMatrix::zeros(n + 1, xo.ncols());
+    s.rows_mut(0, n).copy_from(xo);
+    s.row_mut(n).copy_from(&x.row(0));
+    let mut prec = kern().k(s.as_view(), s.as_view()).try_inverse().unwrap();
+    let mut blk = prec.view_mut((n - q, n - q), (q, q));
+    blk += c2.clone().try_inverse().unwrap();
+    let kc = prec.try_inverse().unwrap();
+    let koo = kc.view((0, 0), (n, n)) + DMatrix::identity(n, n) * s2;
+    let kso = kc.view((n, 0), (1, n)).clone_owned();
+    let sol = koo.cholesky().unwrap();
+    ((&kso * sol.solve(y))[(0, 0)], kc[(n, n)] - (&kso * sol.solve(&kso.transpose()))[(0, 0)])
+}
+
+#[test]
+fn hybrid_yu_equals_its_transductive_construction_and_its_gradient_is_exact() {
+    use dpcotrain_cotrain::readings::HybridForm;
+    let (x_tr, y_tr, x_q, mu, c2) = setup();
+    let s2 = 0.1;
+    let (xo, y) = augmented(&x_tr, &y_tr, &x_q, &mu);
+    let yu = HybridModel::new(kern(), NoiseVariance::new(s2), xo.clone(), y.clone(), 4, c2.clone())
+        .with_form(HybridForm::Yu);
+    fd_check(&yu);
+    let xs = rows(3, 2, 9);
+    let closed = yu.predict(&xs, true).unwrap();
+    for t in 0..3 {
+        let (mean, var) = yu_transductive(&xo, &y, &c2, s2, &xs.rows(t, 1).clone_owned());
+        assert!((mean - closed.mean[t]).abs() < 1e-7, "mean {mean} vs {}", closed.mean[t]);
+        assert!((var - closed.var[t]).abs() < 1e-7, "var {var} vs {}", closed.var[t]);
+        let cov = closed.cov.as_ref().unwrap();
+        assert!((cov[(t, t)] - closed.var[t]).abs() < 1e-12);
+    }
+    // The switch matters: under Yu's placement the peer's C₂ moves the mean; under the joint
+    // placement it cancels (module docs of hybrid.rs).
+    let joint = HybridModel::new(kern(), NoiseVariance::new(s2), xo.clone(), y.clone(), 4, c2.clone());
+    let joint_wide = HybridModel::new(kern(), NoiseVariance::new(s2), xo.clone(), y.clone(), 4, &c2 * 10.0);
+    let yu_wide = HybridModel::new(kern(), NoiseVariance::new(s2), xo, y, 4, &c2 * 10.0).with_form(HybridForm::Yu);
+    let (mj, mjw) = (joint.predict(&xs, false).unwrap().mean, joint_wide.predict(&xs, false).unwrap().mean);
+    let my_wide = yu_wide.predict(&xs, false).unwrap().mean;
+    assert!((&mj - &mjw).amax() < 1e-9, "joint: C₂ cancels from the mean");
+    assert!((&closed.mean - &my_wide).amax() > 1e-3, "yu: C₂ moves the mean");
+    assert!((&closed.mean - &mj).amax() > 1e-3, "yu and joint differ");
+}

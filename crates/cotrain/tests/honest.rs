@@ -52,6 +52,7 @@ fn try_party(dp: DpConfig, label_seed: u64) -> Result<Party, dpcotrain_cotrain::
         NoiseVariance::new(0.1),
         dp,
         Some(5),
+        Default::default(),
     )
 }
 
@@ -520,6 +521,7 @@ fn a_large_private_view_releases_through_the_vfe_hat() {
             NoiseVariance::new(0.1),
             honest(),
             Some(5),
+            Default::default(),
         )
         .unwrap()
     };
@@ -619,6 +621,7 @@ fn unseeded(dp: DpConfig) -> Party {
         NoiseVariance::new(0.1),
         dp,
         None,
+        Default::default(),
     )
     .unwrap()
 }

@@ -38,6 +38,7 @@ fn party(dp: DpConfig, kind: CombinerKind) -> Party {
         NoiseVariance::new(0.1),
         dp,
         Some(7),
+        Default::default(),
     )
     .unwrap()
 }

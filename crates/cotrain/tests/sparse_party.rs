@@ -77,6 +77,7 @@ fn combiners_that_need_the_exact_path_refuse_with_the_reason() {
         NoiseVariance::new(0.1),
         DpConfig::off(),
         Some(1),
+        Default::default(),
     )
     .unwrap_err()
     .to_string();
@@ -201,6 +202,7 @@ fn svgp_local_model_is_chosen_by_party_and_refuses_what_vfe_refuses() {
         NoiseVariance::new(0.1),
         DpConfig::off(),
         Some(1),
+        Default::default(),
         LocalModel::Svgp,
         Some(30),
     )

@@ -13,6 +13,7 @@ use dpcotrain_cotrain::answer::Uncertainty;
 use dpcotrain_cotrain::combiner::{AnswerForm, AnswerGuard, CombinerKind, LocalModel, RefitPolicy};
 use dpcotrain_cotrain::data::PartyData;
 use dpcotrain_cotrain::driver::default_kernel;
+use dpcotrain_cotrain::readings::{BlockyTheta, Readings};
 use dpcotrain_cotrain::release_model::{PublicTheta, QueryPolicy, ReleaseForm, ThetaPolicy};
 use dpcotrain_cotrain::responder::{DpConfig, DpMode, Party, ReleasePolicy};
 use dpcotrain_cotrain::table::{Table, TableError};
@@ -156,12 +157,16 @@ pub struct ModelConfig {
     #[serde(default = "warm_restart")]
     pub refit: RefitPolicy,
     /// The GP fitted to the private view: auto (exact up to 3,000 private rows, VFE above),
-    /// exact, vfe, or svgp (θ and Z by stochastic variational training; docs/decisions.md D25).
+    /// exact, vfe, or svgp (θ and Z by stochastic variational training; docs/decisions.md D26).
     #[serde(default = "auto_local")]
     pub local: LocalModel,
     /// Inducing inputs M of a sparse local model (default 300, at most the private rows).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inducing: Option<usize>,
+    /// `[model.readings]`: the readings of the protocol's ambiguous choices (docs/decisions.md
+    /// D25); every key defaults to the project's reading.
+    #[serde(default, skip_serializing_if = "Readings::is_default")]
+    pub readings: Readings,
 }
 
 fn auto_local() -> LocalModel {
@@ -193,6 +198,7 @@ impl Default for ModelConfig {
             refit: warm_restart(),
             local: auto_local(),
             inducing: None,
+            readings: Readings::default(),
         }
     }
 }
@@ -466,6 +472,13 @@ pub fn party_from_config(cfg: &PartyConfig, path: &Path) -> Result<Party, Config
     let NodeSettings { kind, uncertainty, dp, answers, guard } = settings_from_config(cfg, path)?;
     let data = data_from_config(cfg, path)?;
     let (k, noise) = default_kernel(&data);
+    let readings = cfg.model.readings;
+    if readings.blocky_theta == BlockyTheta::Querier {
+        return Err(bad(
+            path,
+            "model.readings.blocky_theta = \"querier\" needs the querier's θ with every request, which the wire protocol does not carry (in-process experiments only); use \"responder\"".into(),
+        ));
+    }
     let (local, inducing) = (cfg.model.local, cfg.model.inducing);
     if let Some(m) = inducing {
         if local == LocalModel::Exact {
@@ -475,7 +488,7 @@ pub fn party_from_config(cfg: &PartyConfig, path: &Path) -> Result<Party, Config
             return Err(bad(path, "model.inducing must be at least 1".to_string()));
         }
     }
-    let mut party = Party::with_local_model(data, kind, uncertainty, k, noise, dp, cfg.seed, local, inducing)
+    let mut party = Party::with_local_model(data, kind, uncertainty, k, noise, dp, cfg.seed, readings, local, inducing)
         .map_err(|source| ConfigError::Party { path: path.to_path_buf(), source })?;
     party.model.set_answer_form(answers).map_err(|e| bad(path, format!("model.answers: {e}")))?;
     party.model.set_guard(guard).map_err(|e| bad(path, format!("model.guard: {e}")))?;
@@ -718,5 +731,28 @@ impl PartyConfig {
             Some(d) => rel(path, d),
             None => rel(path, &Path::new("state").join(&self.name)),
         }
+    }
+}
+
+#[cfg(test)]
+mod readings_tests {
+    use super::*;
+    use dpcotrain_cotrain::readings::HybridForm;
+
+    #[test]
+    fn model_readings_parse_default_and_refuse_what_a_node_cannot_do() {
+        let m: ModelConfig = toml::from_str("combiner = \"hybrid\"\n[readings]\nhybrid = \"yu\"\n").unwrap();
+        assert_eq!(m.readings, Readings { hybrid: HybridForm::Yu, ..Readings::default() });
+        let m: ModelConfig = toml::from_str("combiner = \"noisy\"\n").unwrap();
+        assert!(m.readings.is_default());
+        assert!(!toml::to_string(&m).unwrap().contains("readings"), "default readings are not written");
+        let err = toml::from_str::<ModelConfig>("[readings]\nhybird = \"yu\"\n").unwrap_err().to_string();
+        assert!(err.contains("hybird"), "{err}");
+        // A node cannot evaluate the querier's θ: refused, naming the key.
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/two-party/party-a.toml");
+        let mut cfg: PartyConfig = load(&path).unwrap();
+        cfg.model.readings.blocky_theta = BlockyTheta::Querier;
+        let err = party_from_config(&cfg, &path).unwrap_err().to_string();
+        assert!(err.contains("model.readings.blocky_theta"), "{err}");
     }
 }

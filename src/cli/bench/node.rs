@@ -98,8 +98,16 @@ async fn large_node(a: &NodeBenchArgs) -> anyhow::Result<serde_json::Value> {
     let t = Instant::now();
     // The node's own model absorbs marginal answers (a VFE model takes no dense block); what it
     // *answers* is per request: here full covariance.
-    let party =
-        Party::new(data, CombinerKind::Noisy, Uncertainty::Marginal, k, noise, dp(ReleasePolicy::PerQuery), Some(1))?;
+    let party = Party::new(
+        data,
+        CombinerKind::Noisy,
+        Uncertainty::Marginal,
+        k,
+        noise,
+        dp(ReleasePolicy::PerQuery),
+        Some(1),
+        Default::default(),
+    )?;
     let fit = t.elapsed().as_secs_f64();
     let mut local = party.clone();
     let dir = scratch("large")?;
