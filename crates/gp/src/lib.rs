@@ -21,6 +21,7 @@ pub mod sampling;
 pub mod sparse;
 pub mod standardize;
 pub mod train;
+pub mod variational;
 
 pub use exact::ExactGp;
 pub use features::{InducingFeatures, Multiscale};
