@@ -36,6 +36,9 @@ pub enum ExperimentCommand {
     /// The sparse-GP papers' experiments (Bauer et al. 2016; Walder et al. 2008).
     #[command(subcommand)]
     Sparse(crate::cli::sparse::SparseCommand),
+    /// The scalable variational GPs of Thomas 2017 ch. 2–3 (Kronecker/Tucker VGP, RNVGP).
+    #[command(subcommand)]
+    Scalable(crate::cli::scalable::ScalableCommand),
     /// One report (tables vs the thesis, orderings, figures) from the runs.jsonl of several
     /// experiment folders (e.g. no DP, thesis DP, calibrated ε = 1 and ε = 4).
     Report {
@@ -207,6 +210,7 @@ pub fn run(cmd: ExperimentCommand) -> anyhow::Result<()> {
         }
         ExperimentCommand::Frontier(a) => crate::cli::frontier::run(a),
         ExperimentCommand::Sparse(c) => crate::cli::sparse::run(c),
+        ExperimentCommand::Scalable(c) => crate::cli::scalable::run(c),
         ExperimentCommand::Merge { shards, out } => merge(&shards, &out),
         ExperimentCommand::Report { runs, out } => {
             let mut rows = Vec::new();

@@ -10,5 +10,6 @@ pub mod gp;
 pub mod node;
 pub mod privacy;
 pub mod run;
+pub mod scalable;
 pub mod sparse;
 pub mod status;

@@ -64,10 +64,10 @@ fn snelson() -> anyhow::Result<(DMatrix<f64>, DVector<f64>)> {
 }
 
 /// Training inputs and targets, then test inputs and targets.
-type TrainTest = (DMatrix<f64>, DVector<f64>, DMatrix<f64>, DVector<f64>);
+pub(crate) type TrainTest = (DMatrix<f64>, DVector<f64>, DMatrix<f64>, DVector<f64>);
 
 /// CCPP's four inputs and its target (unstandardised).
-fn ccpp_xy() -> anyhow::Result<(DMatrix<f64>, DVector<f64>)> {
+pub(crate) fn ccpp_xy() -> anyhow::Result<(DMatrix<f64>, DVector<f64>)> {
     let (_, raw) = dpcotrain_cotrain::ccpp::ccpp_raw()?;
     let d = raw.ncols() - 1;
     Ok((raw.columns(0, d).clone_owned(), raw.column(d).clone_owned()))
@@ -115,7 +115,7 @@ fn headerless_gz_csv(path: &Path, gz: &[u8]) -> anyhow::Result<(DMatrix<f64>, DV
 
 /// A seeded random split into `n_train` training and `n_test` test rows (all the others when
 /// `None`), standardised with the training rows' means and sds.
-fn split_standardised(
+pub(crate) fn split_standardised(
     x: &DMatrix<f64>,
     y: &DVector<f64>,
     n_train: usize,
@@ -142,15 +142,15 @@ fn split_standardised(
 
 /// Test metrics of a predictive on held-out targets (σ² the observation noise).
 #[derive(Debug, Clone, Copy, serde::Serialize)]
-struct TestMetrics {
-    rmse: f64,
+pub(crate) struct TestMetrics {
+    pub(crate) rmse: f64,
     /// Standardised mean squared error: MSE / Var(y_test).
-    smse: f64,
+    pub(crate) smse: f64,
     /// Mean negative log predictive density of y*.
-    nlpd: f64,
+    pub(crate) nlpd: f64,
 }
 
-fn test_metrics(pred: &Prediction, noise: f64, y: &DVector<f64>) -> TestMetrics {
+pub(crate) fn test_metrics(pred: &Prediction, noise: f64, y: &DVector<f64>) -> TestMetrics {
     let n = y.len() as f64;
     let mse = (&pred.mean - y).norm_squared() / n;
     let my = y.mean();
@@ -209,14 +209,14 @@ fn clusters(z: &DMatrix<f64>, tol: f64) -> usize {
 }
 
 /// Write `name` into `out` durably and say so.
-fn write(out: &Path, name: &str, text: &str) -> anyhow::Result<()> {
+pub(crate) fn write(out: &Path, name: &str, text: &str) -> anyhow::Result<()> {
     crate::cli::experiment::write_atomic(&out.join(name), text)?;
     eprintln!("wrote {}", out.join(name).display());
     Ok(())
 }
 
 /// A spinner for long experiment steps (hidden when stderr is not a terminal).
-fn progress(total: u64, what: &str) -> indicatif::ProgressBar {
+pub(crate) fn progress(total: u64, what: &str) -> indicatif::ProgressBar {
     let bar = indicatif::ProgressBar::new(total);
     bar.set_style(
         indicatif::ProgressStyle::with_template(&format!("{what} {{bar:30}} {{pos}}/{{len}} {{msg}} ({{elapsed}})"))

@@ -57,9 +57,69 @@ pub struct CgSolve {
 
 /// Solve A s = b by CG (s₀ = 0) with the truncation in `opts` (`rng` draws the tail).
 pub fn solve(a: &DMatrix<f64>, b: &DVector<f64>, opts: &CgOptions, rng: &mut ChaCha8Rng) -> Result<CgSolve, GpError> {
-    let n = b.len();
+    let (x, it) = solve_many(a, &DMatrix::from_column_slice(b.len(), 1, b.as_slice()), opts, rng)?;
+    Ok(CgSolve { x: x.column(0).clone_owned(), iterations: it[0] })
+}
+
+/// One column's CG state.
+struct Column {
+    rr: f64,
+    bn: f64,
+    iterations: usize,
+    /// (j, Π_{r<j} w_r) once the relative residual has reached ε_L.
+    tail: Option<(usize, f64)>,
+    done: bool,
+}
+
+impl Column {
+    /// Whether to take another CG step and with which weight on its increment (None: stop).
+    fn next_weight(&mut self, opts: &CgOptions, rng: &mut ChaCha8Rng) -> Result<Option<f64>, GpError> {
+        let res = self.rr.sqrt() / self.bn;
+        if self.bn == 0.0 || res <= opts.eps {
+            return Ok(None);
+        }
+        let first_tol = if opts.truncation == Truncation::Full { opts.eps } else { opts.eps_l };
+        if self.tail.is_none() && res <= first_tol {
+            if opts.truncation == Truncation::Plain {
+                return Ok(None);
+            }
+            self.tail = Some((0, 1.0));
+        }
+        let mut weight = 1.0;
+        if let Some((j, w)) = self.tail {
+            let wj = (opts.beta * j as f64).exp();
+            if rng.random::<f64>() >= 1.0 / wj {
+                return Ok(None);
+            }
+            self.tail = Some((j + 1, w * wj));
+            if opts.truncation == Truncation::Randomised {
+                weight = w * wj;
+            }
+        }
+        if self.iterations >= opts.max_iter {
+            return Err(GpError::Optimisation(format!(
+                "CG did not reach relative residual {:.1e} within {} iterations (at {res:.2e})",
+                if self.tail.is_none() { first_tol } else { opts.eps },
+                opts.max_iter
+            )));
+        }
+        Ok(Some(weight))
+    }
+}
+
+/// Solve A S = B column by column with the truncation in `opts`; the columns run in lockstep
+/// so that each iteration's products A p are one matrix product. Each column draws its own
+/// tail from `rng` (independent estimates). Returns the estimates and each column's
+/// iteration count.
+pub fn solve_many(
+    a: &DMatrix<f64>,
+    b: &DMatrix<f64>,
+    opts: &CgOptions,
+    rng: &mut ChaCha8Rng,
+) -> Result<(DMatrix<f64>, Vec<usize>), GpError> {
+    let (n, k) = (b.nrows(), b.ncols());
     if a.nrows() != n || a.ncols() != n {
-        return Err(GpError::invalid(format!("CG: A is {}×{} but b has {n} entries", a.nrows(), a.ncols())));
+        return Err(GpError::invalid(format!("CG: A is {}×{} but B has {n} rows", a.nrows(), a.ncols())));
     }
     if !(opts.eps > 0.0 && opts.eps_l >= opts.eps && opts.beta > 0.0) {
         return Err(GpError::invalid(format!(
@@ -67,72 +127,57 @@ pub fn solve(a: &DMatrix<f64>, b: &DVector<f64>, opts: &CgOptions, rng: &mut Cha
             opts.eps, opts.eps_l, opts.beta
         )));
     }
-    let bn = b.norm();
-    if !bn.is_finite() {
+    if b.iter().any(|v| !v.is_finite()) {
         return Err(GpError::invalid("CG: the right-hand side is not finite"));
     }
-    let mut x = DVector::zeros(n);
-    if bn == 0.0 {
-        return Ok(CgSolve { x, iterations: 0 });
-    }
-    let mut est = DVector::zeros(n); // the returned (weighted) estimate
+    let mut est = DMatrix::zeros(n, k);
     let mut r = b.clone();
-    let mut p = r.clone();
-    let mut rr = r.dot(&r);
-    let mut iterations = 0;
-    let mut tail: Option<(usize, f64)> = None; // (j, Π w_r) once past ε_L
-    let first_tol = match opts.truncation {
-        Truncation::Full => opts.eps,
-        _ => opts.eps_l,
-    };
+    let mut p = b.clone();
+    let mut cols: Vec<Column> = (0..k)
+        .map(|j| {
+            let rr = b.column(j).norm_squared();
+            Column { rr, bn: rr.sqrt(), iterations: 0, tail: None, done: false }
+        })
+        .collect();
     loop {
-        let res = rr.sqrt() / bn;
-        if res <= opts.eps {
+        let mut active = Vec::new();
+        for (j, c) in cols.iter_mut().enumerate() {
+            if c.done {
+                continue;
+            }
+            match c.next_weight(opts, rng)? {
+                Some(w) => active.push((j, w)),
+                None => c.done = true,
+            }
+        }
+        if active.is_empty() {
             break;
         }
-        let mut weight = 1.0;
-        if tail.is_none() && res <= first_tol {
-            match opts.truncation {
-                Truncation::Plain => break,
-                Truncation::Full => unreachable!("Full stops at ε"),
-                _ => tail = Some((0, 1.0)),
+        let idx: Vec<usize> = active.iter().map(|t| t.0).collect();
+        let ap = crate::linalg::matmul(a.as_view(), false, p.select_columns(&idx).as_view(), false);
+        for (c_ap, &(j, weight)) in active.iter().enumerate() {
+            let col = &mut cols[j];
+            let apj = ap.column(c_ap);
+            let pap = p.column(j).dot(&apj);
+            if !(pap > 0.0) || !pap.is_finite() {
+                return Err(GpError::Optimisation(format!(
+                    "CG: pᵀAp = {pap} at iteration {}: A ({n}×{n}) is not positive definite",
+                    col.iterations
+                )));
             }
+            let alpha = col.rr / pap;
+            let pj = p.column(j).clone_owned();
+            est.column_mut(j).axpy(alpha * weight, &pj, 1.0);
+            r.column_mut(j).axpy(-alpha, &apj, 1.0);
+            let rr_new = r.column(j).norm_squared();
+            let beta = rr_new / col.rr;
+            let new_p = r.column(j) + beta * &pj;
+            p.set_column(j, &new_p);
+            col.rr = rr_new;
+            col.iterations += 1;
         }
-        if let Some((j, w)) = tail {
-            let wj = (opts.beta * j as f64).exp();
-            if rng.random::<f64>() >= 1.0 / wj {
-                break;
-            }
-            let w = w * wj;
-            tail = Some((j + 1, w));
-            if opts.truncation == Truncation::Randomised {
-                weight = w;
-            }
-        }
-        if iterations >= opts.max_iter {
-            return Err(GpError::Optimisation(format!(
-                "CG did not reach relative residual {:.1e} within {} iterations (at {res:.2e}); A is {n}×{n}",
-                if tail.is_none() { first_tol } else { opts.eps },
-                opts.max_iter
-            )));
-        }
-        let ap = a * &p;
-        let pap = p.dot(&ap);
-        if !(pap > 0.0) || !pap.is_finite() {
-            return Err(GpError::Optimisation(format!(
-                "CG: pᵀAp = {pap} at iteration {iterations}: A is not positive definite"
-            )));
-        }
-        let alpha = rr / pap;
-        x.axpy(alpha, &p, 1.0);
-        est.axpy(alpha * weight, &p, 1.0);
-        r.axpy(-alpha, &ap, 1.0);
-        let rr_new = r.dot(&r);
-        p = &r + (rr_new / rr) * &p;
-        rr = rr_new;
-        iterations += 1;
     }
-    Ok(CgSolve { x: est, iterations })
+    Ok((est, cols.iter().map(|c| c.iterations).collect()))
 }
 
 #[cfg(test)]

@@ -152,6 +152,17 @@ impl KroneckerVgp {
         })
     }
 
+    /// Set every diag Σ_c⁽ˡ⁾ to `value` (a large value starts q(u)'s covariance at the prior).
+    pub fn with_sigma(mut self, value: f64) -> Result<Self, GpError> {
+        if !(value > 0.0 && value.is_finite()) {
+            return Err(GpError::invalid(format!("Σ must be positive and finite, got {value}")));
+        }
+        for s in self.log_sigma.iter_mut().flatten() {
+            s.fill(value.ln());
+        }
+        Ok(self)
+    }
+
     pub fn dims(&self) -> usize {
         self.grid.len()
     }

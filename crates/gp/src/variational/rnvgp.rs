@@ -167,14 +167,7 @@ impl Rnvgp {
         let mut solve_cols = |rhs: &DMatrix<f64>| -> Result<DMatrix<f64>, GpError> {
             match (&chol, self.numerics) {
                 (Some(ch), _) => Ok(ch.solve(rhs)),
-                (None, Numerics::Randomised { cg: opts, .. }) => {
-                    let mut out = DMatrix::zeros(rhs.nrows(), rhs.ncols());
-                    for j in 0..rhs.ncols() {
-                        let sol = cg::solve(&a, &rhs.column(j).clone_owned(), &opts, rng)?;
-                        out.set_column(j, &sol.x);
-                    }
-                    Ok(out)
-                }
+                (None, Numerics::Randomised { cg: opts, .. }) => Ok(cg::solve_many(&a, rhs, &opts, rng)?.0),
                 _ => unreachable!("exact numerics always carry a factor"),
             }
         };
