@@ -58,7 +58,7 @@ pub fn adagrad<M: StochasticObjective>(
     if n == 0 || n != y.len() {
         return Err(GpError::invalid(format!("adagrad: {} input rows and {} targets", n, y.len())));
     }
-    if opts.batch == 0 || !(opts.learning_rate > 0.0) || !opts.learning_rate.is_finite() {
+    if opts.batch == 0 || opts.learning_rate.is_nan() || opts.learning_rate <= 0.0 || !opts.learning_rate.is_finite() {
         return Err(GpError::invalid(format!(
             "adagrad: batch {} and learning rate {} must be positive",
             opts.batch, opts.learning_rate

@@ -159,7 +159,7 @@ pub fn solve_many(
             let col = &mut cols[j];
             let apj = ap.column(c_ap);
             let pap = p.column(j).dot(&apj);
-            if !(pap > 0.0) || !pap.is_finite() {
+            if pap.is_nan() || pap <= 0.0 || !pap.is_finite() {
                 return Err(GpError::Optimisation(format!(
                     "CG: pᵀAp = {pap} at iteration {}: A ({n}×{n}) is not positive definite",
                     col.iterations

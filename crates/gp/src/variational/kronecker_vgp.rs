@@ -318,11 +318,11 @@ impl KroneckerVgp {
         self.structure.quad_grad(&self.core, &gs, -0.5, &mut g_bar, &mut core_bar);
         value += 0.5 * m_total;
         let mut t_bar: Vec<Vec<f64>> = vec![vec![0.0; p]; cc];
-        for c in 0..cc {
+        for (c, tb) in t_bar.iter_mut().enumerate() {
             let ts: Vec<f64> = dt.iter().map(|d| d.comps[c].t).collect();
             value -= ts.iter().product::<f64>() / (2.0 * cf);
             for l in 0..p {
-                t_bar[c][l] = -product_except(&ts, l) / (2.0 * cf);
+                tb[l] = -product_except(&ts, l) / (2.0 * cf);
                 let d = &dt[l].comps[c];
                 let w = m_total / self.grid[l].len() as f64 / (2.0 * cf);
                 let logdet_sigma: f64 = self.log_sigma[c][l].sum();
@@ -494,7 +494,7 @@ impl StochasticObjective for KroneckerVgp {
             k += n;
             s
         };
-        for u in self.u.iter_mut() {
+        for u in &mut self.u {
             let n = u.len();
             u.as_mut_slice().copy_from_slice(take(n));
         }
