@@ -45,6 +45,17 @@ impl Default for AdagradOptions {
     }
 }
 
+/// A minibatch must be non-empty and index rows of the data.
+pub(crate) fn check_minibatch(rows: &[usize], n: usize) -> Result<(), GpError> {
+    if rows.is_empty() {
+        return Err(GpError::invalid("empty minibatch"));
+    }
+    if let Some(&r) = rows.iter().find(|&&r| r >= n) {
+        return Err(GpError::invalid(format!("minibatch row {r} out of range ({n} rows)")));
+    }
+    Ok(())
+}
+
 /// Run `opts.steps` Adagrad ascent steps; `on_step(step)` is called after each (progress bars).
 pub fn adagrad<M: StochasticObjective>(
     model: &mut M,

@@ -442,12 +442,7 @@ impl KroneckerVgp {
                 self.dims()
             )));
         }
-        if rows.is_empty() {
-            return Err(GpError::invalid("empty minibatch"));
-        }
-        if let Some(&r) = rows.iter().find(|&&r| r >= x.nrows()) {
-            return Err(GpError::invalid(format!("minibatch row {r} out of range ({} rows)", x.nrows())));
-        }
+        super::adagrad::check_minibatch(rows, x.nrows())?;
         if let Some(&r) = rows.iter().find(|&&r| !y[r].is_finite() || x.row(r).iter().any(|v| !v.is_finite())) {
             return Err(GpError::invalid(format!("row {r} has a non-finite input or target")));
         }

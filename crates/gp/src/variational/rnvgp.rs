@@ -95,12 +95,7 @@ impl Rnvgp {
 
     fn check(&self, x: &DMatrix<f64>, y: &DVector<f64>, rows: &[usize]) -> Result<(), GpError> {
         crate::validate_data(x, y, self.kernel.as_ref())?;
-        if rows.is_empty() {
-            return Err(GpError::invalid("empty minibatch"));
-        }
-        if let Some(&r) = rows.iter().find(|&&r| r >= x.nrows()) {
-            return Err(GpError::invalid(format!("minibatch row {r} out of range ({} rows)", x.nrows())));
-        }
+        super::adagrad::check_minibatch(rows, x.nrows())?;
         if x.ncols() != self.z.ncols() {
             return Err(GpError::invalid(format!("X has {} columns, Z {}", x.ncols(), self.z.ncols())));
         }
