@@ -56,6 +56,17 @@ pub(crate) fn check_minibatch(rows: &[usize], n: usize) -> Result<(), GpError> {
     Ok(())
 }
 
+/// A parameter vector must have the model's length and finite entries.
+pub(crate) fn check_params(p: &[f64], n: usize, model: &str) -> Result<(), GpError> {
+    if p.len() != n {
+        return Err(GpError::invalid(format!("{} parameters given, the {model} has {n}", p.len())));
+    }
+    if let Some(i) = p.iter().position(|v| !v.is_finite()) {
+        return Err(GpError::invalid(format!("parameter {i} is {}", p[i])));
+    }
+    Ok(())
+}
+
 /// Run `opts.steps` Adagrad ascent steps; `on_step(step)` is called after each (progress bars).
 pub fn adagrad<M: StochasticObjective>(
     model: &mut M,

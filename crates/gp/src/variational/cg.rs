@@ -224,9 +224,8 @@ mod tests {
         let opts = CgOptions { eps_l: 0.3, eps: 1e-10, beta: 0.02, max_iter: 1000, truncation };
         let v: Vec<f64> =
             (0..n).map(|s| c.dot(&solve(&a, &b, &opts, &mut ChaCha8Rng::seed_from_u64(s)).unwrap().x)).collect();
-        let mean = v.iter().sum::<f64>() / n as f64;
-        let sd = (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt();
-        (mean, sd / (n as f64).sqrt(), exact)
+        let (mean, se) = super::super::test_support::mean_se(&v);
+        (mean, se, exact)
     }
 
     #[test]

@@ -81,9 +81,8 @@ mod tests {
                 p.trace(&ch.solve(&(&b * &p.r)))
             })
             .collect();
-        let mean = v.iter().sum::<f64>() / n as f64;
-        let sd = (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt();
-        (mean, sd / (n as f64).sqrt(), exact)
+        let (mean, se) = super::super::test_support::mean_se(&v);
+        (mean, se, exact)
     }
 
     #[test]

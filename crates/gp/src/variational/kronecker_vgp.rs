@@ -477,12 +477,7 @@ impl StochasticObjective for KroneckerVgp {
     }
 
     fn set_params(&mut self, p: &[f64]) -> Result<(), GpError> {
-        if p.len() != self.n_params() {
-            return Err(GpError::invalid(format!("{} parameters given, the model has {}", p.len(), self.n_params())));
-        }
-        if let Some(i) = p.iter().position(|v| !v.is_finite()) {
-            return Err(GpError::invalid(format!("parameter {i} is {}", p[i])));
-        }
+        super::adagrad::check_params(p, self.n_params(), "gridded VGP")?;
         let mut k = 0;
         let mut take = |n: usize| {
             let s = &p[k..k + n];
@@ -643,26 +638,9 @@ mod tests {
 
     fn fd_check(m: &KroneckerVgp, x: &DMatrix<f64>, y: &DVector<f64>) {
         let rows: Vec<usize> = (0..x.nrows()).collect();
-        let e = m.evaluate(x, y, &rows, x.nrows()).unwrap();
-        let p0 = m.params();
-        let h = 1e-5;
-        for j in 0..p0.len() {
-            let f = |d: f64| {
-                let mut mm = m.clone();
-                let mut p = p0.clone();
-                p[j] += d;
-                mm.set_params(&p).unwrap();
-                mm.evaluate(x, y, &rows, x.nrows()).unwrap().value
-            };
-            let fd = (f(h) - f(-h)) / (2.0 * h);
-            let tol = 1e-5 * (1.0 + fd.abs().max(e.grad[j].abs()));
-            assert!(
-                (fd - e.grad[j]).abs() < tol,
-                "{:?} parameter {j}: analytic {} vs FD {fd}",
-                m.structure(),
-                e.grad[j]
-            );
-        }
+        let g = m.evaluate(x, y, &rows, x.nrows()).unwrap().grad;
+        let value = |mm: &KroneckerVgp| mm.evaluate(x, y, &rows, x.nrows()).unwrap().value;
+        super::super::test_support::assert_fd_gradient(m, &g, value, &format!("{:?}", m.structure()));
     }
 
     #[test]

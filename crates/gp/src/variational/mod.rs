@@ -22,3 +22,42 @@ pub mod rnvgp;
 pub use adagrad::{AdagradOptions, StochasticObjective, adagrad};
 pub use kronecker_vgp::KroneckerVgp;
 pub use mean_tensor::MeanStructure;
+
+/// Helpers shared by this module's tests.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::StochasticObjective;
+
+    /// Assert that `grad` matches central finite differences (h = 1e-5) of `value` at the model's
+    /// parameters, coordinate by coordinate (relative tolerance 1e-5).
+    pub fn assert_fd_gradient<M: StochasticObjective + Clone>(
+        m: &M,
+        grad: &[f64],
+        value: impl Fn(&M) -> f64,
+        what: &str,
+    ) {
+        let p0 = m.params();
+        assert_eq!(p0.len(), grad.len(), "{what}: gradient length");
+        let h = 1e-5;
+        for j in 0..p0.len() {
+            let f = |d: f64| {
+                let mut mm = m.clone();
+                let mut p = p0.clone();
+                p[j] += d;
+                mm.set_params(&p).unwrap();
+                value(&mm)
+            };
+            let fd = (f(h) - f(-h)) / (2.0 * h);
+            let tol = 1e-5 * (1.0 + fd.abs().max(grad[j].abs()));
+            assert!((fd - grad[j]).abs() < tol, "{what} parameter {j}: analytic {} vs FD {fd}", grad[j]);
+        }
+    }
+
+    /// Sample mean and standard error of the mean.
+    pub fn mean_se(v: &[f64]) -> (f64, f64) {
+        let n = v.len() as f64;
+        let mean = v.iter().sum::<f64>() / n;
+        let sd = (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
+        (mean, sd / n.sqrt())
+    }
+}

@@ -225,12 +225,7 @@ impl StochasticObjective for Rnvgp {
     }
 
     fn set_params(&mut self, p: &[f64]) -> Result<(), GpError> {
-        if p.len() != self.n_params() {
-            return Err(GpError::invalid(format!("{} parameters given, the RNVGP has {}", p.len(), self.n_params())));
-        }
-        if let Some(i) = p.iter().position(|v| !v.is_finite()) {
-            return Err(GpError::invalid(format!("parameter {i} is {}", p[i])));
-        }
+        super::adagrad::check_params(p, self.n_params(), "RNVGP")?;
         let m = self.z.nrows();
         self.mu.copy_from_slice(&p[..m]);
         self.log_sigma.copy_from_slice(&p[m..2 * m]);
@@ -253,6 +248,7 @@ impl StochasticObjective for Rnvgp {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_support::mean_se;
     use super::*;
     use crate::kernels::SquaredExponential;
     use rand::{Rng, SeedableRng};
@@ -273,18 +269,7 @@ mod tests {
         let (m, x, y) = setup(Numerics::Exact);
         let rows: Vec<usize> = (0..20).collect();
         let g = m.gradient(&x, &y, &rows, 20, &mut ChaCha8Rng::seed_from_u64(0)).unwrap();
-        let p0 = m.params();
-        for j in 0..p0.len() {
-            let f = |d: f64| {
-                let mut mm = m.clone();
-                let mut p = p0.clone();
-                p[j] += d;
-                mm.set_params(&p).unwrap();
-                mm.bound(&x, &y).unwrap()
-            };
-            let fd = (f(1e-5) - f(-1e-5)) / 2e-5;
-            assert!((fd - g[j]).abs() < 1e-5 * (1.0 + fd.abs()), "parameter {j}: analytic {} vs FD {fd}", g[j]);
-        }
+        super::super::test_support::assert_fd_gradient(&m, &g, |mm: &Rnvgp| mm.bound(&x, &y).unwrap(), "RNVGP");
     }
 
     #[test]
@@ -328,9 +313,7 @@ mod tests {
             (0..n).map(|s| m.gradient(&x, &y, &rows, 20, &mut ChaCha8Rng::seed_from_u64(s)).unwrap()).collect();
         let mut random_coords = 0;
         for j in 0..exact.len() {
-            let mean = draws.iter().map(|d| d[j]).sum::<f64>() / n as f64;
-            let sd = (draws.iter().map(|d| (d[j] - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt();
-            let se = sd / (n as f64).sqrt();
+            let (mean, se) = mean_se(&draws.iter().map(|d| d[j]).collect::<Vec<_>>());
             if se > 1e-12 {
                 random_coords += 1;
             }
@@ -348,9 +331,8 @@ mod tests {
         let draws: Vec<Vec<f64>> =
             (0..n).map(|s| mp.gradient(&x, &y, &rows, 20, &mut ChaCha8Rng::seed_from_u64(s)).unwrap()).collect();
         let biased = (0..exact.len()).any(|j| {
-            let mean = draws.iter().map(|d| d[j]).sum::<f64>() / n as f64;
-            let sd = (draws.iter().map(|d| (d[j] - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt();
-            (mean - exact[j]).abs() > 3.0 * sd / (n as f64).sqrt() + 1e-9 * (1.0 + exact[j].abs())
+            let (mean, se) = mean_se(&draws.iter().map(|d| d[j]).collect::<Vec<_>>());
+            (mean - exact[j]).abs() > 3.0 * se + 1e-9 * (1.0 + exact[j].abs())
         });
         assert!(biased, "plain truncation should fail the unbiasedness check");
     }
