@@ -297,7 +297,7 @@ fn scalable_svgp_compares_svgp_with_sgpr() {
     }
     let v = load(dir.path(), "svgp.json");
     let rows = v["rows"].as_array().unwrap();
-    assert_eq!(rows.len(), 4);
+    assert_eq!(rows.len(), 6, "svgp and sgpr on ccpp, boston and the large set");
     let get = |data: &str, method: &str, key: &str| {
         rows.iter().find(|r| r["data"] == data && r["method"] == method).unwrap()[key].as_f64().unwrap()
     };

@@ -40,7 +40,8 @@ pub enum ExperimentCommand {
     /// The sparse-GP papers' experiments (Bauer et al. 2016; Walder et al. 2008).
     #[command(subcommand)]
     Sparse(crate::cli::sparse::SparseCommand),
-    /// The scalable variational GPs of Thomas 2017 ch. 1–3 (SVGP against SGPR).
+    /// The scalable variational GPs of Thomas 2017 ch. 1–3 (SVGP against SGPR; Kronecker/Tucker
+    /// VGP; RNVGP).
     #[command(subcommand)]
     Scalable(crate::cli::scalable::ScalableCommand),
     /// One report (tables vs the thesis, orderings, figures) from the runs.jsonl of several

@@ -22,6 +22,7 @@ pub mod sparse;
 pub mod standardize;
 pub mod svgp;
 pub mod train;
+pub mod variational;
 
 pub use exact::ExactGp;
 pub use features::{InducingFeatures, Multiscale};
