@@ -447,6 +447,12 @@ fn svgp_resumes_from_its_checkpoint_bit_identically() {
         assert_eq!(straight[key], rest[key], "{key}");
     }
     assert!(straight["epochs_completed"].as_u64().unwrap() >= 3, "the run crossed epochs");
+    // The same file changed in place (same number of rows) is refused too.
+    let text = std::fs::read_to_string(&train).unwrap();
+    std::fs::write(&train, text.replacen("\n0,", "\n0.5,", 1)).unwrap();
+    let e = stderr(&bin().args(common("b.json", "40")).output().unwrap());
+    assert!(e.contains("other settings"), "{e}");
+    std::fs::write(&train, text).unwrap();
     let mut other = common("b.json", "40");
     other[9] = "10".into(); // --batch
     let out = bin().args(&other).output().unwrap();

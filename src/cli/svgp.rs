@@ -72,7 +72,8 @@ pub struct SvgpArgs {
     pub checkpoint: Option<PathBuf>,
     #[arg(long, default_value_t = 500)]
     pub checkpoint_every: u64,
-    /// Continue from --checkpoint if it exists (refused if it was written with other settings).
+    /// Continue from --checkpoint if it exists (refused if it was written for another file or
+    /// with other model settings; the step sizes and --steps/--epochs may change).
     #[arg(long, requires = "checkpoint")]
     pub resume: bool,
     /// After the stochastic fit, one more streamed pass sets q(u) to its optimum for the
@@ -101,7 +102,11 @@ pub struct SvgpArgs {
 /// Everything the numbers of a fit depend on; a checkpoint resumes only under the same.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct Settings {
+    /// The file's canonical path, its length and the opening pass's column statistics: a file
+    /// changed since the checkpoint (even to the same number of rows) is refused.
     train: String,
+    bytes: u64,
+    stats: String,
     rows: usize,
     target: String,
     inputs: Vec<String>,
@@ -177,8 +182,14 @@ pub fn run(args: SvgpArgs) -> anyhow::Result<()> {
     if args.inducing > n {
         anyhow::bail!("--inducing {} is more than the {n} rows of {}", args.inducing, args.train.display());
     }
+    let canonical = std::fs::canonicalize(&args.train).unwrap_or_else(|_| args.train.clone());
+    let bytes = std::fs::metadata(&args.train).map(|m| m.len()).unwrap_or(0);
+    let st = src.stats();
+    let fingerprint = format!("{:?} {:?} {:?} {:?}", st.x_mean, st.x_scale, st.y_mean, st.y_scale);
     let settings = Settings {
-        train: args.train.display().to_string(),
+        train: canonical.display().to_string(),
+        bytes,
+        stats: fingerprint,
         rows: n,
         target: args.target.clone(),
         inputs: src.input_names(),
@@ -201,7 +212,10 @@ pub fn run(args: SvgpArgs) -> anyhow::Result<()> {
         (src.stats().y_scale.powi(2), src.stats().x_scale.clone())
     };
     let kernel = args.kernel.build(&KernelInit { variance, lengthscales })?;
-    let mut model = Svgp::new(kernel, NoiseVariance::new(0.1 * variance), z)?;
+    let mut noise = NoiseVariance::new(0.1 * variance);
+    // The default bounds [1e-6, 1e3] suit standardised targets; on raw ones they scale with Var(y).
+    noise.bounds = dpcotrain_gp::Bounds::new((1e-6 * variance).ln(), (1e3 * variance).ln());
+    let mut model = Svgp::new(kernel, noise, z)?;
     model.optimize_inducing = !args.fix_inducing;
     if let Some(s) = spinner {
         s.finish_and_clear();
@@ -265,7 +279,8 @@ pub fn run(args: SvgpArgs) -> anyhow::Result<()> {
                         checkpoint: cp.clone(),
                     };
                     let bytes = serde_json::to_vec(&file).map_err(|e| dpcotrain_gp::GpError::invalid(e.to_string()))?;
-                    write_atomic(path, &bytes, Access::Public).map_err(|e| {
+                    // Z and q(u) are functions of the private rows: owner-only, as keys are.
+                    write_atomic(path, &bytes, Access::Secret).map_err(|e| {
                         dpcotrain_gp::GpError::invalid(format!("writing checkpoint {}: {e}", path.display()))
                     })?;
                 }

@@ -33,8 +33,8 @@ pub struct CsvStream {
     n_rows: usize,
     batch: usize,
     chunk_rows: usize,
-    /// (byte offset, first data row, line) of each chunk.
-    chunks: Vec<(u64, u64, u64)>,
+    /// (byte offset, first data row, line count at that offset) of each chunk.
+    chunks: Vec<(u64, u64, LineState)>,
     seed: u64,
     /// The inputs' and target's means and standard deviations, from the validating pass.
     stats: Standardizer,
@@ -57,6 +57,80 @@ fn reader(file: File) -> csv::Reader<BufReader<File>> {
         .from_reader(BufReader::with_capacity(1 << 20, file))
 }
 
+/// Where a [`LineCounter`] stands: the line of the byte it is at, and whether the byte before
+/// it was a `\r` (so a `\n` there ends no new line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct LineState {
+    line: u64,
+    after_cr: bool,
+}
+
+impl Default for LineState {
+    fn default() -> Self {
+        LineState { line: 1, after_cr: false }
+    }
+}
+
+/// Byte offsets of a file to 1-based line numbers, read alongside the csv reader: the streaming
+/// form of the table reader's counter. The csv crate's record positions point before any line
+/// breaks and blank lines that precede a record, so a record's line is found by skipping
+/// line-break bytes from its offset; `\n`, `\r\n` and a lone `\r` each end a line.
+struct LineCounter {
+    reader: BufReader<File>,
+    pos: u64,
+    state: LineState,
+}
+
+impl LineCounter {
+    fn open(path: &Path, pos: u64, state: LineState) -> Result<Self, GpError> {
+        let mut file = File::open(path).map_err(|e| io_err(path, e))?;
+        file.seek(SeekFrom::Start(pos)).map_err(|e| io_err(path, e))?;
+        Ok(LineCounter { reader: BufReader::with_capacity(1 << 16, file), pos, state })
+    }
+
+    fn step(&mut self, b: u8) {
+        match b {
+            b'\r' => self.state.line += 1,
+            b'\n' if !self.state.after_cr => self.state.line += 1,
+            _ => {}
+        }
+        self.state.after_cr = b == b'\r';
+        self.pos += 1;
+    }
+
+    /// Count the bytes up to `offset` (offsets never decrease) and return the state there.
+    fn advance_to(&mut self, offset: u64) -> std::io::Result<LineState> {
+        use std::io::BufRead;
+        while self.pos < offset {
+            let buf = self.reader.fill_buf()?;
+            if buf.is_empty() {
+                break;
+            }
+            let take = buf.len().min((offset - self.pos) as usize);
+            let bytes = buf[..take].to_vec();
+            self.reader.consume(take);
+            for b in bytes {
+                self.step(b);
+            }
+        }
+        Ok(self.state)
+    }
+
+    /// The line on which the record reported at byte `offset` starts.
+    fn line_at(&mut self, offset: u64) -> std::io::Result<u64> {
+        use std::io::BufRead;
+        self.advance_to(offset)?;
+        while let Some(&b) = self.reader.fill_buf()?.first() {
+            if b != b'\r' && b != b'\n' {
+                break;
+            }
+            self.reader.consume(1);
+            self.step(b);
+        }
+        Ok(self.state.line)
+    }
+}
+
 impl CsvStream {
     /// Open `path`, with `target` and `inputs` named by column (`inputs` = None: every other
     /// column, in file order), minibatches of `batch` rows and chunks of about `chunk_rows`
@@ -75,18 +149,20 @@ impl CsvStream {
         let chunk_rows = chunk_rows.max(batch).div_ceil(batch) * batch;
         let file = File::open(path).map_err(|e| io_err(path, e))?;
         let mut rd = reader(file);
+        let mut lines = LineCounter::open(path, 0, LineState::default())?;
         let mut record = csv::ByteRecord::new();
         let mut columns: Option<Vec<String>> = None;
         let (mut n, mut chunks, mut row_vals) = (0u64, Vec::new(), Vec::new());
         let (mut mean, mut m2): (Vec<f64>, Vec<f64>) = (vec![], vec![]);
         loop {
-            let start = rd.position().clone();
+            let start = rd.position().byte();
             let more =
                 rd.read_byte_record(&mut record).map_err(|e| GpError::invalid(csv_error(path, e).to_string()))?;
             if !more {
                 break;
             }
-            let line = record.position().map_or(0, |p| p.line());
+            let at_start = lines.advance_to(start).map_err(|e| io_err(path, e))?;
+            let line = lines.line_at(record.position().map_or(start, |p| p.byte())).map_err(|e| io_err(path, e))?;
             if is_blank(&record) {
                 continue;
             }
@@ -99,7 +175,7 @@ impl CsvStream {
             row_vals.clear();
             parse_row(path, line, &record, cols, &mut row_vals).map_err(|e| GpError::invalid(e.to_string()))?;
             if n % chunk_rows as u64 == 0 {
-                chunks.push((start.byte(), n, start.line()));
+                chunks.push((start, n, at_start));
             }
             n += 1;
             for (j, v) in row_vals.iter().enumerate() {
@@ -191,11 +267,12 @@ impl CsvStream {
 
     /// Read chunk `c` of the file (inputs, target), in file order.
     fn read_chunk(&self, c: usize) -> Result<(DMatrix<f64>, DVector<f64>), GpError> {
-        let (byte, first, line) = self.chunks[c];
+        let (byte, first, at) = self.chunks[c];
         let rows = (self.n_rows as u64 - first).min(self.chunk_rows as u64) as usize;
         let mut file = File::open(&self.path).map_err(|e| io_err(&self.path, e))?;
         file.seek(SeekFrom::Start(byte)).map_err(|e| io_err(&self.path, e))?;
         let mut rd = reader(file);
+        let mut lines = LineCounter::open(&self.path, byte, at)?;
         let mut record = csv::ByteRecord::new();
         let (d, mut vals, mut row) =
             (self.inputs.len(), Vec::with_capacity(rows * (self.inputs.len() + 1)), Vec::new());
@@ -207,7 +284,8 @@ impl CsvStream {
             if is_blank(&record) {
                 continue;
             }
-            let at = line + record.position().map_or(0, |p| p.line()) - 1;
+            let offset = byte + record.position().map_or(0, |p| p.byte());
+            let at = lines.line_at(offset).map_err(|e| io_err(&self.path, e))?;
             row.clear();
             parse_row(&self.path, at, &record, &self.columns, &mut row).map_err(|e| GpError::invalid(e.to_string()))?;
             vals.extend(self.inputs.iter().map(|&j| row[j]));
@@ -271,10 +349,19 @@ impl MinibatchSource for CsvStream {
         self.pos
     }
     fn seek(&mut self, pos: &SourcePosition) -> Result<(), GpError> {
-        if pos.row > self.n_rows as u64
-            || pos.chunk > self.chunks.len() as u64
-            || pos.in_chunk >= self.chunk_rows as u64
-        {
+        // Consistent only if `row` is the rows of the chunks before `chunk` in this epoch's
+        // order plus `in_chunk`, inside that chunk (or at the epoch's very end).
+        let size = |c: usize| (self.n_rows as u64 - self.chunks[c].1).min(self.chunk_rows as u64);
+        let order = self.chunk_order(pos.epoch);
+        let consistent = match usize::try_from(pos.chunk).ok().filter(|&k| k <= order.len()) {
+            Some(k) => {
+                let before: u64 = order[..k].iter().map(|&c| size(c)).sum();
+                let inside = if k < order.len() { pos.in_chunk < size(order[k]) } else { pos.in_chunk == 0 };
+                inside && pos.row == before + pos.in_chunk
+            }
+            None => false,
+        };
+        if !consistent {
             return Err(GpError::invalid(format!(
                 "{}: cannot resume at row {} (chunk {}, +{}) of {} rows in {} chunks; was the checkpoint written for another file or --batch?",
                 self.path.display(),
@@ -383,5 +470,34 @@ mod tests {
         assert!(CsvStream::open(&p, "y", None, 2, 4, 0).unwrap_err().to_string().contains("no data rows"));
         let mut s = CsvStream::open(&write("seek", &csv_body(5)), "y", None, 2, 4, 0).unwrap();
         assert!(s.seek(&SourcePosition { row: 9, ..Default::default() }).is_err());
+        // Positions that do not add up are refused (they would index past a chunk).
+        for bad in [
+            SourcePosition { epoch: 0, row: 2, chunk: 2, in_chunk: 0 },
+            SourcePosition { epoch: 0, row: 3, chunk: 0, in_chunk: 3 },
+            SourcePosition { epoch: 0, row: 1, chunk: 0, in_chunk: 2 },
+        ] {
+            assert!(s.seek(&bad).is_err(), "{bad:?}");
+        }
+        let ok = SourcePosition { epoch: 0, row: 5, chunk: 2, in_chunk: 0 };
+        assert!(s.seek(&ok).is_ok(), "the end of an epoch");
+    }
+
+    /// Line numbers count `\r\n`, lone `\r` and blank lines as a text editor does, both in the
+    /// opening pass and when a chunk is read again later (here: the file changed in between).
+    #[test]
+    fn stream_line_numbers_follow_crlf_and_blank_lines() {
+        // Line 1 header, 2 blank, 3–4 rows, 5 blank, 6 row, 7 bad (CRLF endings).
+        let body = "a,y\r\n\r\n1,2\r\n3,4\r\n\r\n5,6\r\n7,oops\r\n";
+        let e = CsvStream::open(&write("crlf", body), "y", None, 1, 1, 0).unwrap_err().to_string();
+        assert!(e.contains("line 7"), "{e}");
+        let e = CsvStream::open(&write("cr", "a,y\r1,2\r\r3,x\r"), "y", None, 1, 1, 0).unwrap_err().to_string();
+        assert!(e.contains("line 4"), "{e}");
+        // A valid file, opened, then changed (same length) so that a later chunk is bad.
+        let good = "a,y\r\n\r\n1,2\r\n3,4\r\n\r\n5,6\r\n7,8\r\n";
+        let p = write("later", good);
+        let mut s = CsvStream::open(&p, "y", None, 1, 1, 0).unwrap();
+        std::fs::write(&p, good.replace("7,8", "7,x")).unwrap();
+        let e = (0..4).find_map(|_| s.next_batch().err()).expect("the changed row is read").to_string();
+        assert!(e.contains("line 7") && e.contains("\"y\""), "{e}");
     }
 }

@@ -50,7 +50,7 @@ impl Adam {
         }
         self.t += 1;
         let AdamOptions { learning_rate, beta1, beta2, epsilon } = self.options;
-        let (c1, c2) = (1.0 - beta1.powi(self.t as i32), 1.0 - beta2.powi(self.t as i32));
+        let (c1, c2) = (1.0 - beta1.powf(self.t as f64), 1.0 - beta2.powf(self.t as f64));
         for i in 0..x.len() {
             self.m[i] = beta1 * self.m[i] + (1.0 - beta1) * g[i];
             self.v[i] = beta2 * self.v[i] + (1.0 - beta2) * g[i] * g[i];

@@ -63,6 +63,7 @@ impl Svgp {
         gamma: f64,
     ) -> Result<BatchBound, GpError> {
         self.check_batch(x, y)?;
+        check_total(n_total, x.nrows())?;
         let (chol_uu, kuf, a) = self.whitened_cross(x)?;
         self.natgrad_from(&a, y, n_total, gamma)?;
         self.bound_from(&chol_uu, &kuf, &a, x, y, n_total, true)
@@ -95,12 +96,7 @@ impl Svgp {
         n_total: usize,
         want_grad: bool,
     ) -> Result<BatchBound, GpError> {
-        if n_total < x.nrows() {
-            return Err(GpError::invalid(format!(
-                "the data set has {n_total} rows, fewer than the minibatch's {}",
-                x.nrows()
-            )));
-        }
+        check_total(n_total, x.nrows())?;
         let (chol_q, mean) = self.q_factors()?;
         let (m, b) = (self.z.nrows(), x.nrows());
         let c = n_total as f64 / b as f64;
@@ -168,4 +164,12 @@ impl Svgp {
         }
         Ok(BatchBound { value, expected_log_lik, kl, grad: Some(grad), jitter })
     }
+}
+
+/// A minibatch's data set has at least as many rows as the minibatch.
+fn check_total(n_total: usize, batch: usize) -> Result<(), GpError> {
+    if n_total < batch {
+        return Err(GpError::invalid(format!("the data set has {n_total} rows, fewer than the minibatch's {batch}")));
+    }
+    Ok(())
 }

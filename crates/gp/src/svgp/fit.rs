@@ -109,6 +109,18 @@ pub fn fit_svgp(
                     summary(&names)
                 )));
             }
+            let n = names.len();
+            if cp.params.len() != n || cp.adam.m.len() != n || cp.adam.v.len() != n {
+                return Err(GpError::invalid(format!(
+                    "the checkpoint has {} parameters and Adam moments of {} and {}, the model {n}",
+                    cp.params.len(),
+                    cp.adam.m.len(),
+                    cp.adam.v.len()
+                )));
+            }
+            if let Some(i) = cp.params.iter().chain(&cp.adam.m).chain(&cp.adam.v).position(|v| !v.is_finite()) {
+                return Err(GpError::invalid(format!("the checkpoint has a non-finite value (entry {i})")));
+            }
             model.set_params(&cp.params);
             model.set_q(cp.q)?;
             source.seek(&cp.position)?;
@@ -118,6 +130,17 @@ pub fn fit_svgp(
     };
     adam.options = opts.adam;
     let bounds = model.bounds();
+    // A start outside the bounds would be clamped by the first step without a word.
+    if let Some(i) = model.params().iter().zip(&bounds).position(|(p, b)| !b.contains(*p)) {
+        return Err(GpError::invalid(format!(
+            "{} starts at {:.4e}, outside its bounds [{:.4e}, {:.4e}] (log scale for kernel and noise \
+             parameters); standardise the data or start inside the bounds",
+            names[i],
+            model.params()[i],
+            bounds[i].lower,
+            bounds[i].upper
+        )));
+    }
     let mut trace = Vec::new();
     while step < opts.steps {
         let (x, y) = source.next_batch()?;

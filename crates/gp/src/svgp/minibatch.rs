@@ -104,7 +104,7 @@ impl MinibatchSource for InMemory {
         self.pos
     }
     fn seek(&mut self, pos: &SourcePosition) -> Result<(), GpError> {
-        if pos.row > self.x.nrows() as u64 {
+        if pos.row > self.x.nrows() as u64 || pos.chunk != 0 || pos.in_chunk != 0 {
             return Err(GpError::invalid(format!(
                 "cannot resume at row {} of an epoch of {} rows",
                 pos.row,

@@ -32,6 +32,9 @@ fn minibatch_bound_gradient_matches_finite_differences() {
     q.precision[(1, 2)] += 0.2;
     q.precision[(2, 1)] += 0.2;
     gp.set_q(q).unwrap();
+    // A large jitter (1e-2 of the mean diagonal) so that its term in ∂/∂K_uu is above the
+    // finite-difference tolerance.
+    gp.jitter = crate::JitterPolicy { start: 1e-2, factor: 10.0, tries: 1, try_without: false };
     let (xb, yb) = (x.rows(5, 15), y.rows(5, 15));
     let b = gp.batch_bound(xb, yb, 40, true).unwrap();
     let grad = b.grad.unwrap();
@@ -150,6 +153,18 @@ fn resumed_fit_is_bit_identical() {
     assert_eq!(a.params(), c.params());
     assert_eq!(a.q(), c.q());
     assert!(straight[1].position.epoch >= 1, "the run crossed an epoch boundary");
+    // A damaged checkpoint is refused, not a panic.
+    let mut damaged = first[0].clone();
+    damaged.adam.m.pop();
+    let err = fit_svgp(&mut model(&x, 8), &mut sc, &SvgpOptions::default(), Some(damaged), &mut |_| Ok(()))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("Adam moments"), "{err}");
+    // A start outside the bounds is refused rather than clamped without a word.
+    let mut far = model(&x, 8);
+    far.noise.variance = 1e4;
+    let err = fit_svgp(&mut far, &mut sc, &SvgpOptions::default(), None, &mut |_| Ok(())).unwrap_err().to_string();
+    assert!(err.contains("noise_variance") && err.contains("outside its bounds"), "{err}");
     // A checkpoint of another model is refused.
     let mut other = model(&x, 5);
     let err = fit_svgp(&mut other, &mut sc, &SvgpOptions::default(), Some(first[0].clone()), &mut |_| Ok(()))
