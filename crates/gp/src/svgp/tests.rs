@@ -34,7 +34,7 @@ fn minibatch_bound_gradient_matches_finite_differences() {
     gp.set_q(q).unwrap();
     // A large jitter (1e-2 of the mean diagonal) so that its term in ∂/∂K_uu is above the
     // finite-difference tolerance.
-    gp.jitter = crate::JitterPolicy { start: 1e-2, factor: 10.0, tries: 1, try_without: false };
+    gp.jitter = JitterPolicy { start: 1e-2, factor: 10.0, tries: 1, try_without: false };
     let (xb, yb) = (x.rows(5, 15), y.rows(5, 15));
     let b = gp.batch_bound(xb, yb, 40, true).unwrap();
     let grad = b.grad.unwrap();
