@@ -60,7 +60,8 @@ pub struct SvgpArgs {
     #[arg(long, default_value_t = 0.1)]
     pub natgrad: f64,
     /// Rows read from disk at a time (each chunk is shuffled; chunks are visited in a random
-    /// order every epoch).
+    /// order every epoch). A minibatch comes from one chunk: for a file sorted by time or by
+    /// target, larger chunks make each step's sample closer to the whole file's.
     #[arg(long, default_value_t = 65_536)]
     pub chunk_rows: usize,
     /// Train on the raw columns instead of standardised ones (predictions are in data units
