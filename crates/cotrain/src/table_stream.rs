@@ -12,11 +12,9 @@
 use crate::table::{TableError, csv_error, is_blank, parse_header, parse_row};
 use dpcotrain_gp::GpError;
 use dpcotrain_gp::standardize::Standardizer;
-use dpcotrain_gp::svgp::{BlockVisitor, MinibatchSource, SourcePosition};
+use dpcotrain_gp::svgp::{BlockVisitor, MinibatchSource, SourcePosition, epoch_rng};
 use nalgebra::{DMatrix, DVector};
-use rand::SeedableRng;
 use rand::seq::SliceRandom;
-use rand_chacha::ChaCha8Rng;
 use std::fs::File;
 use std::io::{BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -33,8 +31,8 @@ pub struct CsvStream {
     n_rows: usize,
     batch: usize,
     chunk_rows: usize,
-    /// (byte offset, first data row, line count at that offset) of each chunk.
-    chunks: Vec<(u64, u64, LineState)>,
+    /// (byte offset, first data row) of each chunk.
+    chunks: Vec<(u64, u64)>,
     seed: u64,
     /// The inputs' and target's means and standard deviations, from the validating pass.
     stats: Standardizer,
@@ -57,78 +55,44 @@ fn reader(file: File) -> csv::Reader<BufReader<File>> {
         .from_reader(BufReader::with_capacity(1 << 20, file))
 }
 
-/// Where a [`LineCounter`] stands: the line of the byte it is at, and whether the byte before
-/// it was a `\r` (so a `\n` there ends no new line).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct LineState {
-    line: u64,
-    after_cr: bool,
+/// Byte offsets of a file to 1-based line numbers: the streaming form of the table reader's
+/// counter, used only to number an error (counting is a second read of the file). The csv
+/// crate's record positions point before any line breaks and blank lines that precede a record,
+/// so a record's line is found by skipping line-break bytes from its offset; `\n`, `\r\n` and a
+/// lone `\r` each end a line.
+fn line_of(path: &Path, offset: u64) -> Result<u64, GpError> {
+    use std::io::BufRead;
+    let file = File::open(path).map_err(|e| io_err(path, e))?;
+    let mut reader = BufReader::with_capacity(1 << 16, file);
+    let (mut pos, mut line, mut after_cr) = (0u64, 1u64, false);
+    loop {
+        let buf = reader.fill_buf().map_err(|e| io_err(path, e))?;
+        if buf.is_empty() {
+            return Ok(line);
+        }
+        let mut used = 0;
+        for &b in buf {
+            // Past the record's offset only line-break bytes still precede it.
+            if pos >= offset && b != b'\r' && b != b'\n' {
+                return Ok(line);
+            }
+            match b {
+                b'\r' => line += 1,
+                b'\n' if !after_cr => line += 1,
+                _ => {}
+            }
+            after_cr = b == b'\r';
+            pos += 1;
+            used += 1;
+        }
+        reader.consume(used);
+    }
 }
 
-impl Default for LineState {
-    fn default() -> Self {
-        LineState { line: 1, after_cr: false }
-    }
-}
-
-/// Byte offsets of a file to 1-based line numbers, read alongside the csv reader: the streaming
-/// form of the table reader's counter. The csv crate's record positions point before any line
-/// breaks and blank lines that precede a record, so a record's line is found by skipping
-/// line-break bytes from its offset; `\n`, `\r\n` and a lone `\r` each end a line.
-struct LineCounter {
-    reader: BufReader<File>,
-    pos: u64,
-    state: LineState,
-}
-
-impl LineCounter {
-    fn open(path: &Path, pos: u64, state: LineState) -> Result<Self, GpError> {
-        let mut file = File::open(path).map_err(|e| io_err(path, e))?;
-        file.seek(SeekFrom::Start(pos)).map_err(|e| io_err(path, e))?;
-        Ok(LineCounter { reader: BufReader::with_capacity(1 << 16, file), pos, state })
-    }
-
-    fn step(&mut self, b: u8) {
-        match b {
-            b'\r' => self.state.line += 1,
-            b'\n' if !self.state.after_cr => self.state.line += 1,
-            _ => {}
-        }
-        self.state.after_cr = b == b'\r';
-        self.pos += 1;
-    }
-
-    /// Count the bytes up to `offset` (offsets never decrease) and return the state there.
-    fn advance_to(&mut self, offset: u64) -> std::io::Result<LineState> {
-        use std::io::BufRead;
-        while self.pos < offset {
-            let buf = self.reader.fill_buf()?;
-            if buf.is_empty() {
-                break;
-            }
-            let take = buf.len().min((offset - self.pos) as usize);
-            let bytes = buf[..take].to_vec();
-            self.reader.consume(take);
-            for b in bytes {
-                self.step(b);
-            }
-        }
-        Ok(self.state)
-    }
-
-    /// The line on which the record reported at byte `offset` starts.
-    fn line_at(&mut self, offset: u64) -> std::io::Result<u64> {
-        use std::io::BufRead;
-        self.advance_to(offset)?;
-        while let Some(&b) = self.reader.fill_buf()?.first() {
-            if b != b'\r' && b != b'\n' {
-                break;
-            }
-            self.reader.consume(1);
-            self.step(b);
-        }
-        Ok(self.state.line)
-    }
+/// Run a parse step numbered with line 0, and only when it fails, again with the record's true
+/// line (found by [`line_of`]) for the error message.
+fn numbered<T>(path: &Path, offset: u64, mut parse: impl FnMut(u64) -> Result<T, TableError>) -> Result<T, GpError> {
+    parse(0).or_else(|_| parse(line_of(path, offset)?).map_err(|e| GpError::invalid(e.to_string())))
 }
 
 impl CsvStream {
@@ -149,7 +113,6 @@ impl CsvStream {
         let chunk_rows = chunk_rows.max(batch).div_ceil(batch) * batch;
         let file = File::open(path).map_err(|e| io_err(path, e))?;
         let mut rd = reader(file);
-        let mut lines = LineCounter::open(path, 0, LineState::default())?;
         let mut record = csv::ByteRecord::new();
         let mut columns: Option<Vec<String>> = None;
         let (mut n, mut chunks, mut row_vals) = (0u64, Vec::new(), Vec::new());
@@ -161,21 +124,22 @@ impl CsvStream {
             if !more {
                 break;
             }
-            let at_start = lines.advance_to(start).map_err(|e| io_err(path, e))?;
-            let line = lines.line_at(record.position().map_or(start, |p| p.byte())).map_err(|e| io_err(path, e))?;
+            let offset = record.position().map_or(start, |p| p.byte());
             if is_blank(&record) {
                 continue;
             }
             let Some(cols) = &columns else {
-                let cols = parse_header(path, line, &record).map_err(|e| GpError::invalid(e.to_string()))?;
+                let cols = numbered(path, offset, |line| parse_header(path, line, &record))?;
                 (mean, m2) = (vec![0.0; cols.len()], vec![0.0; cols.len()]);
                 columns = Some(cols);
                 continue;
             };
-            row_vals.clear();
-            parse_row(path, line, &record, cols, &mut row_vals).map_err(|e| GpError::invalid(e.to_string()))?;
+            numbered(path, offset, |line| {
+                row_vals.clear();
+                parse_row(path, line, &record, cols, &mut row_vals)
+            })?;
             if n % chunk_rows as u64 == 0 {
-                chunks.push((start, n, at_start));
+                chunks.push((start, n));
             }
             n += 1;
             for (j, v) in row_vals.iter().enumerate() {
@@ -261,18 +225,17 @@ impl CsvStream {
     /// This epoch's chunk order.
     fn chunk_order(&self, epoch: u64) -> Vec<usize> {
         let mut order: Vec<usize> = (0..self.chunks.len()).collect();
-        order.shuffle(&mut ChaCha8Rng::seed_from_u64(self.seed ^ epoch.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
+        order.shuffle(&mut epoch_rng(self.seed, epoch, 0));
         order
     }
 
     /// Read chunk `c` of the file (inputs, target), in file order.
     fn read_chunk(&self, c: usize) -> Result<(DMatrix<f64>, DVector<f64>), GpError> {
-        let (byte, first, at) = self.chunks[c];
+        let (byte, first) = self.chunks[c];
         let rows = (self.n_rows as u64 - first).min(self.chunk_rows as u64) as usize;
         let mut file = File::open(&self.path).map_err(|e| io_err(&self.path, e))?;
         file.seek(SeekFrom::Start(byte)).map_err(|e| io_err(&self.path, e))?;
         let mut rd = reader(file);
-        let mut lines = LineCounter::open(&self.path, byte, at)?;
         let mut record = csv::ByteRecord::new();
         let (d, mut vals, mut row) =
             (self.inputs.len(), Vec::with_capacity(rows * (self.inputs.len() + 1)), Vec::new());
@@ -285,9 +248,10 @@ impl CsvStream {
                 continue;
             }
             let offset = byte + record.position().map_or(0, |p| p.byte());
-            let at = lines.line_at(offset).map_err(|e| io_err(&self.path, e))?;
-            row.clear();
-            parse_row(&self.path, at, &record, &self.columns, &mut row).map_err(|e| GpError::invalid(e.to_string()))?;
+            numbered(&self.path, offset, |line| {
+                row.clear();
+                parse_row(&self.path, line, &record, &self.columns, &mut row)
+            })?;
             vals.extend(self.inputs.iter().map(|&j| row[j]));
             vals.push(row[self.target]);
             got += 1;
@@ -308,9 +272,7 @@ impl CsvStream {
         let c = self.chunk_order(epoch)[k];
         let (x, y) = self.read_chunk(c)?;
         let mut perm: Vec<usize> = (0..y.len()).collect();
-        let mix =
-            self.seed ^ epoch.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (c as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03);
-        perm.shuffle(&mut ChaCha8Rng::seed_from_u64(mix));
+        perm.shuffle(&mut epoch_rng(self.seed, epoch, c as u64 + 1));
         let xs = DMatrix::from_fn(perm.len(), x.ncols(), |i, j| x[(perm[i], j)]);
         let ys = DVector::from_fn(perm.len(), |i, _| y[perm[i]]);
         self.current = Some((k, xs, ys));

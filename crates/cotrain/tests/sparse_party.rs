@@ -2,7 +2,7 @@
 //! form, and clear refusals where a combiner needs the exact path.
 
 use dpcotrain_cotrain::answer::{Answer, Uncertainty};
-use dpcotrain_cotrain::combiner::{CoModel, CombinerKind};
+use dpcotrain_cotrain::combiner::{CoModel, CombinerKind, LocalModel};
 use dpcotrain_cotrain::data::PartyData;
 use dpcotrain_cotrain::responder::{DpConfig, Party};
 use dpcotrain_gp::NoiseVariance;
@@ -20,6 +20,39 @@ fn model(kind: CombinerKind, unc: Uncertainty, y: DVector<f64>) -> CoModel {
     let pool = DMatrix::from_fn(20, 1, |i, _| -2.0 + 0.2 * i as f64);
     CoModel::new(kind, unc, Box::new(SquaredExponential::isotropic(1.0, 1.0)), NoiseVariance::new(0.1), x, y, pool)
         .unwrap()
+}
+
+/// A party with `n` private rows of `xy` (pool and test from its first rows), no DP.
+fn party(
+    n: usize,
+    kind: CombinerKind,
+    local: LocalModel,
+    inducing: Option<usize>,
+) -> Result<Party, dpcotrain_cotrain::CotrainError> {
+    let (x, y) = xy(n);
+    let d = PartyData {
+        name: "p".into(),
+        columns: vec!["x".into()],
+        x_pool: x.rows(0, 10).clone_owned(),
+        x_test: x.rows(10, 10).clone_owned(),
+        y_test: y.rows(10, 10).clone_owned(),
+        x_train: x,
+        y_train: y,
+    };
+    let kernel = Box::new(SquaredExponential::isotropic(1.0, 1.0));
+    let (noise, dp) = (NoiseVariance::new(0.1), DpConfig::off());
+    Party::with_local_model(
+        d,
+        kind,
+        Uncertainty::Marginal,
+        kernel,
+        noise,
+        dp,
+        Some(1),
+        Default::default(),
+        local,
+        inducing,
+    )
 }
 
 fn answer() -> Answer {
@@ -59,28 +92,7 @@ fn combiners_that_need_the_exact_path_refuse_with_the_reason() {
     assert!(m.use_sparse(10).unwrap_err().to_string().contains("marginal"));
     // A party whose private set exceeds the threshold gets the sparse path automatically and
     // Blocky refuses before any fitting.
-    let (x, y) = xy(3100);
-    let d = PartyData {
-        name: "big".into(),
-        columns: vec!["x".into()],
-        x_pool: x.rows(0, 10).clone_owned(),
-        x_test: x.rows(10, 10).clone_owned(),
-        y_test: y.rows(10, 10).clone_owned(),
-        x_train: x,
-        y_train: y,
-    };
-    let err = Party::new(
-        d,
-        CombinerKind::Blocky,
-        Uncertainty::Marginal,
-        Box::new(SquaredExponential::isotropic(1.0, 1.0)),
-        NoiseVariance::new(0.1),
-        DpConfig::off(),
-        Some(1),
-        Default::default(),
-    )
-    .unwrap_err()
-    .to_string();
+    let err = party(3100, CombinerKind::Blocky, LocalModel::Auto, None).unwrap_err().to_string();
     assert!(err.contains("exact GP path"), "{err}");
 }
 
@@ -119,7 +131,7 @@ fn cached_sparse_posterior_follows_every_model_change() {
 /// sensitivity) equals a brute-force perturbation of each label of that SVGP's mean.
 #[test]
 fn svgp_local_model_predicts_as_its_optimal_q_and_its_influence_is_brute_force_exact() {
-    use dpcotrain_cotrain::combiner::{LocalModel, SvgpTraining};
+    use dpcotrain_cotrain::combiner::SvgpTraining;
     use dpcotrain_gp::Svgp;
     use dpcotrain_gp::svgp::InMemory;
     let (x, y) = xy(300);
@@ -175,7 +187,7 @@ fn svgp_local_model_predicts_as_its_optimal_q_and_its_influence_is_brute_force_e
 
 #[test]
 fn svgp_local_model_is_chosen_by_party_and_refuses_what_vfe_refuses() {
-    use dpcotrain_cotrain::combiner::{LocalModel, SvgpTraining};
+    use dpcotrain_cotrain::combiner::SvgpTraining;
     let (_, y) = xy(50);
     let mut m = model(CombinerKind::Blocky, Uncertainty::Marginal, y.clone());
     assert!(m.use_svgp(10, SvgpTraining::default()).unwrap_err().to_string().contains("exact GP path"));
@@ -184,29 +196,7 @@ fn svgp_local_model_is_chosen_by_party_and_refuses_what_vfe_refuses() {
     assert!(m.use_svgp(10, bad).unwrap_err().to_string().contains("SVGP training"));
     assert_eq!("svgp".parse::<LocalModel>().unwrap(), LocalModel::Svgp);
     assert!("svpg".parse::<LocalModel>().unwrap_err().to_string().contains("auto, exact, vfe or svgp"));
-    let (x, y) = xy(400);
-    let d = PartyData {
-        name: "p".into(),
-        columns: vec!["x".into()],
-        x_pool: x.rows(0, 10).clone_owned(),
-        x_test: x.rows(10, 10).clone_owned(),
-        y_test: y.rows(10, 10).clone_owned(),
-        x_train: x,
-        y_train: y,
-    };
-    let p = Party::with_local_model(
-        d,
-        CombinerKind::Noisy,
-        Uncertainty::Marginal,
-        Box::new(SquaredExponential::isotropic(1.0, 1.0)),
-        NoiseVariance::new(0.1),
-        DpConfig::off(),
-        Some(1),
-        Default::default(),
-        LocalModel::Svgp,
-        Some(30),
-    )
-    .unwrap();
+    let p = party(400, CombinerKind::Noisy, LocalModel::Svgp, Some(30)).unwrap();
     assert_eq!(p.model.local_model(), LocalModel::Svgp);
     // Greedy variance stops early once the residual variance is exhausted.
     assert!((20..=30).contains(&p.model.sparse_inducing().unwrap().nrows()));

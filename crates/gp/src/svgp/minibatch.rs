@@ -42,6 +42,15 @@ pub trait MinibatchSource {
     fn for_each_block(&mut self, f: &mut BlockVisitor<'_>) -> Result<(), GpError>;
 }
 
+/// The generator of a source's shuffle in `epoch` (`part` tells apart several shuffles of one
+/// epoch, e.g. a streamed file's chunk order and each chunk's rows): a function of the seed,
+/// the epoch and the part only, so a resumed source shuffles as before.
+pub fn epoch_rng(seed: u64, epoch: u64, part: u64) -> ChaCha8Rng {
+    ChaCha8Rng::seed_from_u64(
+        seed ^ epoch.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ part.wrapping_mul(0xD1B5_4A32_D192_ED03),
+    )
+}
+
 /// Rows held in memory, reshuffled every epoch by a permutation drawn from (seed, epoch).
 #[derive(Debug, Clone)]
 pub struct InMemory {
@@ -74,8 +83,7 @@ impl InMemory {
 
     fn permutation(&self, epoch: u64) -> Vec<usize> {
         let mut order: Vec<usize> = (0..self.x.nrows()).collect();
-        let mut rng = ChaCha8Rng::seed_from_u64(self.seed ^ epoch.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        order.shuffle(&mut rng);
+        order.shuffle(&mut epoch_rng(self.seed, epoch, 0));
         order
     }
 }

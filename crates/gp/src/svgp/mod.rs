@@ -31,7 +31,7 @@ pub mod minibatch;
 
 pub use bound::BatchBound;
 pub use fit::{SvgpCheckpoint, SvgpEvent, SvgpOptions, SvgpProgress, SvgpReport, fit_svgp};
-pub use minibatch::{BlockVisitor, InMemory, MinibatchSource, SourcePosition};
+pub use minibatch::{BlockVisitor, InMemory, MinibatchSource, SourcePosition, epoch_rng};
 
 use crate::features::InducingFeatures;
 use crate::kernels::{Bounds, Kernel};
