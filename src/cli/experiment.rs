@@ -411,10 +411,15 @@ fn execute(grid: &Grid, a: &GridArgs) -> anyhow::Result<()> {
             let _ = w.flush();
         }
     };
-    let mut rows = run_grid_resumable(grid, &skip, &save, &|done, _| bar.set_position(done as u64))?;
+    let (mut rows, cost) = run_grid_resumable(grid, &skip, &save, &|done, _| bar.set_position(done as u64))?;
     bar.finish_and_clear();
     let secs = start.elapsed().as_secs_f64();
-    eprintln!("{} runs in {secs:.1} s on {} threads", total - done.len(), rayon::current_num_threads());
+    eprintln!(
+        "{} runs in {secs:.1} s on {} threads; {} re-fit objective evaluations",
+        total - done.len(),
+        rayon::current_num_threads(),
+        cost.refit_evaluations
+    );
     if !grid.readings.is_default() {
         eprintln!("readings: {}", grid.readings);
     }

@@ -104,6 +104,17 @@ impl BlockyPredictor {
         Ok(Prediction::new(mean, raw, cov))
     }
 
+    /// The predictive mean at `xs` alone (no triangular solves): `predict(xs, _).mean`.
+    pub fn predict_mean(&self, xs: &DMatrix<f64>) -> Result<DVector<f64>, GpError> {
+        let private = self.post.predict_mean(xs)?;
+        Ok(match &self.query {
+            None => private,
+            Some((_, alpha_q)) => {
+                &private + self.model.kernel.k(self.model.x_q.as_view(), xs.as_view()).tr_mul(alpha_q)
+            }
+        })
+    }
+
     /// Mean, raw (unclamped) variance and, if asked, covariance of the predictive at `xs`.
     fn raw(&self, xs: &DMatrix<f64>, full_cov: bool) -> Result<RawPredictive, GpError> {
         let (m, post) = (&self.model, &self.post);

@@ -16,8 +16,9 @@ use crate::readings::{FitStarts, Readings, SelectionVariance};
 use dpcotrain_gp::exact::ExactPosterior;
 use dpcotrain_gp::inducing::greedy_variance;
 use dpcotrain_gp::kernels::Kernel;
+use dpcotrain_gp::optimize::Curvature;
 use dpcotrain_gp::sparse::SparsePosterior;
-use dpcotrain_gp::train::{SgprStrategy, TrainOptions, train, train_sparse};
+use dpcotrain_gp::train::{SgprStrategy, TrainOptions, train, train_from, train_sparse};
 use dpcotrain_gp::{ExactGp, NoiseModel, NoiseVariance, Objective, Prediction, SparseGp, SparseKind};
 use nalgebra::{DMatrix, DVector};
 use serde::{Deserialize, Serialize};
@@ -267,6 +268,12 @@ pub struct CoModel {
     pub refit_policy: RefitPolicy,
     /// Re-fits so far (replayed on restore, so the policy's choices repeat).
     refits: usize,
+    /// The L-BFGS curvature the last re-fit's warm run and restart ended with: the next
+    /// re-fit's objective differs by one answer, so it starts from this inverse-Hessian model
+    /// (docs/decisions.md D5; rebuilt identically when a restore replays the re-fits).
+    refit_curvature: [Curvature; 2],
+    /// Objective evaluations spent in re-fits so far (the cost measure of `experiment`).
+    pub refit_evaluations: usize,
     /// Eigenvalues clipped while projecting reported matrices to PSD (diagnostic).
     pub psd_clipped: usize,
     /// Large private sets: the local GP is VFE with these inducing inputs (greedy variance,
@@ -411,6 +418,8 @@ impl CoModel {
             train: TrainOptions::default(),
             refit_policy: RefitPolicy::WarmRestart,
             refits: 0,
+            refit_curvature: Default::default(),
+            refit_evaluations: 0,
             psd_clipped: 0,
             post: None,
             sparse_z: None,
@@ -997,34 +1006,48 @@ impl CoModel {
         let pre = if self.refit_policy.restarts(self.refits) { self.pre_params.clone() } else { None };
         self.refits += 1;
         let opts = self.train.clone();
+        /// Warm run and (if `pre`) restart, each from its own carried curvature; the better
+        /// run's parameters win. Returns them with the evaluations spent.
         fn fit<M: Objective>(
             m: &mut M,
             pre: &Option<Vec<f64>>,
             opts: &TrainOptions,
-        ) -> Result<(f64, Vec<f64>), CotrainError> {
+            curvature: &mut [Curvature; 2],
+        ) -> Result<((f64, Vec<f64>), usize), CotrainError> {
             let warm = m.params();
-            let mut best = match train(m, opts) {
-                Ok(r) => Some((r.objective, m.params())),
+            let mut evaluations = 0;
+            let mut best = match train_from(m, opts, &curvature[0]) {
+                Ok(r) => {
+                    evaluations += r.evaluations;
+                    curvature[0] = r.curvature;
+                    Some((r.objective, m.params()))
+                }
                 Err(_) => None,
             };
             if let Some(pre) = pre
                 && pre != &warm
             {
                 m.set_params(pre);
-                if let Ok(r) = train(m, opts)
-                    && best.as_ref().is_none_or(|b| r.objective > b.0)
-                {
-                    best = Some((r.objective, m.params()));
+                if let Ok(r) = train_from(m, opts, &curvature[1]) {
+                    evaluations += r.evaluations;
+                    curvature[1] = r.curvature;
+                    if best.as_ref().is_none_or(|b| r.objective > b.0) {
+                        best = Some((r.objective, m.params()));
+                    }
                 }
             }
-            best.ok_or_else(|| CotrainError::invalid("re-fitting the augmented model failed from every start"))
+            let best =
+                best.ok_or_else(|| CotrainError::invalid("re-fitting the augmented model failed from every start"))?;
+            Ok((best, evaluations))
         }
-        let (obj, p) = match built {
-            Built::Noisy(mut m) => fit(&mut m, &pre, &opts)?,
-            Built::Sparse(mut m) => fit(&mut m, &pre, &opts)?,
-            Built::Blocky(mut m) => fit(&mut m, &pre, &opts)?,
-            Built::Hybrid(mut m) => fit(&mut m, &pre, &opts)?,
+        let curvature = &mut self.refit_curvature;
+        let ((obj, p), evaluations) = match built {
+            Built::Noisy(mut m) => fit(&mut m, &pre, &opts, curvature)?,
+            Built::Sparse(mut m) => fit(&mut m, &pre, &opts, curvature)?,
+            Built::Blocky(mut m) => fit(&mut m, &pre, &opts, curvature)?,
+            Built::Hybrid(mut m) => fit(&mut m, &pre, &opts, curvature)?,
         };
+        self.refit_evaluations += evaluations;
         self.set_params(&p);
         self.version += 1;
         self.check_answers()?;
@@ -1043,6 +1066,22 @@ impl CoModel {
     /// Latent predictive of the augmented model at arbitrary points of this party's view.
     /// The factorised posterior is cached until the model changes.
     pub fn predict(&mut self, xs: &DMatrix<f64>, full_cov: bool) -> Result<Prediction, CotrainError> {
+        self.posterior()?.predict(xs, full_cov)
+    }
+
+    /// The predictive mean alone (what a test RMSE needs): the same numbers as
+    /// `predict(xs, _).mean`, without the O(N²·M) triangular solve of the variances.
+    pub fn predict_mean(&mut self, xs: &DMatrix<f64>) -> Result<DVector<f64>, CotrainError> {
+        Ok(match self.posterior()? {
+            Predictor::Noisy(p) => p.predict_mean(xs)?,
+            Predictor::Blocky(p) => p.predict_mean(xs)?,
+            Predictor::Hybrid(p) => p.predict_mean(xs)?,
+            Predictor::Sparse(p) => p.predict(xs, false)?.mean,
+        })
+    }
+
+    /// The factorised posterior of the current model, from the cache if nothing changed.
+    fn posterior(&mut self) -> Result<&Predictor, CotrainError> {
         let key: PostKey = (
             self.version,
             crate::kernel_noise_params(self.kernel.as_ref(), &self.noise),
@@ -1050,21 +1089,17 @@ impl CoModel {
             self.uncertainty,
             self.blocks.clone(),
         );
-        if let Some((k, post)) = &self.post
-            && *k == key
-        {
-            return post.predict(xs, full_cov);
+        if !matches!(&self.post, Some((k, _)) if *k == key) {
+            self.post = None;
+            let post = match self.build()? {
+                Built::Noisy(m) => Predictor::Noisy(m.posterior()?),
+                Built::Sparse(m) => Predictor::Sparse(m.posterior()?),
+                Built::Blocky(m) => Predictor::Blocky(m.into_predictor()?),
+                Built::Hybrid(m) => Predictor::Hybrid(m.into_predictor()?),
+            };
+            self.post = Some((key, post));
         }
-        self.post = None;
-        let post = match self.build()? {
-            Built::Noisy(m) => Predictor::Noisy(m.posterior()?),
-            Built::Sparse(m) => Predictor::Sparse(m.posterior()?),
-            Built::Blocky(m) => Predictor::Blocky(m.into_predictor()?),
-            Built::Hybrid(m) => Predictor::Hybrid(m.into_predictor()?),
-        };
-        let out = post.predict(xs, full_cov)?;
-        self.post = Some((key, post));
-        Ok(out)
+        Ok(&self.post.as_ref().expect("just cached").1)
     }
 
     /// The augmented objective at the current hyperparameters.

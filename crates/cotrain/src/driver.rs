@@ -141,6 +141,13 @@ pub fn evaluate(p: &mut Party) -> Result<Metrics, CotrainError> {
     evaluate_with_errors(p).map(|(m, _)| m)
 }
 
+/// [`evaluate`]'s RMSE alone, from the predictive mean (no variances: the per-round curve).
+pub fn test_rmse(p: &mut Party) -> Result<f64, CotrainError> {
+    let xt = p.data.x_test.clone();
+    let mean = p.model.predict_mean(&xt)?;
+    Ok(crate::metrics::rmse(&mean, &p.data.y_test))
+}
+
 /// [`evaluate`] and, from the same prediction, the squared error at each test point (what a
 /// paired comparison of two models needs).
 pub fn evaluate_with_errors(p: &mut Party) -> Result<(Metrics, Vec<f64>), CotrainError> {
@@ -163,6 +170,8 @@ pub struct PartyOutcome {
     pub rho_released: Vec<(String, f64)>,
     /// ε of those releases at the ledger's δ (exact Gaussian-DP conversion).
     pub epsilon_released: Vec<(String, f64)>,
+    /// Objective evaluations this party's re-fits took (the run's main cost).
+    pub refit_evaluations: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -195,7 +204,7 @@ pub async fn run_in_process(parties: &[Arc<Mutex<Party>>], rounds: usize) -> Res
             turns.push(query_turn(q, &peers, round).await?);
         }
         for (i, p) in parties.iter().enumerate() {
-            per_round[i].push(evaluate(&mut *lock(p)?)?.rmse);
+            per_round[i].push(test_rmse(&mut *lock(p)?)?);
         }
     }
     let mut outcomes = Vec::new();
@@ -219,6 +228,7 @@ pub async fn run_in_process(parties: &[Arc<Mutex<Party>>], rounds: usize) -> Res
             rmse_per_round: per_round[i].clone(),
             rho_released: rho,
             epsilon_released: eps,
+            refit_evaluations: g.model.refit_evaluations,
         });
     }
     Ok(RunReport { rounds, parties: outcomes, turns })

@@ -17,7 +17,7 @@ use dpcotrain_privacy::sensitivity::LabelRange;
 use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// The privacy setting of a grid.
 #[derive(Debug, Clone, PartialEq)]
@@ -345,7 +345,7 @@ fn rows_of(
 
 /// Run the whole grid in parallel; `progress(done, total)` is called after each run.
 pub fn run_grid(grid: &Grid, progress: &(dyn Fn(usize, usize) + Sync)) -> Result<Vec<RunRow>, CotrainError> {
-    run_grid_resumable(grid, &HashSet::new(), &|_| {}, progress)
+    run_grid_resumable(grid, &HashSet::new(), &|_| {}, progress).map(|(rows, _)| rows)
 }
 
 /// The identity of one run (everything but the party): equal for a job and its rows.
@@ -399,6 +399,16 @@ pub fn job_keys(grid: &Grid) -> Vec<String> {
     out
 }
 
+/// What a grid invocation cost, beyond wall time: the objective evaluations of every party's
+/// D5 re-fits (deterministic per run, so a change to the optimiser is measured without noise).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GridCost {
+    /// Runs executed (skipped ones not counted).
+    pub runs: usize,
+    /// Re-fit objective evaluations, summed over runs and parties.
+    pub refit_evaluations: u64,
+}
+
 /// [`run_grid`] that skips the runs whose [`run_key`] is in `done` (rows saved by an earlier,
 /// interrupted invocation) and hands each finished run's rows to `on_run` as soon as it
 /// completes (to be saved), so a long grid loses nothing on a crash. Returns the new rows;
@@ -408,7 +418,7 @@ pub fn run_grid_resumable(
     done: &HashSet<String>,
     on_run: &(dyn Fn(&[RunRow]) + Sync),
     progress: &(dyn Fn(usize, usize) + Sync),
-) -> Result<Vec<RunRow>, CotrainError> {
+) -> Result<(Vec<RunRow>, GridCost), CotrainError> {
     let dataset = match grid.dataset {
         Dataset::Simulated { .. } => "simulated",
         Dataset::Ccpp { .. } => "ccpp",
@@ -436,6 +446,7 @@ pub fn run_grid_resumable(
     jobs.sort_by_key(|(dc, _, _)| std::cmp::Reverse(dc.nobs));
     let total = jobs.len() + skipped;
     let finished = AtomicUsize::new(skipped);
+    let evaluations = AtomicU64::new(0);
     let dp = grid.dp.config();
     let results: Vec<Result<Vec<RunRow>, CotrainError>> = jobs
         .par_iter()
@@ -447,17 +458,22 @@ pub fn run_grid_resumable(
                 }
                 block_on(run_in_process(&ps, grid.rounds))
             });
+            if let Ok(rep) = &rep {
+                let spent: usize = rep.parties.iter().map(|p| p.refit_evaluations).sum();
+                evaluations.fetch_add(spent as u64, Ordering::Relaxed);
+            }
             let rows = rows_of(grid, dc, &sc, *kind, *unc, rep);
             on_run(&rows);
             progress(finished.fetch_add(1, Ordering::Relaxed) + 1, total);
             Ok(rows)
         })
         .collect();
+    let cost = GridCost { runs: results.len(), refit_evaluations: evaluations.into_inner() };
     let mut out = Vec::new();
     for r in results {
         out.extend(r?);
     }
-    Ok(out)
+    Ok((out, cost))
 }
 
 /// The K-th of N deterministic slices of a grid (`--shard K/N`, K in 0..N): run j of

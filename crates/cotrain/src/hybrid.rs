@@ -322,6 +322,15 @@ pub struct HybridPredictor {
 }
 
 impl HybridPredictor {
+    /// The predictive mean alone: `predict(xs, _).mean`, without the triangular solve under
+    /// the joint form (Yu's form computes the whole predictive).
+    pub fn predict_mean(&self, xs: &DMatrix<f64>) -> Result<DVector<f64>, GpError> {
+        match &self.parts {
+            Factored::Joint(p) => Ok(&self.model.kernel.k(xs.as_view(), self.model.x_o.as_view()) * &p.alpha),
+            Factored::Yu(p) => Ok(self.model.yu_predict(p, xs, false)?.mean),
+        }
+    }
+
     /// Latent predictive at arbitrary points (not among the queried entities).
     pub fn predict(&self, xs: &DMatrix<f64>, full_cov: bool) -> Result<Prediction, GpError> {
         match &self.parts {

@@ -10,9 +10,14 @@ pub struct Metrics {
     pub nlpd: f64,
 }
 
+/// Root mean squared error of `mean` against `y`.
+pub fn rmse(mean: &DVector<f64>, y: &DVector<f64>) -> f64 {
+    ((mean - y).norm_squared() / y.len() as f64).sqrt()
+}
+
 pub fn metrics(mean: &DVector<f64>, var_latent: &DVector<f64>, noise: f64, y: &DVector<f64>) -> Metrics {
     let n = y.len() as f64;
-    let rmse = ((mean - y).norm_squared() / n).sqrt();
+    let rmse = rmse(mean, y);
     let nlpd = (0..y.len())
         .map(|i| {
             let v = (var_latent[i] + noise).max(1e-300);

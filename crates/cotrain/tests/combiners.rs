@@ -274,9 +274,13 @@ fn cached_posterior_equals_a_fresh_one_for_every_exact_combiner() {
             let absorbed = m.predict(&xs, true).unwrap();
             assert_ne!(absorbed.mean, before.mean, "{kind:?} {mode:?}");
             assert_eq!(absorbed, fresh(&m));
+            assert_eq!(m.predict_mean(&xs).unwrap(), absorbed.mean, "mean-only path");
+            let spent = m.refit_evaluations;
             m.refit().unwrap();
+            assert!(m.refit_evaluations > spent, "re-fit evaluations are counted");
             let refit = m.predict(&xs, true).unwrap();
             assert_eq!(refit, fresh(&m));
+            assert_eq!(m.predict_mean(&xs).unwrap(), refit.mean, "mean-only path");
             // Direct changes without a version bump are also seen.
             m.noise.variance *= 2.0;
             let changed = m.predict(&xs, true).unwrap();
@@ -286,6 +290,7 @@ fn cached_posterior_equals_a_fresh_one_for_every_exact_combiner() {
             let moved = m.predict(&xs, true).unwrap();
             assert_ne!(moved.mean, changed.mean);
             assert_eq!(moved, fresh(&m));
+            assert_eq!(m.predict_mean(&xs).unwrap(), moved.mean, "mean-only path");
         }
     }
 }

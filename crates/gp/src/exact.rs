@@ -165,9 +165,14 @@ impl ExactPosterior {
         &self.chol
     }
 
-    /// Latent predictive at `xs` (rows): mean K_*f α, variance diag(K_**) − colsum(v²),
-    /// and with `full_cov` the covariance K_** − vᵀv, v = L⁻¹K_f*.
-    pub fn predict(&self, xs: &DMatrix<f64>, full_cov: bool) -> Result<Prediction, GpError> {
+    /// Latent predictive mean K_*f α at `xs` (rows) alone: no triangular solve, so O(N·M)
+    /// instead of [`Self::predict`]'s O(N²·M); the same numbers as `predict(xs, _).mean`.
+    pub fn predict_mean(&self, xs: &DMatrix<f64>) -> Result<DVector<f64>, GpError> {
+        self.check_test_inputs(xs)?;
+        Ok(self.kernel.k(self.x.as_view(), xs.as_view()).tr_mul(&self.alpha))
+    }
+
+    fn check_test_inputs(&self, xs: &DMatrix<f64>) -> Result<(), GpError> {
         validate_inputs(xs, self.kernel.as_ref(), "test inputs")?;
         if xs.ncols() != self.x.ncols() {
             return Err(GpError::invalid(format!(
@@ -176,6 +181,13 @@ impl ExactPosterior {
                 self.x.ncols()
             )));
         }
+        Ok(())
+    }
+
+    /// Latent predictive at `xs` (rows): mean K_*f α, variance diag(K_**) − colsum(v²),
+    /// and with `full_cov` the covariance K_** − vᵀv, v = L⁻¹K_f*.
+    pub fn predict(&self, xs: &DMatrix<f64>, full_cov: bool) -> Result<Prediction, GpError> {
+        self.check_test_inputs(xs)?;
         let kfs = self.kernel.k(self.x.as_view(), xs.as_view());
         let mean = kfs.tr_mul(&self.alpha);
         let mut v = kfs;

@@ -7,7 +7,7 @@
 //! by greedy variance and retry (RobustGP's remedy), and otherwise a typed error is returned.
 
 use crate::inducing::greedy_variance;
-use crate::optimize::{LbfgsOptions, Termination, minimize_with_callback};
+use crate::optimize::{Curvature, LbfgsOptions, Termination, minimize_from};
 use crate::sparse::SparseGp;
 use crate::{GpError, Jitter, Objective};
 use rand::{Rng, SeedableRng};
@@ -81,6 +81,10 @@ pub struct TrainReport {
     pub reinit_rejected: usize,
     #[serde(skip)]
     pub jitter: Jitter,
+    /// The L-BFGS curvature the winning run ended with: pass it to [`train_from`] when the
+    /// same model is re-fitted after a small change to its data.
+    #[serde(skip)]
+    pub curvature: Curvature,
 }
 
 struct RunOutcome {
@@ -92,6 +96,7 @@ struct RunOutcome {
     evaluations: usize,
     failed: usize,
     termination: String,
+    curvature: Curvature,
 }
 
 /// One bounded L-BFGS run from the model's current parameters; leaves the best point found in
@@ -101,6 +106,7 @@ fn run_once<M: Objective>(
     max_iters: usize,
     tol: (f64, f64),
     progress: Option<&ProgressHook>,
+    curvature: &Curvature,
 ) -> Result<RunOutcome, GpError> {
     let x0 = model.params();
     let bounds = model.bounds();
@@ -121,7 +127,7 @@ fn run_once<M: Objective>(
                 Err(err) => Err(err.to_string()),
             }
         };
-        minimize_with_callback(f, &x0, &lower, &upper, &opts, |iteration, _, f| {
+        minimize_from(f, &x0, &lower, &upper, &opts, curvature, |iteration, _, f| {
             if let Some(h) = progress {
                 (h.0)(TrainProgress { iteration, objective: -f });
             }
@@ -143,12 +149,26 @@ fn run_once<M: Objective>(
         evaluations: res.evaluations,
         failed: res.failed_evaluations,
         termination: format!("{:?}", res.termination),
+        curvature: res.curvature,
     })
 }
 
 /// Maximise the model's objective: a warm-start run from the current parameters, then
 /// `restarts` runs from seeded random points around it; the best run wins.
 pub fn train<M: Objective>(model: &mut M, opts: &TrainOptions) -> Result<TrainReport, GpError> {
+    train_from(model, opts, &Curvature::default())
+}
+
+/// [`train`] whose warm-start run begins with the L-BFGS curvature of an earlier fit
+/// ([`TrainReport::curvature`]) instead of an empty memory: for re-fits after a small change
+/// to the data (co-training's D5 re-fit after each answer), where the previous inverse-Hessian
+/// model makes the first step a quasi-Newton step (`optimize` module docs, "Warm starts").
+/// Random restarts start with an empty memory, as in [`train`].
+pub fn train_from<M: Objective>(
+    model: &mut M,
+    opts: &TrainOptions,
+    curvature: &Curvature,
+) -> Result<TrainReport, GpError> {
     let start = model.params();
     let bounds = model.bounds();
     let mut rng = ChaCha20Rng::seed_from_u64(opts.seed);
@@ -175,7 +195,8 @@ pub fn train<M: Objective>(model: &mut M, opts: &TrainOptions) -> Result<TrainRe
                 .collect()
         };
         model.set_params(&x0);
-        match run_once(model, opts.max_iters, (opts.ftol, opts.pgtol), opts.progress.as_ref()) {
+        let memory = if r == 0 { curvature.clone() } else { Curvature::default() };
+        match run_once(model, opts.max_iters, (opts.ftol, opts.pgtol), opts.progress.as_ref(), &memory) {
             Ok(out) => {
                 totals.0 += out.iterations;
                 totals.1 += out.evaluations;
@@ -218,6 +239,7 @@ pub fn train<M: Objective>(model: &mut M, opts: &TrainOptions) -> Result<TrainRe
         reinit_accepted: 0,
         reinit_rejected: 0,
         jitter,
+        curvature: best.curvature,
     })
 }
 
@@ -300,7 +322,13 @@ fn reinit(
     let mut termination = String::new();
     let mut switch_to_joint = false;
     while iters < opts.max_iters && rejected < max_worse {
-        let out = run_once(gp, every.min(opts.max_iters - iters), (opts.ftol, opts.pgtol), opts.progress.as_ref())?;
+        let out = run_once(
+            gp,
+            every.min(opts.max_iters - iters),
+            (opts.ftol, opts.pgtol),
+            opts.progress.as_ref(),
+            &Curvature::default(),
+        )?;
         iters += out.iterations.max(1);
         evals += out.evaluations;
         failed += out.failed;
@@ -325,7 +353,7 @@ fn reinit(
         }
     }
     gp.optimize_inducing = switch_to_joint;
-    let out = run_once(gp, tail.max(1), (opts.ftol, opts.pgtol), opts.progress.as_ref());
+    let out = run_once(gp, tail.max(1), (opts.ftol, opts.pgtol), opts.progress.as_ref(), &Curvature::default());
     gp.optimize_inducing = false;
     let out = out?;
     let eval = gp.evaluate()?;
@@ -339,6 +367,7 @@ fn reinit(
         reinit_accepted: accepted,
         reinit_rejected: rejected,
         jitter: eval.jitter,
+        curvature: out.curvature,
     })
 }
 

@@ -4,7 +4,7 @@ mod common;
 use common::*;
 use dpcotrain_gp::inducing::{greedy_variance, kmeans, random_subset};
 use dpcotrain_gp::sampling;
-use dpcotrain_gp::train::{SgprStrategy, TrainOptions, train, train_sparse};
+use dpcotrain_gp::train::{SgprStrategy, TrainOptions, train, train_from, train_sparse};
 use dpcotrain_gp::{ExactGp, NoiseModel, Objective, SparseGp, SparseKind};
 use nalgebra::{DMatrix, DVector};
 
@@ -30,6 +30,46 @@ fn exact_training_improves_lml_and_is_deterministic() {
     // The noise estimate is near the data's (0.1·U(−1,1) ⇒ var ≈ 0.0033) and not at a bound.
     let s2 = a.noise.sigma2().variance;
     assert!(s2 < 0.05, "noise {s2}");
+}
+
+/// Co-training's re-fit pattern (D5): fit, add one observation, re-fit from the fitted θ. The
+/// re-fit that starts from the first fit's L-BFGS curvature reaches the same optimum as the cold
+/// warm start, in fewer evaluations, over a sequence of added points.
+#[test]
+fn refit_from_carried_curvature_reaches_the_same_optimum_sooner() {
+    let (x, y) = problem(80, 1, 11);
+    let make = |n: usize| {
+        ExactGp::new(se_ard(1), NoiseModel::homoscedastic(0.5), x.rows(0, n).clone_owned(), y.rows(0, n).clone_owned())
+            .unwrap()
+    };
+    let opts = TrainOptions::default();
+    let mut gp = make(60);
+    let first = train(&mut gp, &opts).unwrap();
+    let (mut theta, mut curvature) = (gp.params(), first.curvature);
+    let (mut cold_evals, mut warm_evals) = (0, 0);
+    for n in 61..=80 {
+        let mut cold = make(n);
+        cold.set_params(&theta);
+        let rc = train(&mut cold, &opts).unwrap();
+        let mut warm = make(n);
+        warm.set_params(&theta);
+        let rw = train_from(&mut warm, &opts, &curvature).unwrap();
+        assert!(
+            (rw.objective - rc.objective).abs() <= 1e-7 * rc.objective.abs().max(1.0),
+            "n = {n}: carried {} vs cold {}",
+            rw.objective,
+            rc.objective
+        );
+        cold_evals += rc.evaluations;
+        warm_evals += rw.evaluations;
+        theta = warm.params();
+        curvature = rw.curvature;
+    }
+    eprintln!("carried {warm_evals}, cold {cold_evals}");
+    assert!(
+        (warm_evals as f64) < 0.75 * cold_evals as f64,
+        "carried curvature: {warm_evals} evaluations over 20 re-fits, cold: {cold_evals}"
+    );
 }
 
 #[test]

@@ -126,6 +126,49 @@ fn best_of<T>(reps: usize, mut f: impl FnMut() -> T) -> (f64, T) {
     (best, last.unwrap())
 }
 
+/// Where one exact LML + gradient evaluation's time goes (`ExactGp::evaluate`'s steps, each
+/// timed alone): the kernel matrix, its Cholesky (n³/3 flops), the inverse the gradient needs
+/// (2n³/3) and the gradient contraction, with the factorisations' rates against one core's GEMM.
+fn exact_breakdown(
+    gp: &ExactGp,
+    reps: usize,
+    peak1: f64,
+    say: &dyn Fn(String),
+) -> anyhow::Result<Vec<serde_json::Value>> {
+    use dpcotrain_gp::linalg::{Cholesky, JitterPolicy};
+    let (x, n, inner) = (gp.x(), gp.x().nrows(), 200);
+    let per = |f: &mut dyn FnMut()| {
+        let (t, ()) = best_of(reps, || (0..inner).for_each(|_| f()));
+        t / inner as f64
+    };
+    let t_kernel = per(&mut || drop(std::hint::black_box(gp.kernel.k(x.as_view(), x.as_view()))));
+    let k = gp.kernel.k(x.as_view(), x.as_view());
+    let mut ky = k.clone();
+    gp.noise.add_to(&mut ky);
+    let chol = Cholesky::factor(ky.clone(), "bench", JitterPolicy::IF_NEEDED)?;
+    let t_chol =
+        per(&mut || drop(std::hint::black_box(Cholesky::factor(ky.clone(), "bench", JitterPolicy::IF_NEEDED))));
+    let t_inv = per(&mut || drop(std::hint::black_box(chol.inverse_lower())));
+    let g = chol.inverse_lower();
+    let t_grad =
+        per(&mut || drop(std::hint::black_box(gp.kernel.vjp_sym_given_k(x.as_view(), k.as_view(), g.as_view()))));
+    let cube = (n as f64).powi(3);
+    let (g_chol, g_inv) = (cube / 3.0 / t_chol / 1e9, 2.0 * cube / 3.0 / t_inv / 1e9);
+    say(format!(
+        "  n={n}: kernel {:.0} µs, Cholesky {:.0} µs ({g_chol:.1} GFLOP/s = {:.0}% of one core's GEMM), \
+         inverse {:.0} µs ({g_inv:.1} GFLOP/s = {:.0}%), gradient contraction {:.0} µs",
+        t_kernel * 1e6,
+        t_chol * 1e6,
+        100.0 * g_chol / peak1,
+        t_inv * 1e6,
+        100.0 * g_inv / peak1,
+        t_grad * 1e6
+    ));
+    Ok(vec![json!({"case": "exact_breakdown", "n": n, "kernel_seconds": t_kernel, "cholesky_seconds": t_chol,
+                   "cholesky_gflops": g_chol, "inverse_seconds": t_inv, "inverse_gflops": g_inv,
+                   "gradient_seconds": t_grad, "one_core_gemm_gflops": peak1})])
+}
+
 fn gemm_peak(reps: usize) -> f64 {
     let n = 2000;
     let mut r = ChaCha8Rng::seed_from_u64(1);
@@ -244,7 +287,12 @@ fn run_gp(a: GpBenchArgs) -> anyhow::Result<()> {
         ));
         rows.push(json!({"case": "vfe_multiscale_vs_ordinary", "n": n, "m": m, "d": d, "seconds": tb, "ordinary_seconds": ta, "ratio": tb / ta}));
     }
-    // The co-training grid's re-fits evaluate the exact LML + gradient at n ≈ 25–250.
+    // The co-training grid's re-fits evaluate the exact LML + gradient at n ≈ 25–250, one run
+    // per core: compare with one core's GEMM rate.
+    let single = rayon::ThreadPoolBuilder::new().num_threads(1).build()?;
+    let peak1 = single.install(|| gemm_peak(a.reps.min(3)));
+    say(format!("GEMM 2000³ (faer, one core): {peak1:.1} GFLOP/s  ← one core's practical peak"));
+    rows.push(json!({"case": "gemm_one_core", "n": 2000, "gflops": peak1}));
     for n in [25usize, 100, 225] {
         let (x, y) = data(n, 2, 9);
         let gp =
@@ -260,6 +308,9 @@ fn run_gp(a: GpBenchArgs) -> anyhow::Result<()> {
             a.reps
         ));
         rows.push(json!({"case": "exact_lml_grad_small", "n": n, "seconds": per}));
+        if n == 225 {
+            rows.extend(exact_breakdown(&gp, a.reps, peak1, &say)?);
+        }
     }
     let exact_ns: &[usize] = if a.quick { &[2000] } else { &[2000, 5000] };
     for &n in exact_ns {

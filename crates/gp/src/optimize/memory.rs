@@ -66,6 +66,11 @@ impl Memory {
         self.pairs.back().map(|(s, y)| dot(s, y) / dot(y, y))
     }
 
+    /// The stored pairs, oldest first.
+    pub(super) fn into_pairs(self) -> Vec<(Vec<f64>, Vec<f64>)> {
+        self.pairs.into()
+    }
+
     pub(super) fn clear(&mut self) {
         self.pairs.clear();
     }
