@@ -223,11 +223,11 @@ fn resuming_with_other_grid_settings_is_refused() {
     ];
     let run = |extra: &[&str]| bin().args(grid).args(["--out", out.to_str().unwrap()]).args(extra).output().unwrap();
     assert!(run(&["--rounds", "2"]).status.success());
-    let again = run(&["--rounds", "2", "--refit", "warm"]);
+    let again = run(&["--rounds", "2", "--refit", "warm+restart"]);
     assert!(!again.status.success());
     let err = String::from_utf8_lossy(&again.stderr);
     assert!(err.contains("other settings") && err.contains("warm+restart") && err.contains("--fresh"), "{err}");
-    assert!(run(&["--rounds", "2", "--refit", "warm", "--fresh"]).status.success());
+    assert!(run(&["--rounds", "2", "--refit", "warm+restart", "--fresh"]).status.success());
     let bad = run(&["--refit", "every=0"]);
     assert!(String::from_utf8_lossy(&bad.stderr).contains("every=K with K ≥ 1"));
 }

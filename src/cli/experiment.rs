@@ -106,10 +106,10 @@ pub struct GridArgs {
     pub label_range: Vec<f64>,
     #[arg(long, default_value_t = 25)]
     pub rounds: usize,
-    /// Where each D5 re-fit starts: warm (the current θ), warm+restart (also from the private
-    /// fit's θ, the better kept; the thesis-reproduction default), or every=K (the restart on every
-    /// K-th re-fit only).
-    #[arg(long, default_value = "warm+restart", value_name = "POLICY")]
+    /// Where each D5 re-fit starts: warm (the current θ, the default), warm+restart (also from
+    /// the private fit's θ, the better kept; 2.8× the evaluations), or every=K (the restart on
+    /// every K-th re-fit only). docs/decisions.md D5
+    #[arg(long, default_value = "warm", value_name = "POLICY")]
     pub refit: RefitPolicy,
     /// A named combination of the protocol readings (docs/decisions.md D25): `default` (the
     /// project's reading) or `thesis` (the combination that reproduces Thomas 2017 best). The

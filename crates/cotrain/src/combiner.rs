@@ -192,9 +192,10 @@ pub struct PeerBlock {
 /// evaluation loop, so a restart doubles a re-fit's cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RefitPolicy {
-    /// From the current θ only.
+    /// From the current θ only, with the previous re-fit's L-BFGS curvature (default;
+    /// docs/decisions.md D5 gives the measurements behind it).
     Warm,
-    /// From the current θ and from the private fit's θ; the better objective is kept (default).
+    /// From the current θ and from the private fit's θ; the better objective is kept.
     WarmRestart,
     /// As `WarmRestart` on every K-th re-fit, `Warm` on the others.
     RestartEvery(usize),
@@ -416,7 +417,7 @@ impl CoModel {
             version: 0,
             pre_params: None,
             train: TrainOptions::default(),
-            refit_policy: RefitPolicy::WarmRestart,
+            refit_policy: RefitPolicy::Warm,
             refits: 0,
             refit_curvature: Default::default(),
             refit_evaluations: 0,

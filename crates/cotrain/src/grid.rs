@@ -163,7 +163,7 @@ impl Grid {
             uncertainty: vec![Uncertainty::None, Uncertainty::Marginal, Uncertainty::Full],
             dp,
             rounds: 25,
-            refit: RefitPolicy::WarmRestart,
+            refit: RefitPolicy::Warm,
             readings: Readings::default(),
         }
     }
@@ -179,7 +179,7 @@ impl Grid {
             uncertainty: vec![Uncertainty::None, Uncertainty::Marginal, Uncertainty::Full],
             dp,
             rounds: 25,
-            refit: RefitPolicy::WarmRestart,
+            refit: RefitPolicy::Warm,
             readings: Readings::default(),
         }
     }

@@ -153,8 +153,8 @@ pub struct ModelConfig {
     /// worse (noisy combiner, exact local model; not with policy per-query).
     #[serde(default = "off")]
     pub guard: AnswerGuard,
-    /// Where each re-fit after received answers starts: warm, warm+restart (default), every=K.
-    #[serde(default = "warm_restart")]
+    /// Where each re-fit after received answers starts: warm (default), warm+restart, every=K.
+    #[serde(default = "warm")]
     pub refit: RefitPolicy,
     /// The GP fitted to the private view: auto (exact up to 3,000 private rows, VFE above),
     /// exact, vfe, or svgp (θ and Z by stochastic variational training; docs/decisions.md D26).
@@ -173,8 +173,8 @@ fn auto_local() -> LocalModel {
     LocalModel::Auto
 }
 
-fn warm_restart() -> RefitPolicy {
-    RefitPolicy::WarmRestart
+fn warm() -> RefitPolicy {
+    RefitPolicy::Warm
 }
 
 fn off() -> AnswerGuard {
@@ -195,7 +195,7 @@ impl Default for ModelConfig {
             uncertainty: marginal(),
             answers: None,
             guard: off(),
-            refit: warm_restart(),
+            refit: warm(),
             local: auto_local(),
             inducing: None,
             readings: Readings::default(),
