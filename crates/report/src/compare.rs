@@ -130,6 +130,10 @@ pub fn simulated_comparison(rows: &[RunRow]) -> String {
         DpLabel::Thesis => (&thesis::T4_8, &thesis::T4_9, &thesis::T4_12, ["4.8", "4.9", "4.12"]),
         DpLabel::Calibrated { .. } => return String::new(),
     };
+    let (t5, t6, names_ci) = match dp {
+        DpLabel::Off => (&thesis::T4_5, &thesis::T4_6, ["4.5", "4.6"]),
+        _ => (&thesis::T4_10, &thesis::T4_11, ["4.10", "4.11"]),
+    };
     let nobs: std::collections::BTreeSet<usize> = rows.iter().map(|r| r.nobs).collect();
     let mut md = format!(
         "## Against the thesis as a two-sample test — simulated, DP {dp}\n\nn_obs levels present: {nobs:?} (means \
@@ -161,6 +165,39 @@ pub fn simulated_comparison(rows: &[RunRow]) -> String {
                     t4[m_i][r_i][k],
                     360,
                 );
+                md += &line;
+                zs.push(z);
+            }
+        }
+        combined(&mut md, &zs);
+    }
+    // Tables 4.5 / 4.10 (by CI; 1,440 thesis party-runs per cell) and 4.6 / 4.11 (masking × CI,
+    // Noisy only: the other columns did not survive extraction; 720 per cell).
+    let _ = write!(md, "### Table {} (conditional independence)\n\n", names_ci[0]);
+    for &(k, c) in &present {
+        let _ = write!(md, "{}:\n\n{HEAD}", c.name());
+        let mut zs = Vec::new();
+        for (ci_i, ci) in [false, true].iter().enumerate() {
+            let v: Vec<&RunRow> = rows.iter().copied().filter(|x| x.combiner == *c && x.ci == Some(*ci)).collect();
+            let label = format!("CI {}", if *ci { "yes" } else { "no" });
+            let (line, z) = row_line(&label, &cell_stats(&v, after), t5[ci_i][k], 1440);
+            md += &line;
+            zs.push(z);
+        }
+        combined(&mut md, &zs);
+    }
+    if present.iter().any(|(_, c)| **c == CombinerKind::Noisy) {
+        let _ = write!(md, "### Table {} (masking × CI, Noisy)\n\n{HEAD}", names_ci[1]);
+        let mut zs = Vec::new();
+        for (m_i, mask) in [false, true].iter().enumerate() {
+            for (ci_i, ci) in [false, true].iter().enumerate() {
+                let v: Vec<&RunRow> = rows
+                    .iter()
+                    .copied()
+                    .filter(|x| x.combiner == CombinerKind::Noisy && x.masking == *mask && x.ci == Some(*ci))
+                    .collect();
+                let label = format!("mask {} CI {}", if *mask { "yes" } else { "no" }, if *ci { "yes" } else { "no" });
+                let (line, z) = row_line(&label, &cell_stats(&v, after), t6[m_i][ci_i], 720);
                 md += &line;
                 zs.push(z);
             }
@@ -264,5 +301,52 @@ mod tests {
         let s = CellStats { n: 10, mean: 1.0, se: 0.1, median: 1.0, tail: 0.0 };
         let z = welch_z(&s, (0.8, 0.3, false), 9);
         assert!((z - 0.2 / (0.01f64 + 0.01).sqrt()).abs() < 1e-12);
+    }
+
+    fn row(ci: bool, masking: bool, seed: u64, after: f64) -> RunRow {
+        RunRow {
+            dataset: "simulated".into(),
+            r: Some(0.9),
+            ci: Some(ci),
+            masking,
+            nobs: 25,
+            seed,
+            combiner: CombinerKind::Noisy,
+            uncertainty: Uncertainty::None,
+            dp: DpLabel::Off,
+            party: "P1".into(),
+            view: "x1".into(),
+            rmse_before: 0.5,
+            rmse_after: after,
+            nlpd_before: 1.0,
+            nlpd_after: 1.0,
+            epsilon_spent: Some(0.0),
+            rmse_per_round: vec![after],
+            error: None,
+        }
+    }
+
+    #[test]
+    fn ci_tables_are_compared_cell_by_cell() {
+        // CI no runs at 0.4 / 0.6 (mean 0.5), CI yes at 0.7 / 0.9 (mean 0.8): a comparison that
+        // pooled the CI levels would put 0.65 in both rows.
+        let mut rows = Vec::new();
+        for (seed, (ci, after)) in [(false, 0.4), (false, 0.6), (true, 0.7), (true, 0.9)].into_iter().enumerate() {
+            rows.push(row(ci, false, seed as u64, after));
+        }
+        let md = simulated_comparison(&rows);
+        let v: Vec<&RunRow> = rows.iter().filter(|r| r.ci == Some(false)).collect();
+        let z_no = welch_z(&cell_stats(&v, |r| r.rmse_after), thesis::T4_5[0][1], 1440);
+        assert!(md.contains("### Table 4.5 (conditional independence)"), "{md}");
+        assert!(md.contains(&format!("| CI no | 2 | 0.500 | 0.500 | 0.0% | 0.562 ± 0.280 | {z_no:+.2} |")), "{md}");
+        assert!(md.contains("| CI yes | 2 | 0.800 |"), "{md}");
+        assert!(md.contains("### Table 4.6 (masking × CI, Noisy)"), "{md}");
+        assert!(md.contains("| mask no CI yes | 2 | 0.800 | 0.800 | 0.0% | 0.557 ± 0.288 |"), "{md}");
+        assert!(md.contains("| mask yes CI no | – |"), "{md}");
+        // Under the thesis's DP the same rows are compared with Tables 4.10 and 4.11.
+        let dp: Vec<RunRow> = rows.into_iter().map(|r| RunRow { dp: DpLabel::Thesis, ..r }).collect();
+        let md = simulated_comparison(&dp);
+        assert!(md.contains("### Table 4.10 (conditional independence)") && md.contains("0.663 ± 0.251"), "{md}");
+        assert!(md.contains("### Table 4.11 (masking × CI, Noisy)") && md.contains("0.639 ± 0.236"), "{md}");
     }
 }
