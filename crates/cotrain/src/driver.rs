@@ -143,16 +143,14 @@ pub fn evaluate(p: &mut Party) -> Result<Metrics, CotrainError> {
 
 /// [`evaluate`]'s RMSE alone, from the predictive mean (no variances: the per-round curve).
 pub fn test_rmse(p: &mut Party) -> Result<f64, CotrainError> {
-    let xt = p.data.x_test.clone();
-    let mean = p.model.predict_mean(&xt)?;
+    let mean = p.model.predict_mean(&p.data.x_test)?;
     Ok(crate::metrics::rmse(&mean, &p.data.y_test))
 }
 
 /// [`evaluate`] and, from the same prediction, the squared error at each test point (what a
 /// paired comparison of two models needs).
 pub fn evaluate_with_errors(p: &mut Party) -> Result<(Metrics, Vec<f64>), CotrainError> {
-    let xt = p.data.x_test.clone();
-    let pred = p.model.predict(&xt, false)?;
+    let pred = p.model.predict(&p.data.x_test, false)?;
     let sq = pred.mean.iter().zip(p.data.y_test.iter()).map(|(m, y)| (m - y).powi(2)).collect();
     Ok((metrics(&pred.mean, &pred.var, p.model.noise.variance, &p.data.y_test), sq))
 }

@@ -403,8 +403,6 @@ pub fn job_keys(grid: &Grid) -> Vec<String> {
 /// D5 re-fits (deterministic per run, so a change to the optimiser is measured without noise).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct GridCost {
-    /// Runs executed (skipped ones not counted).
-    pub runs: usize,
     /// Re-fit objective evaluations, summed over runs and parties.
     pub refit_evaluations: u64,
 }
@@ -468,7 +466,7 @@ pub fn run_grid_resumable(
             Ok(rows)
         })
         .collect();
-    let cost = GridCost { runs: results.len(), refit_evaluations: evaluations.into_inner() };
+    let cost = GridCost { refit_evaluations: evaluations.into_inner() };
     let mut out = Vec::new();
     for r in results {
         out.extend(r?);
