@@ -204,6 +204,18 @@ impl InducingFeatures {
         });
     }
 
+    /// K_fu = K_ufᵀ (N×M) written into `out`: for inducing points the kernel at (X, Z) (every
+    /// kernel here is symmetric), for multiscale features the transpose of [`Self::kuf_into`].
+    /// A contiguous K_fu block is what the Gram product K_uf K_ufᵀ runs fastest on
+    /// ([`crate::linalg::ata_acc`]).
+    pub fn kfu_into(&self, kernel: &dyn Kernel, z: &DMatrix<f64>, x: DMatrixView<'_, f64>, out: &mut DMatrix<f64>) {
+        if self.multiscale(kernel).is_none() {
+            kernel.k_into(x, z.as_view(), out);
+        } else {
+            *out = self.kuf(kernel, z, x).transpose();
+        }
+    }
+
     /// K_uf (M×N).
     pub fn kuf(&self, kernel: &dyn Kernel, z: &DMatrix<f64>, x: DMatrixView<'_, f64>) -> DMatrix<f64> {
         let mut out = DMatrix::zeros(0, 0);
@@ -346,6 +358,32 @@ mod tests {
         assert!((ms.kuf(&k, &z, x.as_view()) - pts.kuf(&k, &z, x.as_view())).abs().max() < 1e-12);
         let InducingFeatures::Multiscale(m) = &ms else { unreachable!() };
         assert!((m.widths(&k).column(1).add_scalar(-1.4)).abs().max() < 1e-12);
+    }
+
+    /// K_fu is K_uf transposed, for inducing points (two kernels) and multiscale features, and
+    /// a buffer of the wrong shape is resized.
+    #[test]
+    fn kfu_is_kuf_transposed() {
+        let (x, z) = data();
+        let a = DMatrix::from_fn(4, 2, |i, j| 0.8 + 0.3 * i as f64 + 0.25 * j as f64);
+        let cases: Vec<(Box<dyn Kernel>, InducingFeatures)> = vec![
+            (Box::new(SquaredExponential::ard(1.3, vec![0.7, 1.4])), InducingFeatures::Points),
+            (
+                Box::new(Matern::ard(crate::kernels::MaternNu::FiveHalves, 0.9, vec![0.8, 1.1])),
+                InducingFeatures::Points,
+            ),
+            (
+                Box::new(SquaredExponential::ard(1.3, vec![0.7, 1.4])),
+                InducingFeatures::Multiscale(Multiscale::from_relative(&a).unwrap()),
+            ),
+        ];
+        for (k, f) in &cases {
+            let kuf = f.kuf(k.as_ref(), &z, x.as_view());
+            let mut kfu = DMatrix::from_element(2, 3, f64::NAN);
+            f.kfu_into(k.as_ref(), &z, x.as_view(), &mut kfu);
+            assert_eq!(kfu.shape(), (9, 4));
+            assert!((kfu - kuf.transpose()).abs().max() < 1e-15, "{f:?}");
+        }
     }
 
     /// The vjps equal central differences of ⟨G, K⟩ in s², ℓ, Z and ρ.

@@ -278,13 +278,6 @@ fn reselect(gp: &mut SparseGp, seed: u64) -> Result<(), GpError> {
 /// Train a sparse model with an inducing-input strategy. `opts.max_iters` bounds the total
 /// number of hyperparameter iterations of the reinitialisation phase.
 pub fn train_sparse(gp: &mut SparseGp, strategy: SgprStrategy, opts: &TrainOptions) -> Result<TrainReport, GpError> {
-    let report = train_sparse_inner(gp, strategy, opts);
-    // The fitted model keeps no M×N buffer alive (a node may hold it for days).
-    gp.release_workspace();
-    report
-}
-
-fn train_sparse_inner(gp: &mut SparseGp, strategy: SgprStrategy, opts: &TrainOptions) -> Result<TrainReport, GpError> {
     // Recover from a failing starting point by re-selecting Z once.
     if gp.evaluate().is_err() {
         reselect(gp, opts.seed)?;

@@ -16,23 +16,27 @@
 //!
 //! and the jitter ε = r_ε·mean(diag K_uu) contributes r_ε·tr(∂/∂K_uu)/M on the diagonal.
 //!
-//! Implementation: K_uf itself is kept (not A), because every M×M quantity follows from Gram
-//! matrices S_w = K_uf diag(w) K_ufᵀ (one SYRK) and M×M triangular solves, e.g.
-//! AAᵀ = L⁻¹ S_{1/λ} L⁻ᵀ; this saves the M×N triangular solve, and the kernel's
-//! `vjp_given_k` reuses K_uf instead of re-evaluating it. Since A Λ^{-½} = L⁻¹K_uf Λ⁻¹,
-//! ∂/∂K_uf = r vᵀ + (P₁L⁻¹) K_uf Λ⁻¹ [− 2K_uu⁻¹ K_uf diag(g_λ)], formed in column blocks and
-//! contracted with the kernel at once: peak memory is K_uf (M×N) plus one block.
+//! Implementation: every M×M quantity follows from Gram matrices S_w = K_uf diag(w) K_ufᵀ and
+//! M×M triangular solves, e.g. AAᵀ = L⁻¹ S_{1/λ} L⁻ᵀ, which saves the M×N triangular solve. Since
+//! A Λ^{-½} = L⁻¹K_uf Λ⁻¹, ∂/∂K_uf = r vᵀ + (P₁L⁻¹) K_uf Λ⁻¹ [− 2K_uu⁻¹ K_uf diag(g_λ)], formed
+//! in column blocks and contracted with the kernel at once. K_uf is never stored: each pass
+//! evaluates its column block (or, for the Gram products, its K_fu = K_ufᵀ row block) into a
+//! cache-resident buffer, so memory is O(M² + M·block + N) rather than O(MN), and the two
+//! O(NM²) products read their operand from cache. The kernel is evaluated three times per
+//! objective+gradient, which costs less than the memory traffic it saves (docs/results.md
+//! "Speed").
 
 use super::{ObjectiveTerms, SparseGp, SparseKind, SparsePosterior};
-use crate::linalg::{Cholesky, JitterPolicy, aat, aat_acc, col_sq_norms, gemm, symmetrize_from_lower};
+use crate::linalg::{Cholesky, JitterPolicy, ata_acc, col_sq_norms, gemm, symmetrize_from_lower};
 use crate::{GpError, Jitter};
 use nalgebra::{DMatrix, DVector};
+use rayon::prelude::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 const LN_2PI: f64 = 1.8378770664093453;
-/// Entries per column block of ∂/∂K_uf (default 2²⁰ ≈ 8 MB: the block stays in L3 between the
-/// GEMM that forms it and the kernel contraction that reads it; 2²² ran the GEMM at 40 GFLOP/s
-/// instead of 58 on this machine).
+/// Entries per block of the passes over K_uf (default 2²⁰ ≈ 8 MB: K_uf's block, evaluated into
+/// a buffer, and ∂/∂K_uf's block stay in cache between the kernel, the GEMM and the contraction;
+/// 2²² ran the GEMM at 40 GFLOP/s instead of 58 on the 2026-11-22 machine).
 static BLOCK_ENTRIES: AtomicUsize = AtomicUsize::new(1 << 20);
 
 /// Change the column-block size (entries) of the blocked passes over K_uf. Results do not
@@ -59,7 +63,6 @@ pub(super) struct Evaluated {
 /// Quantities shared by objective, gradient and posterior.
 struct Terms {
     chol_uu: Cholesky,
-    kuf: DMatrix<f64>,
     /// AAᵀ = L⁻¹ K_uf Λ⁻¹ K_ufᵀ L⁻ᵀ.
     aat: DMatrix<f64>,
     chol_b: Cholesky,
@@ -83,25 +86,43 @@ fn blocks(m: usize, n: usize) -> impl Iterator<Item = (usize, usize)> {
     (0..n).step_by(block).map(move |s| (s, block.min(n - s)))
 }
 
-/// S_w = K diag(w) Kᵀ (M×M); `None` means w = 1. Signed weights are allowed.
-fn gram(kuf: &DMatrix<f64>, w: Option<&DVector<f64>>) -> DMatrix<f64> {
-    let m = kuf.nrows();
-    let Some(w) = w else { return aat(kuf) };
+/// S_w = K_uf diag(w) K_ufᵀ (M×M; `None` means w = 1; signed weights are allowed) and, with
+/// `project`, K_uf·project (M) from the same pass.
+///
+/// Formed as Σ over row blocks of K_fu = K_ufᵀ, each evaluated into one block buffer
+/// ([`crate::features::InducingFeatures::kfu_into`]): with the summed index contiguous, faer runs
+/// the product 1.3–1.5× faster than A Aᵀ on a stored M×N K_uf.
+fn gram(
+    gp: &SparseGp,
+    w: Option<&DVector<f64>>,
+    project: Option<&DVector<f64>>,
+) -> (DMatrix<f64>, Option<DVector<f64>>) {
+    let (x, z, kernel, features) = (gp.x(), gp.z(), gp.kernel.as_ref(), gp.features());
+    let (m, n) = (z.nrows(), x.nrows());
     let mut s = DMatrix::<f64>::zeros(m, m);
-    let nonneg = w.iter().all(|v| *v >= 0.0);
-    for (i, (start, len)) in blocks(m, kuf.ncols()).enumerate() {
-        let mut kc = kuf.columns(start, len).clone_owned();
-        if nonneg {
-            for (j, mut col) in kc.column_iter_mut().enumerate() {
-                col *= w[start + j].sqrt();
+    let mut proj = project.map(|_| DVector::<f64>::zeros(m));
+    let nonneg = w.is_none_or(|w| w.iter().all(|v| *v >= 0.0));
+    let mut kb = DMatrix::<f64>::zeros(0, 0);
+    for (i, (start, len)) in blocks(m, n).enumerate() {
+        features.kfu_into(kernel, z, x.rows(start, len), &mut kb);
+        if let (Some(acc), Some(y)) = (&mut proj, project) {
+            acc.gemv_tr(1.0, &kb, &y.rows(start, len), 1.0);
+        }
+        match w {
+            None => ata_acc(kb.as_view(), &mut s, 1.0, i > 0),
+            Some(w) if nonneg => {
+                for (j, mut row) in kb.row_iter_mut().enumerate() {
+                    row *= w[start + j].sqrt();
+                }
+                ata_acc(kb.as_view(), &mut s, 1.0, i > 0);
             }
-            aat_acc(kc.as_view(), &mut s, 1.0, i > 0);
-        } else {
-            let orig = kuf.columns(start, len);
-            for (j, mut col) in kc.column_iter_mut().enumerate() {
-                col *= w[start + j];
+            Some(w) => {
+                let orig = kb.clone();
+                for (j, mut row) in kb.row_iter_mut().enumerate() {
+                    row *= w[start + j];
+                }
+                gemm(&mut s, 1.0, kb.as_view(), true, orig.as_view(), false, i > 0);
             }
-            gemm(&mut s, 1.0, kc.as_view(), false, orig, true, i > 0);
         }
     }
     if nonneg {
@@ -109,7 +130,7 @@ fn gram(kuf: &DMatrix<f64>, w: Option<&DVector<f64>>) -> DMatrix<f64> {
     } else {
         s = (&s + s.transpose()) * 0.5;
     }
-    s
+    (s, proj)
 }
 
 /// L⁻¹ S L⁻ᵀ for symmetric S.
@@ -130,32 +151,36 @@ fn sandwich(chol: &Cholesky, x: &DMatrix<f64>) -> DMatrix<f64> {
     (&t + t.transpose()) * 0.5
 }
 
-/// Per column n of K_uf: ‖L⁻¹k_n‖² and, with `lb`, ‖L_B⁻¹L⁻¹k_n‖².
-fn column_norms(chol_uu: &Cholesky, lb: Option<&Cholesky>, kuf: &DMatrix<f64>) -> DVector<f64> {
-    let mut out = DVector::<f64>::zeros(kuf.ncols());
-    for (start, len) in blocks(kuf.nrows(), kuf.ncols()) {
-        let mut v = kuf.columns(start, len).clone_owned();
-        chol_uu.solve_l_in_place(&mut v);
-        if let Some(lb) = lb {
-            lb.solve_l_in_place(&mut v);
-        }
-        out.rows_mut(start, len).copy_from(&col_sq_norms(&v));
+/// K_uf's column block [start, start + len) into `out`.
+fn kuf_block(gp: &SparseGp, start: usize, len: usize, out: &mut DMatrix<f64>) {
+    gp.features().kuf_into(gp.kernel.as_ref(), gp.z(), gp.x().rows(start, len), out);
+}
+
+/// Per column n of the block `kb` of K_uf: ‖L⁻¹k_n‖² and, with `lb`, ‖L_B⁻¹L⁻¹k_n‖²
+/// (overwrites `kb`).
+fn column_norms(chol_uu: &Cholesky, lb: Option<&Cholesky>, kb: &mut DMatrix<f64>) -> DVector<f64> {
+    chol_uu.solve_l_in_place(kb);
+    if let Some(lb) = lb {
+        lb.solve_l_in_place(kb);
     }
-    out
+    col_sq_norms(kb)
 }
 
 fn terms(gp: &SparseGp) -> Result<Terms, GpError> {
     let (x, z, kernel, features) = (gp.x(), gp.z(), gp.kernel.as_ref(), gp.features());
     let n = x.nrows();
     let chol_uu = Cholesky::factor(features.kuu(kernel, z), "K_uu", gp.jitter)?;
-    let mut kuf = gp.workspace.take();
-    features.kuf_into(kernel, z, x.as_view(), &mut kuf);
     let knn = kernel.diag(x.as_view());
     let base = gp.noise.diagonal(n).expect("sparse models use diagonal noise");
     let (lambda, qnn) = match gp.kind {
         SparseKind::Vfe | SparseKind::Dtc => (base, None),
         SparseKind::Fitc => {
-            let q = column_norms(&chol_uu, None, &kuf);
+            let mut q = DVector::<f64>::zeros(n);
+            let mut kb = DMatrix::<f64>::zeros(0, 0);
+            for (start, len) in blocks(z.nrows(), n) {
+                kuf_block(gp, start, len, &mut kb);
+                q.rows_mut(start, len).copy_from(&column_norms(&chol_uu, None, &mut kb));
+            }
             (DVector::from_fn(n, |i, _| knn[i] - q[i] + base[i]), Some(q))
         }
     };
@@ -163,19 +188,21 @@ fn terms(gp: &SparseGp) -> Result<Terms, GpError> {
         return Err(GpError::invalid(format!("effective noise of row {i} is {} (must be > 0)", lambda[i])));
     }
     let homo = lambda.iter().all(|l| *l == lambda[0]);
-    let (s1, s0) = if homo {
-        let s0 = gram(&kuf, None);
-        (&s0 / lambda[0], Some(s0))
+    let y_over = gp.y().component_div(&lambda);
+    let (s1, s0, kuf_y) = if homo {
+        let (s0, kuf_y) = gram(gp, None, Some(&y_over));
+        (&s0 / lambda[0], Some(s0), kuf_y)
     } else {
-        (gram(&kuf, Some(&lambda.map(|l| 1.0 / l))), None)
+        let (s1, kuf_y) = gram(gp, Some(&lambda.map(|l| 1.0 / l)), Some(&y_over));
+        (s1, None, kuf_y)
     };
+    let kuf_y = kuf_y.expect("gram projects when asked");
     let aat = inner(&chol_uu, &s1);
     let m = z.nrows();
     let chol_b = Cholesky::factor(&aat + DMatrix::<f64>::identity(m, m), "B = I + AAᵀ", JitterPolicy::IF_NEEDED)?;
-    let y_over = gp.y().component_div(&lambda);
-    let c = chol_b.solve_l_vec(&chol_uu.solve_l_vec(&(&kuf * &y_over)));
+    let c = chol_b.solve_l_vec(&chol_uu.solve_l_vec(&kuf_y));
     let quad_y = gp.y().dot(&y_over);
-    Ok(Terms { chol_uu, kuf, aat, chol_b, c, lambda, homo, s0, knn, qnn, quad_y })
+    Ok(Terms { chol_uu, aat, chol_b, c, lambda, homo, s0, knn, qnn, quad_y })
 }
 
 /// log N(y | 0, Q + Λ) and, for VFE, minus the trace term.
@@ -212,16 +239,15 @@ fn parts(gp: &SparseGp, t: &Terms) -> ObjectiveTerms {
 pub(super) fn objective_terms(gp: &SparseGp) -> Result<ObjectiveTerms, GpError> {
     let t = terms(gp)?;
     let parts = parts(gp, &t);
-    gp.workspace.give_back(t.kuf);
     Ok(parts)
 }
 
 /// tr(K_ff − Q_ff) = Σ k_nn − tr(L⁻¹ K_uf K_ufᵀ L⁻ᵀ).
-fn trace_k_minus_q(t: &Terms) -> f64 {
+fn trace_k_minus_q(gp: &SparseGp, t: &Terms) -> f64 {
     let sum_q = match (&t.qnn, &t.s0) {
         (Some(q), _) => q.sum(),
         (None, Some(s0)) => inner(&t.chol_uu, s0).trace(),
-        (None, None) => inner(&t.chol_uu, &gram(&t.kuf, None)).trace(),
+        (None, None) => inner(&t.chol_uu, &gram(gp, None, None).0).trace(),
     };
     t.knn.sum() - sum_q
 }
@@ -231,83 +257,32 @@ pub(super) fn evaluate(gp: &SparseGp, with_grad: bool) -> Result<Evaluated, GpEr
     let value = value(gp, &t);
     let jitter = t.chol_uu.jitter();
     let grad = if with_grad { Some(gradients(gp, &t)) } else { None };
-    gp.workspace.give_back(t.kuf);
     Ok(Evaluated { value, jitter, grad })
 }
 
 pub(super) fn trace_only(gp: &SparseGp) -> Result<f64, GpError> {
     let t = terms(gp)?;
-    let trace = trace_k_minus_q(&t);
-    gp.workspace.give_back(t.kuf);
+    let trace = trace_k_minus_q(gp, &t);
     Ok(trace)
 }
 
 pub(super) fn posterior(gp: &SparseGp) -> Result<SparsePosterior, GpError> {
     let t = terms(gp)?;
     let value = value(gp, &t);
-    let trace = trace_k_minus_q(&t);
-    gp.workspace.give_back(t.kuf);
+    let trace = trace_k_minus_q(gp, &t);
     Ok(SparsePosterior::new(gp, t.chol_uu, t.chol_b, t.c, value, trace))
 }
 
 fn gradients(gp: &SparseGp, t: &Terms) -> Gradients {
     let (x, z, kernel, features) = (gp.x(), gp.z(), gp.kernel.as_ref(), gp.features());
-    let (m, n) = (t.kuf.nrows(), t.kuf.ncols());
+    let (m, n) = (z.nrows(), x.nrows());
     let kind = gp.kind;
 
-    // w_u = L_B⁻ᵀc, r = L⁻ᵀw_u (= K_uu⁻¹K_uf v), v_n = (y_n − (K_ufᵀr)_n)/λ_n.
+    // w_u = L_B⁻ᵀc, r = L⁻ᵀw_u (= K_uu⁻¹K_uf v); per block below, v_n = (y_n − (K_ufᵀr)_n)/λ_n.
     let w_u = t.chol_b.solve_lt_vec(&t.c);
     let r = t.chol_uu.solve_lt_vec(&w_u);
-    let ktr = t.kuf.tr_mul(&r);
-    let v = DVector::from_fn(n, |i, _| (gp.y()[i] - ktr[i]) / t.lambda[i]);
     let b_inv = t.chol_b.inverse();
     let eye = DMatrix::<f64>::identity(m, m);
-
-    // ∂/∂λ_n: per point for FITC, summed otherwise.
-    let (g_lambda_sum, g_lambda) = match kind {
-        SparseKind::Fitc => {
-            let lbn = column_norms(&t.chol_uu, Some(&t.chol_b), &t.kuf);
-            let g = DVector::from_fn(n, |i, _| {
-                let l = t.lambda[i];
-                0.5 * (v[i] * v[i] - (1.0 - lbn[i] / l) / l)
-            });
-            (g.sum(), Some(g))
-        }
-        SparseKind::Vfe | SparseKind::Dtc => {
-            // A Λ⁻¹ Aᵀ = L⁻¹ K_uf Λ⁻² K_ufᵀ L⁻ᵀ.
-            let m2 = if t.homo {
-                &t.aat / t.lambda[0]
-            } else {
-                inner(&t.chol_uu, &gram(&t.kuf, Some(&t.lambda.map(|l| 1.0 / (l * l)))))
-            };
-            let tr_binv_m2 = b_inv.component_mul(&m2).sum();
-            let sum_inv_lambda: f64 = t.lambda.iter().map(|l| 1.0 / l).sum();
-            let mut g = 0.5 * (v.norm_squared() - (sum_inv_lambda - tr_binv_m2));
-            if kind == SparseKind::Vfe {
-                // ½ Σ (k_nn − q_nn)/λ_n², with Σ q_nn/λ_n² = tr(AΛ⁻¹Aᵀ).
-                let k_over: f64 = t.knn.iter().zip(&t.lambda).map(|(k, l)| k / (l * l)).sum();
-                g += 0.5 * (k_over - m2.trace());
-            }
-            (g, None)
-        }
-    };
-
-    // ∂/∂K_uu.
-    let mut g_uu = &r * r.transpose() * -0.5 + sandwich(&t.chol_uu, &(&eye - &b_inv)) * 0.5;
-    match kind {
-        SparseKind::Vfe => g_uu -= sandwich(&t.chol_uu, &t.aat) * 0.5,
-        SparseKind::Dtc => {}
-        SparseKind::Fitc => {
-            let gl = g_lambda.as_ref().unwrap();
-            g_uu += sandwich(&t.chol_uu, &inner(&t.chol_uu, &gram(&t.kuf, Some(gl))));
-        }
-    }
-    // Jitter ε = rel·mean(diag K_uu): ∂ε/∂K_uu,ii = rel/M.
-    let rel = t.chol_uu.jitter().relative;
-    let shift = rel * g_uu.trace() / m as f64;
-    for i in 0..m {
-        g_uu[(i, i)] += shift;
-    }
 
     // ∂/∂K_uf = r vᵀ + P K_uf Λ⁻¹ [+ P₂ K_uf diag(g_λ)], in column blocks.
     let p = match kind {
@@ -333,40 +308,93 @@ fn gradients(gp: &SparseGp, t: &Terms) -> Gradients {
             }
         }
     };
-    // One block buffer for all full-width blocks (a fresh M×block allocation per block cost
-    // page faults and a memset each time); the GEMM overwrites it.
-    let full = blocks(m, n).next().map_or(0, |(_, len)| len);
-    let mut g_full = DMatrix::<f64>::zeros(m, full);
-    for (start, len) in blocks(m, n) {
-        let kc = t.kuf.columns(start, len);
-        // P K_uf Λ⁻¹ = (P K_uf) Λ⁻¹: multiply, then scale the columns.
-        let mut g_last;
-        let g = if len == full {
-            &mut g_full
-        } else {
-            g_last = DMatrix::<f64>::zeros(m, len);
-            &mut g_last
-        };
-        gemm(g, 1.0, p.as_view(), false, kc, false, false);
-        for (j, mut col) in g.column_iter_mut().enumerate() {
-            col /= t.lambda[start + j];
+    // Σ v_n², and for FITC the per-point ∂/∂λ_n with its Gram K_uf diag(g_λ) K_ufᵀ.
+    let mut v_sq = 0.0;
+    let fitc = kind == SparseKind::Fitc;
+    let mut g_lambda = DVector::<f64>::zeros(if fitc { n } else { 0 });
+    let mut s_gl = DMatrix::<f64>::zeros(if fitc { m } else { 0 }, if fitc { m } else { 0 });
+    // One buffer each for K_uf's block and ∂/∂K_uf's block (a fresh M×block allocation per
+    // block cost page faults and a memset each time); the kernel and the GEMM overwrite them.
+    let (mut kb, mut g) = (DMatrix::<f64>::zeros(0, 0), DMatrix::<f64>::zeros(0, 0));
+    for (i, (start, len)) in blocks(m, n).enumerate() {
+        kuf_block(gp, start, len, &mut kb);
+        let lam = t.lambda.rows(start, len);
+        if g.shape() != (m, len) {
+            g = DMatrix::zeros(m, len);
         }
-        if let (Some(p2), Some(gl)) = (&p2, &g_lambda) {
-            let mut s2 = kc.clone_owned();
+        gemm(&mut g, 1.0, p.as_view(), false, kb.as_view(), false, false);
+        // Column j, in one parallel pass over the cache-resident block:
+        // v_j = (y_j − k_jᵀr)/λ_j, then ∂/∂K_uf column = (P K_uf)_j / λ_j + r v_j.
+        let mut v = DVector::<f64>::zeros(len);
+        let (y, rs) = (gp.y().rows(start, len), r.as_slice());
+        g.as_mut_slice()
+            .par_chunks_mut(m)
+            .zip(kb.as_slice().par_chunks(m))
+            .zip(v.as_mut_slice().par_iter_mut())
+            .enumerate()
+            .for_each(|(j, ((gc, kc), vj))| {
+                let ktr: f64 = kc.iter().zip(rs).map(|(k, r)| k * r).sum();
+                *vj = (y[j] - ktr) / lam[j];
+                let (inv, vv) = (1.0 / lam[j], *vj);
+                for (gi, ri) in gc.iter_mut().zip(rs) {
+                    *gi = *gi * inv + ri * vv;
+                }
+            });
+        v_sq += v.norm_squared();
+        if let Some(p2) = &p2 {
+            let lbn = column_norms(&t.chol_uu, Some(&t.chol_b), &mut kb.clone());
+            let gl = DVector::from_fn(len, |j, _| 0.5 * (v[j] * v[j] - (1.0 - lbn[j] / lam[j]) / lam[j]));
+            g_lambda.rows_mut(start, len).copy_from(&gl);
+            let mut s2 = kb.clone();
             for (j, mut col) in s2.column_iter_mut().enumerate() {
-                col *= gl[start + j];
+                col *= gl[j];
             }
-            gemm(g, 1.0, p2.as_view(), false, s2.as_view(), false, true);
+            gemm(&mut s_gl, 1.0, s2.as_view(), false, kb.as_view(), true, i > 0);
+            gemm(&mut g, 1.0, p2.as_view(), false, s2.as_view(), false, true);
         }
-        g.ger(1.0, &r, &v.rows(start, len), 1.0);
-        add(features.vjp_kuf(kernel, z, x.rows(start, len), kc, g.as_view(), want_z));
+        add(features.vjp_kuf(kernel, z, x.rows(start, len), kb.as_view(), g.as_view(), want_z));
+    }
+
+    // ∂/∂λ_n summed (the noise variance's gradient).
+    let g_lambda_sum = if fitc {
+        g_lambda.sum()
+    } else {
+        // A Λ⁻¹ Aᵀ = L⁻¹ K_uf Λ⁻² K_ufᵀ L⁻ᵀ.
+        let m2 = if t.homo {
+            &t.aat / t.lambda[0]
+        } else {
+            inner(&t.chol_uu, &gram(gp, Some(&t.lambda.map(|l| 1.0 / (l * l))), None).0)
+        };
+        let tr_binv_m2 = b_inv.component_mul(&m2).sum();
+        let sum_inv_lambda: f64 = t.lambda.iter().map(|l| 1.0 / l).sum();
+        let mut g = 0.5 * (v_sq - (sum_inv_lambda - tr_binv_m2));
+        if kind == SparseKind::Vfe {
+            // ½ Σ (k_nn − q_nn)/λ_n², with Σ q_nn/λ_n² = tr(AΛ⁻¹Aᵀ).
+            let k_over: f64 = t.knn.iter().zip(&t.lambda).map(|(k, l)| k / (l * l)).sum();
+            g += 0.5 * (k_over - m2.trace());
+        }
+        g
+    };
+
+    // ∂/∂K_uu.
+    let mut g_uu = &r * r.transpose() * -0.5 + sandwich(&t.chol_uu, &(&eye - &b_inv)) * 0.5;
+    match kind {
+        SparseKind::Vfe => g_uu -= sandwich(&t.chol_uu, &t.aat) * 0.5,
+        SparseKind::Dtc => {}
+        SparseKind::Fitc => g_uu += sandwich(&t.chol_uu, &inner(&t.chol_uu, &((&s_gl + s_gl.transpose()) * 0.5))),
+    }
+    // Jitter ε = rel·mean(diag K_uu): ∂ε/∂K_uu,ii = rel/M.
+    let rel = t.chol_uu.jitter().relative;
+    let shift = rel * g_uu.trace() / m as f64;
+    for i in 0..m {
+        g_uu[(i, i)] += shift;
     }
     add(features.vjp_kuu(kernel, z, g_uu.as_view(), want_z));
 
     // ∂/∂k_nn.
     let g_knn: Option<DVector<f64>> = match kind {
         SparseKind::Vfe => Some(t.lambda.map(|l| -0.5 / l)),
-        SparseKind::Fitc => g_lambda.clone(),
+        SparseKind::Fitc => Some(g_lambda),
         SparseKind::Dtc => None,
     };
     if let Some(gk) = g_knn {

@@ -90,40 +90,6 @@ pub struct SparseGp {
     pub optimize_kernel: bool,
     /// Jitter ladder for K_uu (default: always 1e-6·mean diag, ×10 up to 5 tries).
     pub jitter: crate::JitterPolicy,
-    /// Storage for K_uf reused across evaluations (see [`KufWorkspace`]).
-    workspace: KufWorkspace,
-}
-
-/// The M×N K_uf buffer, kept between objective evaluations so that an optimiser step does
-/// not page-fault a fresh M×N allocation (0.2 s for 400 MB on this machine; a third of the
-/// non-GEMM time of a VFE step at N = 1e5, M = 500). Explicit, faer-style: the buffer holds no
-/// state that results depend on (every entry is overwritten), clones start empty, and
-/// [`SparseGp::release_workspace`] frees it (training does so when it ends).
-#[derive(Debug, Default)]
-pub(crate) struct KufWorkspace(std::sync::Mutex<Option<DMatrix<f64>>>);
-
-impl Clone for KufWorkspace {
-    fn clone(&self) -> Self {
-        Self::default()
-    }
-}
-
-impl KufWorkspace {
-    /// The buffer (empty if none is held; another thread evaluating the same model at the
-    /// same time simply gets its own).
-    pub(crate) fn take(&self) -> DMatrix<f64> {
-        self.0.try_lock().ok().and_then(|mut g| g.take()).unwrap_or_else(|| DMatrix::zeros(0, 0))
-    }
-    pub(crate) fn give_back(&self, m: DMatrix<f64>) {
-        if let Ok(mut g) = self.0.try_lock() {
-            *g = Some(m);
-        }
-    }
-    fn clear(&self) {
-        if let Ok(mut g) = self.0.lock() {
-            *g = None;
-        }
-    }
 }
 
 impl SparseGp {
@@ -156,7 +122,6 @@ impl SparseGp {
             optimize_inducing: false,
             optimize_kernel: true,
             jitter: crate::JitterPolicy::ALWAYS,
-            workspace: KufWorkspace::default(),
         })
     }
 
@@ -182,12 +147,6 @@ impl SparseGp {
     }
     pub fn z(&self) -> &DMatrix<f64> {
         &self.z
-    }
-
-    /// Free the K_uf buffer kept between evaluations (M×N f64). Training calls this when
-    /// it ends; the next evaluation allocates a new one.
-    pub fn release_workspace(&self) {
-        self.workspace.clear();
     }
 
     /// Replace the inducing inputs. Multiscale features keep their widths if Z keeps its
