@@ -101,3 +101,27 @@ fn k_into_matches_k() {
         }
     }
 }
+
+/// The blocked passes give the same bits on 1, 2 and 3 threads, at a size where the Gram
+/// product, the GEMM and the per-column pass all run in parallel (M²·block ≥ 10⁸ flops).
+#[test]
+fn evaluations_do_not_depend_on_the_thread_count() {
+    let _guard = BLOCK_SIZE.lock().unwrap_or_else(|e| e.into_inner());
+    let (x, y) = problem(20_000, 2, 8);
+    let z = random_rows(200, 2, 9);
+    for kind in [SparseKind::Vfe, SparseKind::Fitc] {
+        let mut gp =
+            SparseGp::new(kind, se_ard(2), NoiseModel::homoscedastic(0.1), x.clone(), y.clone(), z.clone()).unwrap();
+        gp.optimize_inducing = true;
+        let on = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            pool.install(|| gp.evaluate().unwrap())
+        };
+        let one = on(1);
+        for threads in [2, 3] {
+            let other = on(threads);
+            assert_eq!(one.value.to_bits(), other.value.to_bits(), "{kind:?} on {threads} threads");
+            assert_eq!(one.grad, other.grad, "{kind:?} on {threads} threads");
+        }
+    }
+}
