@@ -47,84 +47,54 @@ fn sq_dist(x1: &Rows, rows: &Range<usize>, x2: &DMatrixView<'_, f64>, j: usize, 
     }
 }
 
-/// One slice of a column of K: s²·f(r²) for the rows `rows` against x2's row j.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn k_slice_body<P: Profile>(
-    prof: P,
-    x1: &Rows,
-    rows: &Range<usize>,
-    x2: &DMatrixView<'_, f64>,
-    j: usize,
-    inv: &[f64],
+/// The inputs of K's column slices that stay fixed through one evaluation.
+struct SliceInputs<'a> {
+    x1: &'a Rows,
+    x2: &'a DMatrixView<'a, f64>,
+    /// 1/ℓ_d.
+    inv: &'a [f64],
+    /// The variance s².
     s2: f64,
-    out: &mut [f64],
-) {
-    sq_dist(x1, rows, x2, j, inv, out);
+}
+
+/// One slice of a column of K: s²·f(r²) for the rows `rows` of x1 against x2's row j.
+#[inline(always)]
+fn k_slice_body<P: Profile>(prof: P, a: &SliceInputs<'_>, rows: &Range<usize>, j: usize, out: &mut [f64]) {
+    sq_dist(a.x1, rows, a.x2, j, a.inv, out);
     prof.f_slice(out);
-    out.iter_mut().for_each(|v| *v *= s2);
+    out.iter_mut().for_each(|v| *v *= a.s2);
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2")]
-#[allow(clippy::too_many_arguments)]
-fn k_slice_avx512<P: Profile>(
-    prof: P,
-    x1: &Rows,
-    rows: &Range<usize>,
-    x2: &DMatrixView<'_, f64>,
-    j: usize,
-    inv: &[f64],
-    s2: f64,
-    out: &mut [f64],
-) {
-    k_slice_body(prof, x1, rows, x2, j, inv, s2, out)
+fn k_slice_avx512<P: Profile>(prof: P, a: &SliceInputs<'_>, rows: &Range<usize>, j: usize, out: &mut [f64]) {
+    k_slice_body(prof, a, rows, j, out)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-#[allow(clippy::too_many_arguments)]
-fn k_slice_avx2<P: Profile>(
-    prof: P,
-    x1: &Rows,
-    rows: &Range<usize>,
-    x2: &DMatrixView<'_, f64>,
-    j: usize,
-    inv: &[f64],
-    s2: f64,
-    out: &mut [f64],
-) {
-    k_slice_body(prof, x1, rows, x2, j, inv, s2, out)
+fn k_slice_avx2<P: Profile>(prof: P, a: &SliceInputs<'_>, rows: &Range<usize>, j: usize, out: &mut [f64]) {
+    k_slice_body(prof, a, rows, j, out)
 }
 
 /// [`k_slice_body`] compiled also for AVX2 and AVX-512 and picked at run time. Rust never
-/// contracts a·b + c into an FMA on its own (and FMA is not enabled here), so every path performs
-/// the same IEEE operations and gives the same bits; the element-wise loops just run 4 or 8
-/// lanes wide instead of SSE2's 2.
-#[allow(clippy::too_many_arguments)]
-fn k_slice<P: Profile>(
-    prof: P,
-    x1: &Rows,
-    rows: &Range<usize>,
-    x2: &DMatrixView<'_, f64>,
-    j: usize,
-    inv: &[f64],
-    s2: f64,
-    out: &mut [f64],
-) {
+/// contracts a·b + c into an FMA (LLVM fuses only under fast-math flags, which Rust does not
+/// emit), so every path performs the same IEEE operations and gives the same bits; the
+/// element-wise loops just run 4 or 8 lanes wide instead of SSE2's 2.
+fn k_slice<P: Profile>(prof: P, a: &SliceInputs<'_>, rows: &Range<usize>, j: usize, out: &mut [f64]) {
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx512f") {
         // SAFETY: the CPU supports the features the function was compiled for.
-        unsafe { k_slice_avx512(prof, x1, rows, x2, j, inv, s2, out) };
+        unsafe { k_slice_avx512(prof, a, rows, j, out) };
         return;
     }
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx2") {
         // SAFETY: as above.
-        unsafe { k_slice_avx2(prof, x1, rows, x2, j, inv, s2, out) };
+        unsafe { k_slice_avx2(prof, a, rows, j, out) };
         return;
     }
-    k_slice_body(prof, x1, rows, x2, j, inv, s2, out)
+    k_slice_body(prof, a, rows, j, out)
 }
 
 /// Partial vjp sums of one column block.
@@ -222,10 +192,11 @@ impl Stationary {
     ) {
         let d = check_inputs(kind, self.input_dim(), &x1, &x2);
         let inv = self.inv_lengthscales(d);
-        let (x1r, n1, s2) = (Rows::new(&x1), x1.nrows(), self.variance);
+        let (x1r, n1) = (Rows::new(&x1), x1.nrows());
         if k.shape() != (n1, x2.nrows()) {
             *k = DMatrix::from_vec(n1, x2.nrows(), vec![0.0; n1 * x2.nrows()]);
         }
+        let inputs = SliceInputs { x1: &x1r, x2: &x2, inv: &inv, s2: self.variance };
         // K(X, X): evaluate the lower triangle (i ≥ j) and mirror it. (x_i − x_j)² and
         // (x_j − x_i)² are the same number, so this is bit-identical to the full evaluation.
         let sym = same_view(&x1, &x2);
@@ -237,7 +208,7 @@ impl Stationary {
                         continue;
                     }
                     let rows = start..rows.end;
-                    k_slice(prof, &x1r, &rows, &x2, j, &inv, s2, &mut col[rows.clone()]);
+                    k_slice(prof, &inputs, &rows, j, &mut col[rows.clone()]);
                 }
             }
         });
@@ -434,26 +405,20 @@ mod tests {
     fn every_k_slice_path_is_bit_identical() {
         let x1 = DMatrix::from_fn(701, 3, |i, d| ((i * 37 + d * 11) % 97) as f64 * 0.043 - 2.1);
         let x2 = DMatrix::from_fn(5, 3, |i, d| ((i * 13 + d * 7) % 17) as f64 * 0.21 - 1.7);
-        let (x1r, x2v, inv, rows) = (Rows::new(&x1.as_view()), x2.as_view(), [1.3, 0.7, 2.2], 3..700);
-        fn run<P: Profile>(
-            p: P,
-            path: usize,
-            x1r: &Rows,
-            rows: &Range<usize>,
-            x2: &DMatrixView<'_, f64>,
-            inv: &[f64],
-        ) -> Vec<u64> {
+        let (x1r, x2v, rows) = (Rows::new(&x1.as_view()), x2.as_view(), 3..700);
+        let inputs = SliceInputs { x1: &x1r, x2: &x2v, inv: &[1.3, 0.7, 2.2], s2: 1.7 };
+        fn run<P: Profile>(p: P, path: usize, a: &SliceInputs<'_>, rows: &Range<usize>) -> Vec<u64> {
             let (mut out, mut bits) = (vec![0.0; rows.len()], Vec::new());
-            for j in 0..x2.nrows() {
+            for j in 0..a.x2.nrows() {
                 match path {
-                    0 => k_slice_body(p, x1r, rows, x2, j, inv, 1.7, &mut out),
-                    1 => k_slice(p, x1r, rows, x2, j, inv, 1.7, &mut out),
+                    0 => k_slice_body(p, a, rows, j, &mut out),
+                    1 => k_slice(p, a, rows, j, &mut out),
                     #[cfg(target_arch = "x86_64")]
                     // SAFETY: called only when the features were detected.
-                    2 => unsafe { k_slice_avx2(p, x1r, rows, x2, j, inv, 1.7, &mut out) },
+                    2 => unsafe { k_slice_avx2(p, a, rows, j, &mut out) },
                     #[cfg(target_arch = "x86_64")]
                     // SAFETY: as above.
-                    3 => unsafe { k_slice_avx512(p, x1r, rows, x2, j, inv, 1.7, &mut out) },
+                    3 => unsafe { k_slice_avx512(p, a, rows, j, &mut out) },
                     _ => unreachable!(),
                 }
                 bits.extend(out.iter().map(|v| v.to_bits()));
@@ -471,16 +436,8 @@ mod tests {
             }
         }
         for path in paths {
-            assert_eq!(
-                run(Vectorised, path, &x1r, &rows, &x2v, &inv),
-                run(Vectorised, 0, &x1r, &rows, &x2v, &inv),
-                "path {path}"
-            );
-            assert_eq!(
-                run(Scalar, path, &x1r, &rows, &x2v, &inv),
-                run(Scalar, 0, &x1r, &rows, &x2v, &inv),
-                "path {path}"
-            );
+            assert_eq!(run(Vectorised, path, &inputs, &rows), run(Vectorised, 0, &inputs, &rows), "path {path}");
+            assert_eq!(run(Scalar, path, &inputs, &rows), run(Scalar, 0, &inputs, &rows), "path {path}");
         }
     }
 }
