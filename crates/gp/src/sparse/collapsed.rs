@@ -22,9 +22,9 @@
 //! in column blocks and contracted with the kernel at once. K_uf is never stored: each pass
 //! evaluates its column block (or, for the Gram products, its K_fu = K_ufᵀ row block) into a
 //! cache-resident buffer, so memory is O(M² + M·block + N) rather than O(MN), and the two
-//! O(NM²) products read their operand from cache. The kernel is evaluated three times per
-//! objective+gradient, which costs less than the memory traffic it saves (docs/results.md
-//! "Speed").
+//! O(NM²) products read their operand from cache. The kernel is evaluated twice per
+//! objective+gradient (three times for FITC and for heteroscedastic noise), which costs less than
+//! the memory traffic it saves (docs/results.md "Speed").
 
 use super::{ObjectiveTerms, SparseGp, SparseKind, SparsePosterior};
 use crate::linalg::{Cholesky, JitterPolicy, ata_acc, col_sq_norms, gemm, symmetrize_from_lower};
@@ -283,10 +283,12 @@ fn gradients(gp: &SparseGp, t: &Terms) -> Gradients {
     let r = t.chol_uu.solve_lt_vec(&w_u);
     let b_inv = t.chol_b.inverse();
     let eye = DMatrix::<f64>::identity(m, m);
+    // L⁻ᵀ(I − B⁻¹)L⁻¹: VFE's P and a term of ∂/∂K_uu.
+    let s_ib = sandwich(&t.chol_uu, &(&eye - &b_inv));
 
     // ∂/∂K_uf = r vᵀ + P K_uf Λ⁻¹ [+ P₂ K_uf diag(g_λ)], in column blocks.
     let p = match kind {
-        SparseKind::Vfe => sandwich(&t.chol_uu, &(&eye - &b_inv)),
+        SparseKind::Vfe => s_ib.clone(),
         SparseKind::Dtc | SparseKind::Fitc => -sandwich(&t.chol_uu, &b_inv),
     };
     let p2 = (kind == SparseKind::Fitc).then(|| sandwich(&t.chol_uu, &eye) * -2.0);
@@ -377,7 +379,7 @@ fn gradients(gp: &SparseGp, t: &Terms) -> Gradients {
     };
 
     // ∂/∂K_uu.
-    let mut g_uu = &r * r.transpose() * -0.5 + sandwich(&t.chol_uu, &(&eye - &b_inv)) * 0.5;
+    let mut g_uu = &r * r.transpose() * -0.5 + s_ib * 0.5;
     match kind {
         SparseKind::Vfe => g_uu -= sandwich(&t.chol_uu, &t.aat) * 0.5,
         SparseKind::Dtc => {}
