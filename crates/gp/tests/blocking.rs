@@ -11,6 +11,20 @@ use nalgebra::DVector;
 /// that evaluates a sparse model holds this lock, so none sees another's block size mid-way.
 static BLOCK_SIZE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// A sparse model with an ARD SE kernel whose inducing inputs are learned (so every gradient
+/// pass also forms ∂/∂Z).
+fn model(
+    kind: SparseKind,
+    noise: NoiseModel,
+    x: &nalgebra::DMatrix<f64>,
+    y: &DVector<f64>,
+    z: &nalgebra::DMatrix<f64>,
+) -> SparseGp {
+    let mut gp = SparseGp::new(kind, se_ard(x.ncols()), noise, x.clone(), y.clone(), z.clone()).unwrap();
+    gp.optimize_inducing = true;
+    gp
+}
+
 #[test]
 fn block_size_does_not_change_results() {
     let _guard = BLOCK_SIZE.lock().unwrap_or_else(|e| e.into_inner());
@@ -22,8 +36,7 @@ fn block_size_does_not_change_results() {
             NoiseModel::homoscedastic(0.1),
             NoiseModel::PerPoint { sigma2: NoiseVariance::new(0.05), extra: extra.clone() },
         ] {
-            let mut gp = SparseGp::new(kind, se_ard(2), noise, x.clone(), y.clone(), z.clone()).unwrap();
-            gp.optimize_inducing = true;
+            let gp = model(kind, noise, &x, &y, &z);
             set_block_entries(1 << 22);
             let one = gp.evaluate().unwrap();
             let trace_one = gp.trace_k_minus_q().unwrap();
@@ -49,16 +62,11 @@ fn evaluations_depend_only_on_the_model() {
     let z = random_rows(11, 3, 5);
     for kind in [SparseKind::Vfe, SparseKind::Fitc] {
         let fresh = |p: &[f64], z: &nalgebra::DMatrix<f64>| {
-            let mut gp =
-                SparseGp::new(kind, se_ard(3), NoiseModel::homoscedastic(0.1), x.clone(), y.clone(), z.clone())
-                    .unwrap();
+            let mut gp = model(kind, NoiseModel::homoscedastic(0.1), &x, &y, z);
             gp.kernel.set_params(p);
-            gp.optimize_inducing = true;
             gp.evaluate().unwrap()
         };
-        let mut gp =
-            SparseGp::new(kind, se_ard(3), NoiseModel::homoscedastic(0.1), x.clone(), y.clone(), z.clone()).unwrap();
-        gp.optimize_inducing = true;
+        let mut gp = model(kind, NoiseModel::homoscedastic(0.1), &x, &y, &z);
         let p0 = gp.kernel.params();
         let first = gp.evaluate().unwrap();
         let again = gp.evaluate().unwrap();
@@ -110,9 +118,7 @@ fn evaluations_do_not_depend_on_the_thread_count() {
     let (x, y) = problem(20_000, 2, 8);
     let z = random_rows(200, 2, 9);
     for kind in [SparseKind::Vfe, SparseKind::Fitc] {
-        let mut gp =
-            SparseGp::new(kind, se_ard(2), NoiseModel::homoscedastic(0.1), x.clone(), y.clone(), z.clone()).unwrap();
-        gp.optimize_inducing = true;
+        let gp = model(kind, NoiseModel::homoscedastic(0.1), &x, &y, &z);
         let on = |threads: usize| {
             let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
             pool.install(|| gp.evaluate().unwrap())
