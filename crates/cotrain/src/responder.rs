@@ -335,6 +335,20 @@ pub struct TurnRecord {
     pub guard: Option<crate::combiner::LooCheck>,
 }
 
+/// Whether the party's own (co-trained or private-only) model is itself what it releases, so
+/// that under calibrated DP it must be fitted to clipped labels: policy per-query (the co-trained
+/// model answers), and release-once of the function-space form with the fitted θ (frozen from the
+/// private-only fit). Under every other setting the release is computed by the separate
+/// label-free release model from a clipped copy of the labels, and the party's own model — what
+/// "alone" measures — never sees a clipped label.
+pub fn own_model_is_released(dp: &DpConfig) -> bool {
+    match dp.policy {
+        ReleasePolicy::PerQuery => true,
+        ReleasePolicy::ReleaseOnce => !matches!(dp.release, ReleaseForm::Finite { .. }) && !dp.theta.is_counted(),
+        ReleasePolicy::Batches => false,
+    }
+}
+
 /// Whether `kind` with `uncertainty` discounts an answer by its noise, as calibrated DP needs.
 ///
 /// Calibrated noise is large (its sd is often comparable to the label range), and only the
@@ -406,7 +420,11 @@ impl Party {
     ) -> Result<Self, CotrainError> {
         dp.validate()?;
         readings.check(&dp)?;
-        if let DpMode::Calibrated { range, .. } = &dp.mode {
+        // The party's own model sees its labels as they are, except where that model is itself
+        // what is released (see [`own_model_is_released`]): then it must fit the clipped labels
+        // the sensitivity assumes. The release model and the θ vote always clip (their own
+        // copy), so under the honest policies "alone" is the same fit in every privacy mode.
+        if let (DpMode::Calibrated { range, .. }, true) = (&dp.mode, own_model_is_released(&dp)) {
             data.y_train = range.clip(&data.y_train);
         }
         let mut model = CoModel::new(
@@ -462,7 +480,7 @@ impl Party {
                 party.seed.map(|s| mix(s, &tag("theta-selection-groups"), 0)),
             );
             party.theta_selection =
-                Some(select_theta(&party.data.x_train, &party.data.y_train, default, mu, &z, &order)?);
+                Some(select_theta(&party.data.x_train, &party.release_labels(), default, mu, &z, &order)?);
         }
         party.rebuild_release()?;
         if party.dp.policy == ReleasePolicy::PerQuery {
@@ -618,6 +636,28 @@ impl Party {
         self.requesters.get(requester).and_then(|r| r.ledger.as_ref())
     }
 
+    /// The labels every release is computed from: clipped to the declared range under
+    /// calibrated DP (the sensitivity assumes it), as they are otherwise. A copy: the party's own
+    /// model keeps the labels as they are ([`Party::with_local_model`]).
+    pub(crate) fn release_labels(&self) -> DVector<f64> {
+        match &self.dp.mode {
+            DpMode::Calibrated { range, .. } => range.clip(&self.data.y_train),
+            _ => self.data.y_train.clone(),
+        }
+    }
+
+    /// How many of this party's labels a release clips to the declared range (0 unless DP is
+    /// calibrated). Label-dependent: shown to the party's own operator (`node check`, `status`
+    /// as the orchestrator, the demo), never to a peer.
+    pub fn labels_clipped(&self) -> usize {
+        match &self.dp.mode {
+            DpMode::Calibrated { range, .. } => {
+                self.data.y_train.iter().filter(|&&y| !(range.lo..=range.hi).contains(&y)).count()
+            }
+            _ => 0,
+        }
+    }
+
     /// The label-free release model: private covariates and clipped labels, with public θ, the
     /// DP-selected θ, or (ThetaPolicy::Fitted, which leaks uncounted) the private fit's θ̂.
     pub(crate) fn build_release_model(&self) -> Result<ReleaseModel, CotrainError> {
@@ -634,7 +674,7 @@ impl Party {
         let inducing = (n > SPARSE_THRESHOLD).then_some(DEFAULT_INDUCING.min(n));
         ReleaseModel::new(
             self.data.x_train.clone(),
-            self.data.y_train.clone(),
+            self.release_labels(),
             kernel,
             noise,
             inducing,

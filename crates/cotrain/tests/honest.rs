@@ -684,3 +684,70 @@ fn a_theta_vote_saved_under_other_privacy_settings_is_refused_at_restore() {
     build(calibrated(0.5)).restore(&build(calibrated(0.5)).state()).unwrap();
     build(off.clone()).restore(&build(off).state()).unwrap();
 }
+
+/// "Alone" is the party's private-only fit on its labels as they are, in every privacy mode of
+/// the honest policies: the clipping the release's sensitivity needs happens on the release's
+/// own copy. Only where the own model *is* the release (per-query) does it fit clipped labels.
+#[test]
+fn alone_is_the_same_fit_in_every_privacy_mode_and_only_the_release_clips() {
+    let mut d = data(1);
+    d.y_train[1] = 5.0;
+    d.y_train[2] = -4.5;
+    let make = |dp: DpConfig| {
+        Party::new(
+            d.clone(),
+            CombinerKind::Noisy,
+            Uncertainty::Marginal,
+            Box::new(SquaredExponential::ard(1.0, vec![1.0, 1.0])),
+            NoiseVariance::new(0.1),
+            dp,
+            Some(5),
+            Default::default(),
+        )
+        .unwrap()
+    };
+    let predict = |p: &mut Party| p.model.predict(&d.x_test, false).unwrap().mean;
+    let mut off = make(DpConfig::off());
+    let mut honest_off = make(DpConfig::honest_protocol_without_dp(5));
+    let mut private = make(honest());
+    let alone = predict(&mut off);
+    for other in [predict(&mut honest_off), predict(&mut private)] {
+        let same = alone.iter().zip(other.iter()).all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same, "the private-only fit moved with the privacy mode: {alone} vs {other}");
+    }
+    assert_eq!((off.labels_clipped(), private.labels_clipped()), (0, 2));
+    // The release is still of the clipped labels: at a huge ε (noise ~1e-6) with no cap and full
+    // rank, the released means are the public-θ posterior on the clipped labels.
+    let mut near_exact = honest();
+    near_exact.mode = dpcotrain_cotrain::responder::DpMode::Calibrated {
+        epsilon: 1e7,
+        delta: 1e-5,
+        mechanism: dpcotrain_privacy::calibrate::Mechanism::Analytic,
+        range: range(),
+        budget_epsilon: 1e7,
+    };
+    near_exact.release = ReleaseForm::Finite { cap: CapRule::None, rank: RankRule::Full };
+    let mut p = make(near_exact);
+    let released = DVector::from_vec(p.answer(&req("r", vec![0, 1, 2], Uncertainty::Marginal)).unwrap().mean);
+    let t = PublicTheta::default();
+    let posterior = |y: DVector<f64>| {
+        let rm = ReleaseModel::new(d.x_train.clone(), y, t.kernel(2), t.noise_variance, None, 0).unwrap();
+        rm.function_posterior(&d.x_pool.rows(0, 3).into_owned(), false).unwrap().0.mean
+    };
+    let (clipped, raw) = (posterior(range().clip(&d.y_train)), posterior(d.y_train.clone()));
+    assert!((&raw - &clipped).amax() > 1e-3, "the test's clipping must matter");
+    let (to_clipped, to_raw) = ((&released - &clipped).amax(), (&released - &raw).amax());
+    assert!(to_clipped < 0.1 * to_raw, "released {released} is not the clipped posterior {clipped} (raw {raw})");
+    // Under per-query the co-trained model answers, so it must fit the clipped labels.
+    let mut per_query = make(DpConfig::calibrated(1.0, 1e-5, 1.0, range(), ReleasePolicy::PerQuery));
+    let pq = predict(&mut per_query);
+    assert!((pq - alone).amax() > 1e-6, "per-query's released model must see the clipped labels");
+    assert!(dpcotrain_cotrain::responder::own_model_is_released(&DpConfig::calibrated(
+        1.0,
+        1e-5,
+        1.0,
+        range(),
+        ReleasePolicy::PerQuery
+    )));
+    assert!(!dpcotrain_cotrain::responder::own_model_is_released(&honest()));
+}
