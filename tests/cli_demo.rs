@@ -31,7 +31,13 @@ fn demo_runs_a_private_federation_and_writes_a_report() {
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     let table = String::from_utf8_lossy(&run.stdout);
     assert!(table.contains("RMSE alone") && table.contains("P1") && table.contains("P2"), "{table}");
-    assert!(table.contains("gain recovered:") && table.contains("of the non-private gain at ε = 1"), "{table}");
+    assert!(table.contains("gain recovered at ε = 1") && table.contains("mean only"), "{table}");
+    // The share of the gain is per party (or "no gain to recover"), never one pooled figure.
+    for p in ["  P1: ", "  P2: "] {
+        let line = table.lines().find(|l| l.starts_with(p)).unwrap_or_else(|| panic!("no share for {p}: {table}"));
+        assert!(line.contains("of its non-private gain") || line.contains("no gain to recover"), "{line}");
+    }
+    assert!(table.contains("labels clipped by the releases"), "{table}");
     // A verdict per party, judged against the paired standard error of the change.
     for p in ["P1: ", "P2: "] {
         let line = table.lines().find(|l| l.starts_with(p)).unwrap_or_else(|| panic!("no verdict for {p}: {table}"));
@@ -66,7 +72,7 @@ fn demo_runs_a_private_federation_and_writes_a_report() {
     assert_eq!(r["dp"], "calibrated");
     assert_eq!(r["policy"], "batches");
     assert_eq!(r["guaranteed"], true);
-    assert!(r["gain_recovered"].as_f64().is_some());
+    assert!(r["gain_recovered"].is_null(), "no pooled share: {}", r["gain_recovered"]);
     let oracle = r["oracle_rmse"].as_f64().unwrap();
     for p in r["parties"].as_array().unwrap() {
         assert_eq!(p["rounds"], 2);
@@ -77,6 +83,15 @@ fn demo_runs_a_private_federation_and_writes_a_report() {
         assert_eq!(spent["releases"], 1, "one batch, one release");
         assert!((spent["epsilon"].as_f64().unwrap() - 1.0).abs() < 1e-6);
         assert!(p["rmse_no_dp"].as_f64().unwrap().is_finite());
+        assert!(p["rmse_no_dp_change_se"].as_f64().unwrap() > 0.0);
+        // The constant baseline (predicting the public mean) beside alone; the clipped count.
+        let y_sd = p["rmse_mean_baseline"].as_f64().unwrap();
+        assert!(y_sd > 0.5 && y_sd < 2.0, "{p}");
+        assert!(p["labels_clipped"].as_u64().is_some(), "{p}");
+        // A share is given only where the no-DP gain is beyond 2 SE, and is then finite.
+        let gain = p["rmse_before"].as_f64().unwrap() - p["rmse_no_dp"].as_f64().unwrap();
+        let beyond = gain > 2.0 * p["rmse_no_dp_change_se"].as_f64().unwrap();
+        assert_eq!(p["gain_recovered"].as_f64().is_some_and(f64::is_finite), beyond, "{p}");
         // The ledger's breakdown names the mechanism; the total over requesters is reported.
         let log = &spent["release_log"][0];
         assert!(log["mechanism"].as_str().unwrap().contains("finite+cap"), "{log}");
@@ -87,6 +102,7 @@ fn demo_runs_a_private_federation_and_writes_a_report() {
     }
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(md.contains("| P1 |") && md.contains("rmse.svg") && md.contains("gain recovered"));
+    assert!(md.contains("predict the public mean"), "{md}");
     let svg = std::fs::read_to_string(out.join("rmse.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("party P1") && !svg.contains("NaN"));
     // Same seed, same numbers (the demo's noise is seeded; nodes restart from scratch).

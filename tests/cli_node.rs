@@ -708,3 +708,18 @@ fn a_node_logs_one_line_per_rpc() {
     assert!(value(r#"dpcotrain_epsilon_spent{requester="B"}"#) > 0.0);
     assert!(labels.iter().all(|v| !metrics.contains(v)), "a label value in the metrics");
 }
+
+/// `node check` tells the party's operator how many of its labels the release clips to the
+/// declared range (its own model fits them as they are): here a narrow range clips most.
+#[test]
+fn node_check_counts_the_labels_the_release_clips() {
+    let (pa, pb) = ports(11);
+    let dir = setup("clip", pa, pb, |t| t.replace("label_range = [-3.0, 3.0]", "label_range = [-0.5, 0.5]"));
+    let out = bin().args(["node", "check", "--config"]).arg(dir.join("party-a.toml")).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (rows, clipped) = (v["labels"]["rows"].as_u64().unwrap(), v["labels"]["clipped_by_release"].as_u64().unwrap());
+    assert!(clipped > 0 && clipped < rows, "{v}");
+    assert!(err.contains(&format!("{clipped} of {rows} training labels lie outside privacy.label_range")), "{err}");
+}

@@ -20,7 +20,7 @@ use dpcotrain_cotrain::baseline::yu_oracle;
 use dpcotrain_cotrain::ccpp::{CcppConfig, RESPONSE, ccpp, ccpp_pooled};
 use dpcotrain_cotrain::combiner::{AnswerForm, CombinerKind};
 use dpcotrain_cotrain::data::Scenario;
-use dpcotrain_cotrain::driver::{block_on, build_parties, default_kernel, evaluate, run_in_process};
+use dpcotrain_cotrain::driver::{PartyOutcome, block_on, build_parties, default_kernel, evaluate, run_in_process};
 use dpcotrain_cotrain::responder::{DpConfig, Party, ReleasePolicy, THETA_SELECTION_ID};
 use dpcotrain_cotrain::simulate::{SimConfig, simulate};
 use dpcotrain_federation::config::{
@@ -285,24 +285,21 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
     let no_dp = no_dp_reference(&a, &sc, kind, unc)?;
 
     let mut parties = Vec::new();
-    let (mut gain_all, mut got_all) = (0.0, 0.0);
     for (i, st) in statuses.iter().enumerate() {
         let mut p = party_json(st);
+        let n_test = sc.parties[i].x_test.nrows();
+        let reference = &no_dp[i];
         p["queried"] = json!(queried[i]);
-        p["rmse_no_dp"] = json!(no_dp[i]);
+        p["rmse_no_dp"] = json!(reference.after.rmse);
+        p["rmse_no_dp_change_se"] = json!(reference.rmse_change_se);
         let (alone, after) =
             (p["rmse_before"].as_f64().unwrap_or(f64::NAN), p["rmse_after"].as_f64().unwrap_or(f64::NAN));
-        let gain = alone - no_dp[i];
-        p["gain_recovered"] = json!(if gain > 1e-9 { Some((alone - after) / gain) } else { None });
-        let n_test = sc.parties[i].x_test.nrows();
+        p["gain_recovered"] = json!(share_recovered(alone, after, reference.after.rmse, reference.rmse_change_se));
         p["n_test"] = json!(n_test);
-        p["verdict"] = json!(verdict(alone, after, p["rmse_change_se"].as_f64(), n_test));
+        p["verdict"] = json!(verdict(alone, after, p["rmse_change_se"].as_f64(), Some(n_test)));
         p["noise_sd"] = json!(largest_noise_sd(&p));
-        gain_all += gain;
-        got_all += alone - after;
         parties.push(p);
     }
-    let recovered = if gain_all > 1e-9 { Some(got_all / gain_all) } else { None };
     let wall = t0.elapsed().as_secs_f64();
     // A formal guarantee for everything released needs label-free θ: the honest policy.
     let guaranteed = a.dp == PrivacyMode::Calibrated && a.policy() == ReleasePolicy::Batches;
@@ -312,7 +309,7 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
         "policy": a.policy(), "rounds": a.rounds, "seed": a.seed, "n_obs": a.n_obs,
         "guaranteed": guaranteed, "oracle_rmse": oracle, "yu_oracle_rmse": yu, "parties": parties, "refused": refusals,
         "wall_seconds": wall, "federation": fed_dir.display().to_string(),
-        "queries": a.queries, "gain_recovered": recovered,
+        "queries": a.queries,
     });
     write_report(&a, &sc, &report)?;
     // Warnings first: a reader must not take the table for a private result.
@@ -340,9 +337,15 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Each party's test RMSE after the same protocol with DP off (same queries, same reading of
-/// answers): the non-private gain that the private run is measured against.
-fn no_dp_reference(a: &DemoArgs, sc: &Scenario, kind: CombinerKind, unc: Uncertainty) -> anyhow::Result<Vec<f64>> {
+/// Each party's outcome under the same protocol with DP off (same queries, same reading of
+/// answers): the non-private gain that the private run is measured against, with the paired
+/// standard error of that gain.
+fn no_dp_reference(
+    a: &DemoArgs,
+    sc: &Scenario,
+    kind: CombinerKind,
+    unc: Uncertainty,
+) -> anyhow::Result<Vec<PartyOutcome>> {
     let likelihood_ok = kind == CombinerKind::Noisy && unc == Uncertainty::Marginal;
     let (dp, form) = match (a.policy() == ReleasePolicy::Batches, likelihood_ok) {
         (true, true) => (DpConfig::honest_protocol_without_dp(a.queries), AnswerForm::Likelihood),
@@ -354,7 +357,17 @@ fn no_dp_reference(a: &DemoArgs, sc: &Scenario, kind: CombinerKind, unc: Uncerta
         p.lock().map_err(|_| anyhow::anyhow!("lock poisoned"))?.model.set_answer_form(form)?;
     }
     let rep = block_on(run_in_process(&parties, a.rounds as usize))?;
-    Ok(rep.parties.iter().map(|p| p.after.rmse).collect())
+    Ok(rep.parties)
+}
+
+/// A party's share of its non-private gain recovered, (alone − after)/(alone − no-DP), defined
+/// only where the no-DP gain exceeds two paired standard errors (otherwise there is no gain to
+/// recover, and a ratio to a change indistinguishable from zero means nothing; such a ratio can
+/// reach any value). Per party, never pooled: a pooled share hides a party it hurt.
+pub fn share_recovered(alone: f64, after: f64, no_dp: f64, no_dp_se: Option<f64>) -> Option<f64> {
+    let gain = alone - no_dp;
+    let se = no_dp_se.filter(|s| s.is_finite() && *s > 0.0)?;
+    (gain.is_finite() && after.is_finite() && gain > 2.0 * se).then(|| (alone - after) / gain)
 }
 
 /// The centralised oracle — one GP on every column and every party's labels (CCPP; for the
@@ -388,8 +401,9 @@ fn references(a: &DemoArgs, sc: &Scenario, kind: CombinerKind, unc: Uncertainty)
 /// standard errors of the change, paired over the same test points (the node computes it by
 /// the delta method from per-point errors; `Status.rmse_change_se`). A ±0.015 change that is
 /// within that is not a result.
-pub fn verdict(alone: f64, after: f64, se: Option<f64>, n_test: usize) -> String {
+pub fn verdict(alone: f64, after: f64, se: Option<f64>, n_test: Option<usize>) -> String {
     let d = after - alone;
+    let over = n_test.map(|n| format!(" over {n} test points")).unwrap_or_default();
     let Some(se) = se.filter(|s| s.is_finite() && *s > 0.0) else {
         return format!("{alone:.3} → {after:.3} (no standard error available)");
     };
@@ -398,11 +412,11 @@ pub fn verdict(alone: f64, after: f64, se: Option<f64>, n_test: usize) -> String
     }
     let two = 2.0 * se;
     if d < -two {
-        format!("helped: {alone:.3} → {after:.3} (−{:.3}; 2 SE = {two:.3} over {n_test} test points)", -d)
+        format!("helped: {alone:.3} → {after:.3} (−{:.3}; 2 SE = {two:.3}{over})", -d)
     } else if d > two {
-        format!("HURT: {alone:.3} → {after:.3} (+{d:.3}; 2 SE = {two:.3} over {n_test} test points)")
+        format!("HURT: {alone:.3} → {after:.3} (+{d:.3}; 2 SE = {two:.3}{over})")
     } else {
-        format!("no clear change: {d:+.3} is within 2 SE = {two:.3} over {n_test} test points")
+        format!("no clear change: {d:+.3} is within 2 SE = {two:.3}{over}")
     }
 }
 
@@ -458,41 +472,96 @@ fn eps_spent(r: &Value, p: &Value) -> String {
     }
 }
 
-/// "gain recovered: X% of the non-private gain at ε = … (δ = …)", and why when it is small.
-pub fn recovered_line(r: &Value) -> String {
+/// The share of its non-private gain each party recovered (or why there is none to recover),
+/// and why when it is small; one line per party, never a pooled figure.
+pub fn recovered_lines(r: &Value) -> Vec<String> {
     let dp = r["dp"].as_str().unwrap_or("");
     let eps = r["epsilon"].as_f64().unwrap_or(f64::NAN);
     let delta = r["delta"].as_f64().unwrap_or(f64::NAN);
-    match r["gain_recovered"].as_f64() {
-        None => {
-            "no non-private gain to recover: co-training without DP does not beat the private-only models here".into()
-        }
-        Some(x) if dp == "calibrated" => {
-            let mut s =
-                format!("gain recovered: {:.0}% of the non-private gain at ε = {eps} (δ = {delta:e})", 100.0 * x);
-            if x < 0.25 {
-                s += &format!(
-                    "\n  why so little: with {} labelled rows per party one label moves the released means a lot, so the \
-                     noise ε = {eps} needs swamps the answers; more labelled rows per party or a larger ε pay \
-                     (see the frontier in docs/results.md)",
-                    r["n_obs"]
-                );
+    let at = if dp == "calibrated" { format!("at ε = {eps} (δ = {delta:e})") } else { format!("(DP {dp})") };
+    let mut out = vec![format!("gain recovered {at}, per party:")];
+    let mut small = false;
+    for p in r["parties"].as_array().into_iter().flatten() {
+        let name = p["party"].as_str().unwrap_or("?");
+        let alone = p["rmse_before"].as_f64().unwrap_or(f64::NAN);
+        let no_dp = p["rmse_no_dp"].as_f64().unwrap_or(f64::NAN);
+        let se = p["rmse_no_dp_change_se"].as_f64();
+        out.push(match p["gain_recovered"].as_f64() {
+            Some(x) => {
+                small |= x < 0.25;
+                format!("  {name}: {:.0}% of its non-private gain ({alone:.3} alone, {no_dp:.3} without DP)", 100.0 * x)
             }
-            s
-        }
-        Some(x) => format!("gain recovered: {:.0}% of the non-private gain (DP {dp})", 100.0 * x),
+            None => format!(
+                "  {name}: no gain to recover — without DP co-training changes its RMSE by {:+.3}{}",
+                no_dp - alone,
+                se.map(|s| format!(", not beyond 2 SE = {:.3}", 2.0 * s)).unwrap_or_default()
+            ),
+        });
     }
+    if small && dp == "calibrated" {
+        out.push(format!(
+            "  why so little: with {} labelled rows per party one label moves the released means a lot, so the \
+             noise ε = {eps} needs swamps the answers; more labelled rows per party or a larger ε pay \
+             (see the frontier in docs/results.md)",
+            r["n_obs"]
+        ));
+    }
+    out
+}
+
+/// Where a party's model, alone or after co-training, is no better than predicting the public
+/// mean (the constant that needs no label): a gain over a useless model is no gain.
+fn baseline_lines(r: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for p in r["parties"].as_array().into_iter().flatten() {
+        let name = p["party"].as_str().unwrap_or("?");
+        let Some(b) = p["rmse_mean_baseline"].as_f64() else { continue };
+        let alone = p["rmse_before"].as_f64().unwrap_or(f64::NAN);
+        let after = p["rmse_after"].as_f64().unwrap_or(f64::NAN);
+        match (alone >= b, after >= b) {
+            (true, true) => out.push(format!(
+                "{name}: alone ({alone:.3}) and after co-training ({after:.3}) no better than predicting the public mean ({b:.3})"
+            )),
+            (true, false) => out.push(format!(
+                "{name}: alone ({alone:.3}) no better than predicting the public mean ({b:.3}); after co-training {after:.3} beats it"
+            )),
+            (false, true) => out.push(format!(
+                "{name}: after co-training ({after:.3}) no better than predicting the public mean ({b:.3}), though alone ({alone:.3}) beat it"
+            )),
+            (false, false) => {}
+        }
+    }
+    out
+}
+
+/// "labels clipped by the releases: P1 3 of 400, P2 0 of 400" (calibrated DP only).
+fn clipped_line(r: &Value) -> Option<String> {
+    (r["dp"].as_str() == Some("calibrated")).then_some(())?;
+    let v: Vec<String> = r["parties"]
+        .as_array()?
+        .iter()
+        .map(|p| {
+            format!(
+                "{} {} of {}",
+                p["party"].as_str().unwrap_or("?"),
+                p["labels_clipped"].as_u64().map_or("?".into(), |c| c.to_string()),
+                r["n_obs"]
+            )
+        })
+        .collect();
+    Some(format!("labels clipped by the releases (their own models fit them as they are): {}", v.join(", ")))
 }
 
 fn print_table(r: &Value) {
     println!(
-        "\n{:<8} {:>12} {:>18} {:>14} {:>16}  ε spent on its labels",
-        "party", "RMSE alone", "RMSE co-trained", "without DP", "central oracle"
+        "\n{:<8} {:>10} {:>12} {:>18} {:>14} {:>16}  ε spent on its labels",
+        "party", "mean only", "RMSE alone", "RMSE co-trained", "without DP", "central oracle"
     );
     for p in r["parties"].as_array().into_iter().flatten() {
         println!(
-            "{:<8} {:>12.4} {:>18.4} {:>14.4} {:>16.4}  {}",
+            "{:<8} {:>10.4} {:>12.4} {:>18.4} {:>14.4} {:>16.4}  {}",
             p["party"].as_str().unwrap_or(""),
+            p["rmse_mean_baseline"].as_f64().unwrap_or(f64::NAN),
             p["rmse_before"].as_f64().unwrap_or(f64::NAN),
             p["rmse_after"].as_f64().unwrap_or(f64::NAN),
             p["rmse_no_dp"].as_f64().unwrap_or(f64::NAN),
@@ -500,9 +569,13 @@ fn print_table(r: &Value) {
             eps_spent(r, p)
         );
     }
-    println!("\n{}", recovered_line(r));
+    println!("(mean only: test RMSE of predicting the public mean of y, the baseline that needs no label)");
     println!();
-    for line in verdict_lines(r) {
+    for line in recovered_lines(r) {
+        println!("{line}");
+    }
+    println!();
+    for line in verdict_lines(r).into_iter().chain(baseline_lines(r)).chain(clipped_line(r)) {
         println!("{line}");
     }
     let privacy = match r["dp"].as_str().unwrap_or("") {
@@ -596,11 +669,12 @@ fn write_report(a: &DemoArgs, sc: &Scenario, r: &Value) -> anyhow::Result<()> {
     if a.dp == PrivacyMode::Thesis {
         md += "> **Thesis mode gives no formal privacy guarantee**: its noise scale is Thomas 2017's, not calibrated.\n\n";
     }
-    md += "| party | test RMSE alone | after co-training | same protocol without DP | centralised oracle | ε spent on its labels |\n|---|---:|---:|---:|---:|---|\n";
+    md += "| party | predict the public mean | test RMSE alone | after co-training | same protocol without DP | centralised oracle | ε spent on its labels |\n|---|---:|---:|---:|---:|---:|---|\n";
     for p in &parties {
         md += &format!(
-            "| {} | {:.4} | {:.4} | {:.4} | {:.4} | {} |\n",
+            "| {} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} | {} |\n",
             p["party"].as_str().unwrap_or(""),
+            p["rmse_mean_baseline"].as_f64().unwrap_or(f64::NAN),
             p["rmse_before"].as_f64().unwrap_or(f64::NAN),
             p["rmse_after"].as_f64().unwrap_or(f64::NAN),
             p["rmse_no_dp"].as_f64().unwrap_or(f64::NAN),
@@ -608,8 +682,12 @@ fn write_report(a: &DemoArgs, sc: &Scenario, r: &Value) -> anyhow::Result<()> {
             eps_spent(r, p)
         );
     }
-    md += &format!("\n**{}**\n\n", recovered_line(r).replace('\n', " "));
-    for line in verdict_lines(r) {
+    md += "\n";
+    for line in recovered_lines(r) {
+        md += &format!("{line}\n");
+    }
+    md += "\n";
+    for line in verdict_lines(r).into_iter().chain(baseline_lines(r)).chain(clipped_line(r)) {
         md += &format!("- {line}\n");
     }
     md += &format!(

@@ -282,12 +282,12 @@ pub fn table(cells: &[FrontierCell]) -> String {
         eps.sort_by(f64::total_cmp);
         eps.dedup();
         md += &format!(
-            "\n### {data}, θ {theta}\n\nEach cell: mean test RMSE (share of the no-DP gain recovered; ✗ = worse than alone by > 1%).\n\n| n_obs | mechanism | alone | no DP |"
+            "\n### {data}, θ {theta}\n\nEach cell: mean test RMSE over party-runs (share of the no-DP gain recovered, per party and then averaged over the parties with a gain beyond 2 SE, \"–\" where none has; then the party-runs it hurt: worse than alone by > 1% and > 2 paired SE). \"mean\" predicts the public mean.\n\n| n_obs | mechanism | mean | alone | no DP (hurt) |"
         );
         for e in &eps {
             md += &format!(" ε = {e} |");
         }
-        md += "\n|---|---|---|---|";
+        md += "\n|---|---|---|---|---|";
         md += &"---|".repeat(eps.len());
         md += "\n";
         let mut rows: BTreeMap<(usize, String), Vec<&FrontierCell>> = BTreeMap::new();
@@ -296,13 +296,13 @@ pub fn table(cells: &[FrontierCell]) -> String {
         }
         for ((nobs, mech), r) in &rows {
             let first = r[0];
-            md += &format!("| {nobs} | {mech} | {:.3} | {:.3} |", first.alone, first.no_dp);
+            md += &format!(
+                "| {nobs} | {mech} | {:.3} | {:.3} | {:.3} ({}/{}) |",
+                first.mean_baseline, first.alone, first.no_dp, first.hurt_no_dp, first.runs
+            );
             for e in &eps {
                 match r.iter().find(|c| c.epsilon == *e) {
-                    Some(c) => {
-                        let bad = if c.worse_than_alone > 0.01 { " ✗" } else { "" };
-                        md += &format!(" {:.3} ({}){bad} |", c.dp, pct(c.recovered));
-                    }
+                    Some(c) => md += &format!(" {:.3} ({}; {}/{}) |", c.dp, pct(c.recovered), c.hurt, c.runs),
                     None => md += " |",
                 }
             }
@@ -314,23 +314,26 @@ pub fn table(cells: &[FrontierCell]) -> String {
 
 fn write_report(dir: &Path, cfg: &FrontierConfig, cells: &[FrontierCell], secs: f64) -> anyhow::Result<()> {
     let mut csv = String::from(
-        "data,nobs,theta,mechanism,epsilon,runs,alone,no_dp,dp,se_vs_alone,recovered,worse_than_alone,failed\n",
+        "data,nobs,theta,mechanism,epsilon,runs,mean_baseline,alone,no_dp,dp,se_vs_alone,recovered,worse_than_alone,hurt,hurt_no_dp,failed\n",
     );
     for c in cells {
         csv += &format!(
-            "{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
             c.data,
             c.nobs,
             c.theta,
             c.mechanism,
             c.epsilon,
             c.runs,
+            c.mean_baseline,
             c.alone,
             c.no_dp,
             c.dp,
             c.se_vs_alone,
             c.recovered,
             c.worse_than_alone,
+            c.hurt,
+            c.hurt_no_dp,
             c.failed
         );
     }

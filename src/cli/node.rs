@@ -101,6 +101,7 @@ pub fn check(a: CheckArgs) -> anyhow::Result<()> {
         secrets.extend([t.ca, t.cert, t.key, orchestrator_token(&dir, &cfg.name)]);
         secrets.extend(cfg.peers.iter().map(|p| pair_token(&dir, &cfg.name, &p.name)));
     }
+    let mut labels = serde_json::Value::Null;
     let mut peers = Vec::new();
     for p in &cfg.peers {
         let (host, port) = port_of(&p.address, &format!("peer {} address", p.name))?;
@@ -130,6 +131,16 @@ pub fn check(a: CheckArgs) -> anyhow::Result<()> {
                 .restore(&st)
                 .with_context(|| format!("cannot resume from {}", state_dir.join("state.json").display()))?;
         }
+        // For this party's operator (label-dependent, never sent to a peer): how many labels the
+        // release clips to the declared range; the party's own model fits them as they are.
+        let clipped = party.labels_clipped();
+        labels = serde_json::json!({"rows": party.data.y_train.len(), "clipped_by_release": clipped});
+        if clipped > 0 {
+            eprintln!(
+                "{f}: {clipped} of {} training labels lie outside privacy.label_range: its releases clip them (its own model does not)",
+                party.data.y_train.len()
+            );
+        }
     }
     let s = |p: &PathBuf| p.display().to_string();
     println!(
@@ -138,7 +149,7 @@ pub fn check(a: CheckArgs) -> anyhow::Result<()> {
             "listen_port": listen_port, "ops_port": ops_port, "state_dir": s(&cfg.state_dir(&a.config)),
             "security_dir": cfg.security.as_ref().map(|x| s(&rel(&a.config, &x.dir))),
             "secret_files": secrets.iter().map(s).collect::<Vec<_>>(),
-            "data_files": data.iter().map(s).collect::<Vec<_>>(), "peers": peers})
+            "data_files": data.iter().map(s).collect::<Vec<_>>(), "peers": peers, "labels": labels})
     );
     Ok(())
 }

@@ -40,6 +40,7 @@ pub fn party_json(st: &pb::StatusResponse) -> serde_json::Value {
         .collect();
     serde_json::json!({"party": st.party, "rmse_before": st.test_rmse_alone, "rmse_after": st.test_rmse,
                        "rmse_change_se": st.rmse_change_se,
+                       "rmse_mean_baseline": st.test_rmse_mean_baseline, "labels_clipped": st.labels_clipped,
                        "rounds": st.rounds_done, "model_version": st.model_version,
                        "rmse_per_round": st.rmse_per_round, "privacy_spent": spent,
                        "answers_set_aside": st.answers_set_aside,
@@ -101,8 +102,8 @@ pub async fn run(a: RunArgs) -> anyhow::Result<()> {
             println!("continued an earlier run: {}; ran rounds {start} to {}", positions(&orch, &position), target - 1);
         }
         println!(
-            "{:<10} {:>12} {:>12}  privacy spent on its labels (ε per requester)",
-            "party", "RMSE alone", "RMSE after"
+            "{:<10} {:>12} {:>12} {:>12}  privacy spent on its labels (ε per requester)",
+            "party", "mean only", "RMSE alone", "RMSE after"
         );
         for r in &rows {
             let spent: Vec<String> = r["privacy_spent"]
@@ -120,11 +121,22 @@ pub async fn run(a: RunArgs) -> anyhow::Result<()> {
                 })
                 .unwrap_or_default();
             println!(
-                "{:<10} {:>12.4} {:>12.4}  {}",
+                "{:<10} {:>12.4} {:>12.4} {:>12.4}  {}",
                 r["party"].as_str().unwrap_or(""),
+                r["rmse_mean_baseline"].as_f64().unwrap_or(f64::NAN),
                 r["rmse_before"].as_f64().unwrap_or(f64::NAN),
                 r["rmse_after"].as_f64().unwrap_or(f64::NAN),
                 if spent.is_empty() { "none".to_string() } else { spent.join(", ") }
+            );
+        }
+        println!("(mean only: test RMSE of predicting the public mean of y, the baseline that needs no label)");
+        for r in &rows {
+            let (alone, after) =
+                (r["rmse_before"].as_f64().unwrap_or(f64::NAN), r["rmse_after"].as_f64().unwrap_or(f64::NAN));
+            println!(
+                "{}: {}",
+                r["party"].as_str().unwrap_or(""),
+                crate::cli::demo::verdict(alone, after, r["rmse_change_se"].as_f64(), None)
             );
         }
         if !skipped.is_empty() {

@@ -21,6 +21,16 @@ pub struct StatusArgs {
     pub json: bool,
 }
 
+/// A warning when the model alone or now is no better than the constant baseline `b`.
+fn below_baseline(st: &pb::StatusResponse, b: f64) -> String {
+    match (st.test_rmse_alone, st.test_rmse) {
+        (Some(a), Some(n)) if a >= b && n >= b => " — alone and now no better than this constant".into(),
+        (Some(a), _) if a >= b => " — alone no better than this constant".into(),
+        (_, Some(n)) if n >= b => " — now no better than this constant".into(),
+        _ => String::new(),
+    }
+}
+
 /// A node's status for a person: position, RMSE with the paired SE of the change, RMSE per
 /// round, and the privacy spent per requester with its releases.
 fn status_table(st: &pb::StatusResponse) -> String {
@@ -45,6 +55,19 @@ fn status_table(st: &pb::StatusResponse) -> String {
             num(change, true),
             num(st.rmse_change_se, false)
         );
+        if let Some(b) = st.test_rmse_mean_baseline {
+            let _ = writeln!(
+                o,
+                "  mean baseline   {b:.4}  (predicting the public mean of y: no label needed){}",
+                below_baseline(st, b)
+            );
+        }
+        if let Some(c) = st.labels_clipped {
+            let _ = writeln!(
+                o,
+                "  labels clipped  {c} by the release (to the declared label range; its own model fits them as they are)"
+            );
+        }
         if !st.rmse_per_round.is_empty() {
             let v: Vec<String> = st.rmse_per_round.iter().map(|r| format!("{r:.4}")).collect();
             let _ = writeln!(o, "  RMSE per round  {}", v.join(" "));

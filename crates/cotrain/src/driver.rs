@@ -170,6 +170,11 @@ pub struct PartyOutcome {
     pub epsilon_released: Vec<(String, f64)>,
     /// Objective evaluations this party's re-fits took (the run's main cost).
     pub refit_evaluations: usize,
+    /// Standard error of after.rmse − before.rmse, paired over the test points
+    /// ([`crate::metrics::rmse_change_se`]); None with fewer than two test points.
+    pub rmse_change_se: Option<f64>,
+    /// Test RMSE of predicting the public mean ([`crate::metrics::mean_baseline_rmse`]).
+    pub mean_baseline_rmse: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -185,8 +190,11 @@ pub const DEFAULT_ROUNDS: usize = 25;
 /// Run `rounds` rounds among in-process parties (each asks all the others, D16).
 pub async fn run_in_process(parties: &[Arc<Mutex<Party>>], rounds: usize) -> Result<RunReport, CotrainError> {
     let mut before = Vec::new();
+    let mut errors_before = Vec::new();
     for p in parties {
-        before.push(evaluate(&mut *lock(p)?)?);
+        let (m, sq) = evaluate_with_errors(&mut *lock(p)?)?;
+        before.push(m);
+        errors_before.push(sq);
     }
     let mut turns = Vec::new();
     let mut per_round = vec![Vec::with_capacity(rounds); parties.len()];
@@ -208,7 +216,7 @@ pub async fn run_in_process(parties: &[Arc<Mutex<Party>>], rounds: usize) -> Res
     let mut outcomes = Vec::new();
     for (i, p) in parties.iter().enumerate() {
         let mut g = lock(p)?;
-        let after = evaluate(&mut g)?;
+        let (after, errors_after) = evaluate_with_errors(&mut g)?;
         let mut rho = Vec::new();
         let mut eps = Vec::new();
         for other in parties.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, o)| o) {
@@ -227,6 +235,8 @@ pub async fn run_in_process(parties: &[Arc<Mutex<Party>>], rounds: usize) -> Res
             rho_released: rho,
             epsilon_released: eps,
             refit_evaluations: g.model.refit_evaluations,
+            rmse_change_se: crate::metrics::rmse_change_se(&errors_before[i], &errors_after),
+            mean_baseline_rmse: crate::metrics::mean_baseline_rmse(&g.data.y_test, crate::metrics::PUBLIC_MEAN),
         });
     }
     Ok(RunReport { rounds, parties: outcomes, turns })

@@ -277,6 +277,12 @@ pub struct FrontierRow {
     /// ε spent on this party's labels (largest over requesters).
     pub epsilon_spent: Option<f64>,
     pub error: Option<String>,
+    /// Co-trained cells: the standard error of rmse − alone, paired over the test points.
+    #[serde(default)]
+    pub se_vs_alone: Option<f64>,
+    /// The alone row: the test RMSE of predicting the public mean (the constant baseline).
+    #[serde(default)]
+    pub mean_baseline: Option<f64>,
 }
 
 impl FrontierRow {
@@ -309,6 +315,8 @@ pub fn run_job(cfg: &FrontierConfig, job: &FrontierJob) -> Vec<FrontierRow> {
         rmse: f64::NAN,
         epsilon_spent: None,
         error: None,
+        se_vs_alone: None,
+        mean_baseline: None,
     };
     let sc = match job.data.scenario(job.nobs, job.seed) {
         Ok(sc) => sc,
@@ -334,6 +342,11 @@ pub fn run_job(cfg: &FrontierConfig, job: &FrontierJob) -> Vec<FrontierRow> {
                 Ok(rep) => {
                     let p = &rep.parties[i];
                     r.rmse = if alone { p.before.rmse } else { p.after.rmse };
+                    if alone {
+                        r.mean_baseline = Some(p.mean_baseline_rmse);
+                    } else {
+                        r.se_vs_alone = p.rmse_change_se;
+                    }
                     if mech.is_some() {
                         r.epsilon_spent = Some(p.epsilon_released.iter().map(|(_, e)| *e).fold(0.0, f64::max));
                     }
@@ -386,8 +399,15 @@ pub fn run_frontier(
     Ok(rows.into_iter().flatten().collect())
 }
 
-/// One aggregated cell: mean RMSE over seeds and parties, and the share of the matching
-/// no-DP gain it recovers.
+/// Whether a co-trained party-run is worse than alone beyond the test set's noise: by more
+/// than 1% of alone *and* by more than two paired standard errors of the change.
+pub fn hurt(alone: f64, after: f64, se: Option<f64>) -> bool {
+    let d = after - alone;
+    d > 0.01 * alone && se.is_some_and(|se| se.is_finite() && d > 2.0 * se)
+}
+
+/// One aggregated cell: mean RMSE over seeds and parties, the share of the matching no-DP gain
+/// it recovers (per party), and how many party-runs it hurt.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FrontierCell {
     pub data: String,
@@ -395,38 +415,79 @@ pub struct FrontierCell {
     pub theta: String,
     pub mechanism: String,
     pub epsilon: f64,
+    /// Party-runs (parties × seeds) in the cell.
     pub runs: usize,
+    /// Mean test RMSE of predicting the public mean (the constant baseline).
+    pub mean_baseline: f64,
     pub alone: f64,
     pub no_dp: f64,
     pub dp: f64,
-    /// Standard error of the mean paired difference dp − alone.
+    /// Standard error (over seeds and parties) of the mean paired difference dp − alone.
     pub se_vs_alone: f64,
-    /// (alone − dp)/(alone − no_dp); NaN when co-training gains nothing without DP.
+    /// The share of the no-DP gain recovered, per party then averaged over the parties that
+    /// have a gain to recover ([`PartyShare`]); NaN when none has.
     pub recovered: f64,
+    /// Each party's share (the cell's `recovered` averages the `Some`s).
+    pub per_party: Vec<PartyShare>,
     /// dp/alone − 1 (positive: worse than private-only).
     pub worse_than_alone: f64,
+    /// Party-runs the DP co-training hurt ([`hurt`]).
+    pub hurt: usize,
+    /// Party-runs the same protocol without DP hurt (the no-DP cell of the same θ policy).
+    pub hurt_no_dp: usize,
     pub failed: usize,
+}
+
+/// One party's share of its no-DP gain recovered in a cell. With the gain G and recovered part
+/// R as means over seeds of (alone − no-DP) and (alone − DP), the share is R/G — reported only
+/// where G exceeds two standard errors of its mean over seeds (otherwise there is no gain to
+/// recover, and a ratio to a gain indistinguishable from zero means nothing).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PartyShare {
+    pub party: String,
+    pub gain: f64,
+    pub gain_se: f64,
+    pub share: Option<f64>,
+}
+
+/// Mean and standard error of the mean.
+fn mean_se(v: &[f64]) -> (f64, f64) {
+    let k = v.len() as f64;
+    let m = v.iter().sum::<f64>() / k;
+    let se =
+        if v.len() > 1 { (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (k - 1.0) / k).sqrt() } else { f64::NAN };
+    (m, se)
 }
 
 /// Aggregate rows into cells (pairing each DP row with its own seed's alone and no-DP rows).
 pub fn summarise(rows: &[FrontierRow]) -> Vec<FrontierCell> {
     use std::collections::BTreeMap;
     let id = |r: &FrontierRow| (r.data.clone(), r.nobs, r.seed, r.party.clone());
-    let mut alone: BTreeMap<_, f64> = BTreeMap::new();
-    let mut nodp: BTreeMap<_, f64> = BTreeMap::new();
+    let mut alone: BTreeMap<_, (f64, f64)> = BTreeMap::new();
+    let mut nodp: BTreeMap<_, (f64, Option<f64>)> = BTreeMap::new();
     for r in rows {
         match r.cell.as_str() {
             "alone" => {
-                alone.insert(id(r), r.rmse);
+                alone.insert(id(r), (r.rmse, r.mean_baseline.unwrap_or(f64::NAN)));
             }
             "no-dp" => {
-                nodp.insert((id(r), r.theta.clone().unwrap_or_default()), r.rmse);
+                nodp.insert((id(r), r.theta.clone().unwrap_or_default()), (r.rmse, r.se_vs_alone));
             }
             _ => {}
         }
     }
+    /// One party-run: alone, no-DP, DP, its baseline, and the paired SEs of the two changes.
+    struct Run {
+        party: String,
+        alone: f64,
+        no_dp: f64,
+        dp: f64,
+        baseline: f64,
+        se_no_dp: Option<f64>,
+        se_dp: Option<f64>,
+    }
     type Key = (String, usize, String, String, u64);
-    let mut groups: BTreeMap<Key, Vec<(f64, f64, f64)>> = BTreeMap::new();
+    let mut groups: BTreeMap<Key, Vec<Run>> = BTreeMap::new();
     let mut failed: BTreeMap<Key, usize> = BTreeMap::new();
     for r in rows.iter().filter(|r| r.cell == "dp") {
         let theta = r.theta.clone().unwrap_or_default();
@@ -438,8 +499,16 @@ pub fn summarise(rows: &[FrontierRow]) -> Vec<FrontierCell> {
             r.epsilon.unwrap_or(f64::NAN).to_bits(),
         );
         match (alone.get(&id(r)), nodp.get(&(id(r), theta))) {
-            (Some(&a), Some(&n)) if r.rmse.is_finite() && a.is_finite() && n.is_finite() => {
-                groups.entry(key).or_default().push((a, n, r.rmse));
+            (Some(&(a, baseline)), Some(&(n, se_no_dp))) if r.rmse.is_finite() && a.is_finite() && n.is_finite() => {
+                groups.entry(key).or_default().push(Run {
+                    party: r.party.clone(),
+                    alone: a,
+                    no_dp: n,
+                    dp: r.rmse,
+                    baseline,
+                    se_no_dp,
+                    se_dp: r.se_vs_alone,
+                });
             }
             _ => *failed.entry(key).or_default() += 1,
         }
@@ -450,16 +519,25 @@ pub fn summarise(rows: &[FrontierRow]) -> Vec<FrontierCell> {
     for key in keys {
         let v = groups.get(key).map(Vec::as_slice).unwrap_or(&[]);
         let k = v.len() as f64;
-        let mean = |f: &dyn Fn(&(f64, f64, f64)) -> f64| v.iter().map(f).sum::<f64>() / k;
-        let (a, n, d) = (mean(&|t| t.0), mean(&|t| t.1), mean(&|t| t.2));
-        let diffs: Vec<f64> = v.iter().map(|t| t.2 - t.0).collect();
-        let md = diffs.iter().sum::<f64>() / k;
-        let se = if v.len() > 1 {
-            (diffs.iter().map(|x| (x - md).powi(2)).sum::<f64>() / (k - 1.0) / k).sqrt()
-        } else {
-            f64::NAN
-        };
-        let gain = a - n;
+        let mean = |f: &dyn Fn(&Run) -> f64| v.iter().map(f).sum::<f64>() / k;
+        let (a, n, d) = (mean(&|t| t.alone), mean(&|t| t.no_dp), mean(&|t| t.dp));
+        let diffs: Vec<f64> = v.iter().map(|t| t.dp - t.alone).collect();
+        let (_, se) = mean_se(&diffs);
+        let mut parties: Vec<&str> = v.iter().map(|t| t.party.as_str()).collect();
+        parties.sort_unstable();
+        parties.dedup();
+        let per_party: Vec<PartyShare> = parties
+            .iter()
+            .map(|p| {
+                let mine: Vec<&Run> = v.iter().filter(|t| t.party == *p).collect();
+                let gains: Vec<f64> = mine.iter().map(|t| t.alone - t.no_dp).collect();
+                let got = mine.iter().map(|t| t.alone - t.dp).sum::<f64>() / mine.len() as f64;
+                let (gain, gain_se) = mean_se(&gains);
+                let share = (gain_se.is_finite() && gain > 2.0 * gain_se).then(|| got / gain);
+                PartyShare { party: (*p).to_string(), gain, gain_se, share }
+            })
+            .collect();
+        let shares: Vec<f64> = per_party.iter().filter_map(|p| p.share).collect();
         out.push(FrontierCell {
             data: key.0.clone(),
             nobs: key.1,
@@ -467,14 +545,78 @@ pub fn summarise(rows: &[FrontierRow]) -> Vec<FrontierCell> {
             mechanism: key.3.clone(),
             epsilon: f64::from_bits(key.4),
             runs: v.len(),
+            mean_baseline: mean(&|t| t.baseline),
             alone: a,
             no_dp: n,
             dp: d,
             se_vs_alone: se,
-            recovered: if gain > 1e-12 { (a - d) / gain } else { f64::NAN },
+            recovered: if shares.is_empty() { f64::NAN } else { shares.iter().sum::<f64>() / shares.len() as f64 },
+            per_party,
             worse_than_alone: d / a - 1.0,
+            hurt: v.iter().filter(|t| hurt(t.alone, t.dp, t.se_dp)).count(),
+            hurt_no_dp: v.iter().filter(|t| hurt(t.alone, t.no_dp, t.se_no_dp)).count(),
             failed: failed.get(key).copied().unwrap_or(0),
         });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(party: &str, seed: u64, cell: &str, rmse: f64, se: Option<f64>) -> FrontierRow {
+        FrontierRow {
+            data: "d".into(),
+            nobs: 100,
+            seed,
+            party: party.into(),
+            cell: cell.into(),
+            theta: (cell != "alone").then(|| "public".into()),
+            mechanism: (cell == "dp").then(|| "finite+cap".into()),
+            epsilon: (cell == "dp").then_some(1.0),
+            rmse,
+            epsilon_spent: None,
+            error: None,
+            se_vs_alone: se,
+            mean_baseline: (cell == "alone").then_some(1.0),
+        }
+    }
+
+    #[test]
+    fn hurt_needs_both_one_percent_and_two_paired_se() {
+        assert!(hurt(1.0, 1.02, Some(0.005)));
+        assert!(!hurt(1.0, 1.02, Some(0.011)), "within 2 SE");
+        assert!(!hurt(1.0, 1.009, Some(0.0001)), "within 1%");
+        assert!(!hurt(1.0, 1.5, None), "no SE, no verdict");
+        assert!(!hurt(1.0, 0.8, Some(0.001)), "a gain");
+    }
+
+    /// Party A gains clearly without DP and recovers half of it; party B's no-DP "gain" is
+    /// noise around zero, so it has no share (a pooled ratio would mix its noise in); one run of
+    /// B is hurt under DP and one without.
+    #[test]
+    fn shares_are_per_party_and_only_where_there_is_a_gain() {
+        let mut rows = Vec::new();
+        for s in 0..4u64 {
+            let jitter = [0.001, -0.001, 0.002, -0.002][s as usize];
+            rows.push(row("A", s, "alone", 1.0, None));
+            rows.push(row("A", s, "no-dp", 0.8 + jitter, Some(0.01)));
+            rows.push(row("A", s, "dp", 0.9 + jitter, Some(0.01)));
+            rows.push(row("B", s, "alone", 0.5, None));
+            rows.push(row("B", s, "no-dp", 0.5 + [0.01, -0.01, 0.02, 0.0][s as usize], Some(0.001)));
+            rows.push(row("B", s, "dp", 0.5 + [0.03, 0.0, -0.01, 0.0][s as usize], Some(0.001)));
+        }
+        let cells = summarise(&rows);
+        assert_eq!(cells.len(), 1);
+        let c = &cells[0];
+        assert_eq!(c.runs, 8);
+        let a = c.per_party.iter().find(|p| p.party == "A").unwrap();
+        let b = c.per_party.iter().find(|p| p.party == "B").unwrap();
+        assert!((a.share.unwrap() - 0.5).abs() < 1e-12, "{a:?}");
+        assert_eq!(b.share, None, "B's no-DP change is within its noise: {b:?}");
+        assert!((c.recovered - 0.5).abs() < 1e-12);
+        assert_eq!((c.hurt, c.hurt_no_dp), (1, 2));
+        assert!((c.mean_baseline - 1.0).abs() < 1e-12);
+    }
 }

@@ -15,6 +15,19 @@ pub fn rmse(mean: &DVector<f64>, y: &DVector<f64>) -> f64 {
     ((mean - y).norm_squared() / y.len() as f64).sqrt()
 }
 
+/// The public mean of y on the scale every party's labels are expressed in: the federation's
+/// agreed standardisation y_std = (y − y_mean)/y_scale (docs/decisions.md D18) has mean 0.
+pub const PUBLIC_MEAN: f64 = 0.0;
+
+/// Test RMSE of the constant prediction `public_mean`: the predict-the-mean baseline, what a
+/// party gets from no label at all. A model worse than this has learned nothing usable.
+pub fn mean_baseline_rmse(y: &DVector<f64>, public_mean: f64) -> f64 {
+    if y.is_empty() {
+        return f64::NAN;
+    }
+    (y.iter().map(|v| (v - public_mean).powi(2)).sum::<f64>() / y.len() as f64).sqrt()
+}
+
 pub fn metrics(mean: &DVector<f64>, var_latent: &DVector<f64>, noise: f64, y: &DVector<f64>) -> Metrics {
     let n = y.len() as f64;
     let rmse = rmse(mean, y);

@@ -298,6 +298,14 @@ impl NodeService {
             let restricted = caller.is_some();
             let mut spend = spend;
             let (mut rmse, mut alone) = (Some(rmse), alone);
+            let (mut baseline, mut clipped) = (
+                Some(dpcotrain_cotrain::metrics::mean_baseline_rmse(
+                    &p.data.y_test,
+                    dpcotrain_cotrain::metrics::PUBLIC_MEAN,
+                ))
+                .filter(|v| v.is_finite()),
+                Some(u32::try_from(p.labels_clipped()).unwrap_or(u32::MAX)),
+            );
             if let Some(c) = &caller {
                 spend.retain(|s| &s.peer == c);
                 rho_total = spend.first().map(|s| s.rho).unwrap_or(0.0);
@@ -305,6 +313,8 @@ impl NodeService {
                 rmse = None;
                 alone = None;
                 change_se = None;
+                baseline = None;
+                clipped = None;
             }
             let rounds = p.turns().iter().map(|t| t.round).collect::<HashSet<_>>().len() as u32;
             Ok(pb::StatusResponse {
@@ -321,6 +331,8 @@ impl NodeService {
                 rmse_change_se: change_se,
                 rmse_per_round: if restricted { Vec::new() } else { p.rmse_per_round() },
                 answers_set_aside: !restricted && !p.model.answers_used(),
+                test_rmse_mean_baseline: baseline,
+                labels_clipped: clipped,
             })
         })
         .await?;

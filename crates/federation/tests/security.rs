@@ -128,11 +128,13 @@ async fn only_named_authenticated_peers_get_answers() {
     let st = o.status(req(pb::StatusRequest {}, Some(&tok('o')))).await.unwrap().into_inner();
     assert_eq!(st.party, "P1");
     assert!(!st.restricted && st.test_rmse.is_some_and(|r| r > 0.0), "the orchestrator sees the node's test RMSE");
+    assert!(st.test_rmse_mean_baseline.is_some_and(|r| r > 0.0) && st.labels_clipped.is_some(), "{st:?}");
     // A peer may read status, but sees only its own spend and no test RMSE (computed on the
     // node's private test labels).
     let sb = b.status(req(pb::StatusRequest {}, Some(&tok('b')))).await.unwrap().into_inner();
     assert!(sb.restricted);
     assert_eq!((sb.test_rmse, sb.test_rmse_alone, sb.rmse_change_se), (None, None, None));
+    assert_eq!((sb.test_rmse_mean_baseline, sb.labels_clipped), (None, None), "label-dependent: not for a peer");
     assert!(sb.spend.iter().all(|s| s.peer == "B"), "{:?}", sb.spend);
     let rr = o.run_round(req(pb::RunRoundRequest { round: 0 }, Some(&tok('o')))).await.unwrap().into_inner();
     assert!(rr.index.is_some() && rr.answered_by.is_empty(), "no peers configured: asked nobody");
