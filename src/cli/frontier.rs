@@ -5,9 +5,11 @@
 use crate::cli::experiment::{load_jsonl, write_atomic};
 use anyhow::Context as _;
 use clap::Args;
-use dpcotrain_cotrain::combiner::{AnswerForm, AnswerGuard};
+use dpcotrain_cotrain::ccpp::RealData;
+use dpcotrain_cotrain::combiner::{AnswerForm, AnswerGuard, RefitTheta};
 use dpcotrain_cotrain::frontier::{
-    FrontierCell, FrontierConfig, FrontierData, FrontierMechanism, FrontierRow, ThetaChoice, run_frontier, summarise,
+    AnswerNoise, FrontierCell, FrontierConfig, FrontierData, FrontierMechanism, FrontierRow, ThetaChoice, run_frontier,
+    summarise,
 };
 use dpcotrain_privacy::finite::CapRule;
 use dpcotrain_privacy::low_rank::RankRule;
@@ -21,7 +23,9 @@ use std::time::Instant;
 
 #[derive(Debug, Args)]
 pub struct FrontierArgs {
-    /// Data sets: sim-masked, sim-unmasked (simulated two views, r = --r), ccpp-masked, ccpp-unmasked.
+    /// Data sets: sim-masked, sim-unmasked (simulated two views, r = --r), and each shipped real
+    /// data set masked or not: ccpp-masked, ccpp-unmasked, bikeshare-masked, bikeshare-unmasked,
+    /// wage-masked, wage-unmasked (views and sources in crates/cotrain/data/README.md).
     #[arg(long, value_delimiter = ',', default_value = "sim-masked,sim-unmasked,ccpp-masked")]
     pub data: Vec<String>,
     /// Correlation of the simulated views.
@@ -66,6 +70,15 @@ pub struct FrontierArgs {
     /// (set answers aside when they make the private rows' leave-one-out error worse).
     #[arg(long, default_value = "off")]
     pub guard: AnswerGuard,
+    /// Whose data a querier's θ is re-fitted to after the answers arrive: augmented (own rows
+    /// and answers, D5) or own (θ stays the private fit's).
+    #[arg(long, default_value = "augmented")]
+    pub refit_theta: String,
+    /// What a querier adds to each answer's reported variance: reported (nothing), own (its own
+    /// fitted noise variance), responder (the responder's fitted noise variance: an oracle for
+    /// the harm study, not deployable), or a number.
+    #[arg(long, default_value = "reported")]
+    pub answer_noise: AnswerNoise,
     /// A small subset for smoke tests: 2 seeds, n_obs 25 and 100, ε 1 and 8, public θ.
     #[arg(long)]
     pub quick: bool,
@@ -87,11 +100,26 @@ fn config(a: &FrontierArgs) -> anyhow::Result<FrontierConfig> {
         data.push(match d.trim() {
             "sim-masked" => FrontierData::Simulated { r: a.r, masked: true },
             "sim-unmasked" => FrontierData::Simulated { r: a.r, masked: false },
-            "ccpp-masked" => FrontierData::Ccpp { masked: true },
-            "ccpp-unmasked" => FrontierData::Ccpp { masked: false },
-            other => anyhow::bail!(
-                "--data: unknown data set {other:?} (sim-masked, sim-unmasked, ccpp-masked, ccpp-unmasked)"
-            ),
+            other => {
+                let real = [RealData::Ccpp, RealData::Bikeshare, RealData::Wage];
+                let found = other.rsplit_once('-').and_then(|(name, m)| {
+                    let data = real.iter().find(|d| d.name() == name)?;
+                    let masked = match m {
+                        "masked" => true,
+                        "unmasked" => false,
+                        _ => return None,
+                    };
+                    Some(FrontierData::Real { data: *data, masked })
+                });
+                found.ok_or_else(|| {
+                    let names: Vec<String> =
+                        real.iter().map(|d| format!("{0}-masked, {0}-unmasked", d.name())).collect();
+                    anyhow::anyhow!(
+                        "--data: unknown data set {other:?} (sim-masked, sim-unmasked, {})",
+                        names.join(", ")
+                    )
+                })?
+            }
         });
     }
     if !(a.r > 0.0 && a.r <= 1.0) {
@@ -132,6 +160,12 @@ fn config(a: &FrontierArgs) -> anyhow::Result<FrontierConfig> {
         cap: a.cap.clone(),
         rank: a.rank.clone(),
         guard: a.guard,
+        refit_theta: match a.refit_theta.as_str() {
+            "augmented" => RefitTheta::Augmented,
+            "own" => RefitTheta::Own,
+            other => anyhow::bail!("--refit-theta: {other:?} is not augmented or own"),
+        },
+        answer_noise: a.answer_noise,
     };
     // Check what was given before --quick narrows it.
     cfg.validate()?;
@@ -153,7 +187,8 @@ fn protocol_settings(cfg: &FrontierConfig) -> String {
     serde_json::json!({
         "queries": cfg.queries, "delta": cfg.delta, "label_range": [cfg.range.lo, cfg.range.hi],
         "answers": format!("{:?}", cfg.answers), "cap": cfg.cap.name(), "rank": cfg.rank.name(),
-        "guard": cfg.guard.name(),
+        "guard": cfg.guard.name(), "refit_theta": format!("{:?}", cfg.refit_theta),
+        "answer_noise": cfg.answer_noise.name(),
     })
     .to_string()
 }

@@ -29,8 +29,76 @@ use crate::table::Table;
 /// The embedded CSV (header `AT,V,AP,RH,PE`).
 const CCPP_CSV: &str = include_str!("../data/ccpp.csv");
 
-/// Name of the response column.
+/// Name of the CCPP response column.
 pub const RESPONSE: &str = "PE";
+
+/// A real data set shipped with the crate (source, licence, derivation and checksum of each in
+/// `crates/cotrain/data/README.md`), split into two parties' views as this module describes.
+/// Every one is embedded, so the scenarios work offline and from any working directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RealData {
+    /// UCI Combined Cycle Power Plant (Tüfekci 2014): 9,568 rows, PE from AT, V, AP, RH.
+    Ccpp,
+    /// Capital Bikeshare hourly counts (Fanaee-T & Gama 2014, via ISLP 0.6.0): 8,645 rows,
+    /// log(1 + riders) from the time of day and week ({hr, workingday, weekday}) or from the
+    /// weather and season ({temp, hum, windspeed, weathersit, mnth}).
+    Bikeshare,
+    /// Mid-Atlantic wages (ISLP 0.6.0): 3,000 rows, log wage from demographics
+    /// ({age, year, maritl}) or from schooling, job and health ({education, jobclass, health,
+    /// health_ins, race}).
+    Wage,
+}
+
+impl RealData {
+    pub fn name(self) -> &'static str {
+        match self {
+            RealData::Ccpp => "ccpp",
+            RealData::Bikeshare => "bikeshare",
+            RealData::Wage => "wage",
+        }
+    }
+
+    fn csv(self) -> &'static str {
+        match self {
+            RealData::Ccpp => CCPP_CSV,
+            RealData::Bikeshare => include_str!("../data/bikeshare.csv"),
+            RealData::Wage => include_str!("../data/wage.csv"),
+        }
+    }
+
+    /// The response column.
+    pub fn response(self) -> &'static str {
+        match self {
+            RealData::Ccpp => RESPONSE,
+            RealData::Bikeshare => "log_bikers",
+            RealData::Wage => "logwage",
+        }
+    }
+
+    /// Masking: party P1 draws from the k-means cluster with the lower mean of this covariate.
+    fn order_by(self) -> &'static str {
+        match self {
+            RealData::Ccpp => "AT",
+            RealData::Bikeshare => "temp",
+            RealData::Wage => "age",
+        }
+    }
+
+    /// The default views of P1 and P2 (disjoint; for CCPP decision D3).
+    pub fn views(self) -> (Vec<String>, Vec<String>) {
+        let v = |c: &[&str]| c.iter().map(|s| (*s).to_string()).collect::<Vec<_>>();
+        match self {
+            RealData::Ccpp => (v(&["AT", "V"]), v(&["AP", "RH"])),
+            RealData::Bikeshare => {
+                (v(&["hr", "workingday", "weekday"]), v(&["temp", "hum", "windspeed", "weathersit", "mnth"]))
+            }
+            RealData::Wage => {
+                (v(&["age", "year", "maritl"]), v(&["education", "jobclass", "health", "health_ins", "race"]))
+            }
+        }
+    }
+}
 
 /// Lloyd iterations allowed to the k-means of the masking (k = 2 converges in a few).
 const KMEANS_ITERS: usize = 100;
@@ -38,6 +106,8 @@ const KMEANS_ITERS: usize = 100;
 /// Configuration of one CCPP co-training scenario (Thomas 2017 §4.5).
 #[derive(Debug, Clone, PartialEq)]
 pub struct CcppConfig {
+    /// The data set (CCPP unless said otherwise; the others through [`CcppConfig::of`]).
+    pub data: RealData,
     /// Covariate columns of party "P1" (default `["AT", "V"]`, D3).
     pub view1: Vec<String>,
     /// Covariate columns of party "P2" (default `["AP", "RH"]`, D3).
@@ -58,6 +128,7 @@ impl Default for CcppConfig {
     /// Views {AT, V} | {AP, RH}, masked, n_obs = 25, 250 pool and 250 test rows, seed 0.
     fn default() -> Self {
         CcppConfig {
+            data: RealData::Ccpp,
             view1: vec!["AT".into(), "V".into()],
             view2: vec!["AP".into(), "RH".into()],
             masking: true,
@@ -69,25 +140,37 @@ impl Default for CcppConfig {
     }
 }
 
+impl CcppConfig {
+    /// The default scenario of `data`: its default views, otherwise as [`CcppConfig::default`].
+    pub fn of(data: RealData) -> Self {
+        let (view1, view2) = data.views();
+        CcppConfig { data, view1, view2, ..CcppConfig::default() }
+    }
+}
+
 /// Parse the embedded CSV: the column names and the raw (unstandardised) 9,568 × 5 matrix.
 pub fn ccpp_raw() -> Result<(Vec<String>, DMatrix<f64>), CotrainError> {
-    parse_csv(CCPP_CSV)
+    parse_csv(CCPP_CSV, "data/ccpp.csv")
 }
 
 /// Parse CSV text through the one CSV reader of the workspace ([`Table::parse`]); errors name
-/// `data/ccpp.csv` with the line and column.
-fn parse_csv(text: &str) -> Result<(Vec<String>, DMatrix<f64>), CotrainError> {
-    let t = Table::parse(std::path::Path::new("data/ccpp.csv"), text.as_bytes())
-        .map_err(|e| CotrainError::invalid(e.to_string()))?;
+/// `file` with the line and column.
+fn parse_csv(text: &str, file: &str) -> Result<(Vec<String>, DMatrix<f64>), CotrainError> {
+    let t =
+        Table::parse(std::path::Path::new(file), text.as_bytes()).map_err(|e| CotrainError::invalid(e.to_string()))?;
     Ok((t.columns, t.data))
 }
 
-/// The CCPP data with every column standardised to mean 0 and sample sd 1 over the full data
+/// The data with every column standardised to mean 0 and sample sd 1 over the full data
 /// (D18, reproduction profile).
-fn ccpp_standardised() -> Result<(Vec<String>, DMatrix<f64>), CotrainError> {
-    let (names, mut x) = ccpp_raw()?;
+fn standardised(data: RealData) -> Result<(Vec<String>, DMatrix<f64>), CotrainError> {
+    let (names, mut x) = parse_csv(data.csv(), &format!("data/{}.csv", data.name()))?;
     standardise(&mut x)?;
     Ok((names, x))
+}
+
+fn ccpp_standardised() -> Result<(Vec<String>, DMatrix<f64>), CotrainError> {
+    standardised(RealData::Ccpp)
 }
 
 fn standardise(x: &mut DMatrix<f64>) -> Result<(), CotrainError> {
@@ -119,19 +202,21 @@ struct Selection {
 }
 
 /// Column indices of a view, checked against the covariate names.
-fn view_columns(names: &[String], view: &[String], label: &str) -> Result<Vec<usize>, CotrainError> {
+fn view_columns(names: &[String], view: &[String], label: &str, data: RealData) -> Result<Vec<usize>, CotrainError> {
     if view.is_empty() {
         return Err(CotrainError::invalid(format!("{label} has no columns")));
     }
-    let covariates: Vec<&str> = names.iter().map(String::as_str).filter(|n| *n != RESPONSE).collect();
+    let response = data.response();
+    let covariates: Vec<&str> = names.iter().map(String::as_str).filter(|n| *n != response).collect();
     let mut cols = Vec::with_capacity(view.len());
     for name in view {
-        if name == RESPONSE {
-            return Err(CotrainError::invalid(format!("{label}: {RESPONSE} is the response, not a covariate")));
+        if name == response {
+            return Err(CotrainError::invalid(format!("{label}: {response} is the response, not a covariate")));
         }
         let Some(j) = names.iter().position(|n| n == name) else {
             return Err(CotrainError::invalid(format!(
-                "{label}: unknown CCPP column {name:?} (covariates are {})",
+                "{label}: unknown {} column {name:?} (covariates are {})",
+                if data == RealData::Ccpp { "CCPP".to_string() } else { data.name().to_string() },
                 covariates.join(", ")
             )));
         };
@@ -176,7 +261,12 @@ fn select(cfg: &CcppConfig, names: &[String], data: &DMatrix<f64>) -> Result<Sel
         }
     }
     let shared = cfg.n_test.checked_add(cfg.n_pool).filter(|&s| s <= n).ok_or_else(|| {
-        CotrainError::invalid(format!("n_test + n_pool = {} + {} exceeds the {n} CCPP rows", cfg.n_test, cfg.n_pool))
+        CotrainError::invalid(format!(
+            "n_test + n_pool = {} + {} exceeds the {n} {} rows",
+            cfg.n_test,
+            cfg.n_pool,
+            if cfg.data == RealData::Ccpp { "CCPP" } else { cfg.data.name() }
+        ))
     })?;
     let mut rng = ChaCha20Rng::seed_from_u64(cfg.seed);
     let perm = sample(&mut rng, n, n).into_vec();
@@ -186,12 +276,13 @@ fn select(cfg: &CcppConfig, names: &[String], data: &DMatrix<f64>) -> Result<Sel
     rest.sort_unstable();
 
     let (train, cluster) = if cfg.masking {
-        let cov_cols: Vec<usize> = (0..names.len()).filter(|&j| names[j] != RESPONSE).collect();
+        let (response, order_by) = (cfg.data.response(), cfg.data.order_by());
+        let cov_cols: Vec<usize> = (0..names.len()).filter(|&j| names[j] != response).collect();
         let at = names
             .iter()
-            .filter(|n| *n != RESPONSE)
-            .position(|n| n == "AT")
-            .ok_or_else(|| CotrainError::invalid("masking needs the AT column"))?;
+            .filter(|n| *n != response)
+            .position(|n| n == order_by)
+            .ok_or_else(|| CotrainError::invalid(format!("masking needs the {order_by} column")))?;
         let cov = data.select_columns(cov_cols.iter());
         let cluster = kmeans_clusters(&cov, at, cfg.seed)?;
         let mut train = [Vec::new(), Vec::new()];
@@ -230,7 +321,7 @@ fn select(cfg: &CcppConfig, names: &[String], data: &DMatrix<f64>) -> Result<Sel
 /// standardised scale. Deterministic in `cfg`. Errors for unknown or repeated column names,
 /// overlapping views, PE in a view, zero sizes, or too few rows.
 pub fn ccpp(cfg: &CcppConfig) -> Result<Scenario, CotrainError> {
-    let (names, data) = ccpp_standardised()?;
+    let (names, data) = standardised(cfg.data)?;
     build(cfg, &names, &data).map(|(s, _)| s)
 }
 
@@ -251,7 +342,7 @@ pub fn ccpp_views(
     let cols = views
         .iter()
         .enumerate()
-        .map(|(i, v)| view_columns(&names, v, &format!("view {}", i + 1)))
+        .map(|(i, v)| view_columns(&names, v, &format!("view {}", i + 1), RealData::Ccpp))
         .collect::<Result<Vec<_>, _>>()?;
     let yj = names.iter().position(|n| n == RESPONSE).ok_or_else(|| CotrainError::invalid("no PE column"))?;
     let n = data.nrows();
@@ -298,11 +389,15 @@ pub fn ccpp_views(
 /// *every* party's labelled rows (what pooling all data would give; not private, evaluation
 /// only). Same pool and test entities as [`ccpp`]`(cfg)`.
 pub fn ccpp_pooled(cfg: &CcppConfig) -> Result<PartyData, CotrainError> {
-    let (names, data) = ccpp_standardised()?;
+    let (names, data) = standardised(cfg.data)?;
     let (_, sel) = build(cfg, &names, &data)?;
-    let mut cols = view_columns(&names, &cfg.view1, "view1")?;
-    cols.extend(view_columns(&names, &cfg.view2, "view2")?);
-    let yj = names.iter().position(|n| n == RESPONSE).ok_or_else(|| CotrainError::invalid("no PE column"))?;
+    let mut cols = view_columns(&names, &cfg.view1, "view1", cfg.data)?;
+    cols.extend(view_columns(&names, &cfg.view2, "view2", cfg.data)?);
+    let response = cfg.data.response();
+    let yj = names
+        .iter()
+        .position(|n| n == response)
+        .ok_or_else(|| CotrainError::invalid(format!("no {response} column")))?;
     let train: Vec<usize> = sel.train.iter().flatten().copied().collect();
     let rows = |idx: &[usize]| DMatrix::from_fn(idx.len(), cols.len(), |a, b| data[(idx[a], cols[b])]);
     let labels = |idx: &[usize]| DVector::from_iterator(idx.len(), idx.iter().map(|&i| data[(i, yj)]));
@@ -318,15 +413,14 @@ pub fn ccpp_pooled(cfg: &CcppConfig) -> Result<PartyData, CotrainError> {
 }
 
 fn build(cfg: &CcppConfig, names: &[String], data: &DMatrix<f64>) -> Result<(Scenario, Selection), CotrainError> {
-    let v1 = view_columns(names, &cfg.view1, "view1")?;
-    let v2 = view_columns(names, &cfg.view2, "view2")?;
+    let v1 = view_columns(names, &cfg.view1, "view1", cfg.data)?;
+    let v2 = view_columns(names, &cfg.view2, "view2", cfg.data)?;
     if let Some(j) = v1.iter().find(|j| v2.contains(j)) {
         return Err(CotrainError::invalid(format!("views overlap: column {:?} is in both", names[*j])));
     }
-    let yj = names
-        .iter()
-        .position(|n| n == RESPONSE)
-        .ok_or_else(|| CotrainError::invalid(format!("the CCPP data have no {RESPONSE} column")))?;
+    let yj = names.iter().position(|n| n == cfg.data.response()).ok_or_else(|| {
+        CotrainError::invalid(format!("the {} data have no {} column", cfg.data.name(), cfg.data.response()))
+    })?;
     let sel = select(cfg, names, data)?;
     let rows = |idx: &[usize], cols: &[usize]| DMatrix::from_fn(idx.len(), cols.len(), |a, b| data[(idx[a], cols[b])]);
     let labels = |idx: &[usize]| DVector::from_iterator(idx.len(), idx.iter().map(|&i| data[(i, yj)]));
@@ -341,12 +435,14 @@ fn build(cfg: &CcppConfig, names: &[String], data: &DMatrix<f64>) -> Result<(Sce
         y_test: y_test.clone(),
     };
     let parties = vec![party(0, &v1, &cfg.view1), party(1, &v2, &cfg.view2)];
+    let masking = format!("yes (k-means k = 2; P1 = low-{} cluster)", cfg.data.order_by());
     let description = format!(
-        "CCPP (Thomas §4.5), full-data standardisation: P1 view [{}], P2 view [{}], masking = {}, n_obs = {}, \
+        "{}, full-data standardisation: P1 view [{}], P2 view [{}], masking = {}, n_obs = {}, \
          pool = {}, test = {}, seed = {}",
+        if cfg.data == RealData::Ccpp { "CCPP (Thomas §4.5)" } else { cfg.data.name() },
         cfg.view1.join(", "),
         cfg.view2.join(", "),
-        if cfg.masking { "yes (k-means k = 2; P1 = low-AT cluster)" } else { "no" },
+        if cfg.masking { masking.as_str() } else { "no" },
         cfg.n_obs,
         cfg.n_pool,
         cfg.n_test,
@@ -574,5 +670,34 @@ mod tests {
         assert!(err(CcppConfig { n_pool: 9000, n_test: 1000, ..base.clone() }).contains("exceeds"));
         assert!(err(CcppConfig { n_obs: 6000, ..base.clone() }).contains("cluster has only"));
         assert!(err(CcppConfig { n_obs: 4600, masking: false, ..base }).contains("remain"));
+    }
+
+    /// The other shipped data sets: their files parse (checked row counts and columns), their
+    /// default views are disjoint covariates, and masked and unmasked scenarios with 400
+    /// labelled rows per party and 500 pool and 500 test rows build, standardised and finite.
+    #[test]
+    fn the_other_real_data_sets_build_two_view_scenarios() {
+        for (data, rows, cols) in [(RealData::Bikeshare, 8645, 9), (RealData::Wage, 3000, 9)] {
+            let (names, x) = standardised(data).unwrap();
+            assert_eq!((x.nrows(), names.len()), (rows, cols), "{data:?}");
+            let (v1, v2) = data.views();
+            assert!(v1.iter().all(|c| !v2.contains(c) && names.contains(c) && c != data.response()));
+            assert!(v2.iter().all(|c| names.contains(c) && c != data.response()));
+            for masking in [true, false] {
+                let cfg = CcppConfig { masking, n_obs: 400, n_pool: 500, n_test: 500, seed: 3, ..CcppConfig::of(data) };
+                let sc = ccpp(&cfg).unwrap();
+                assert_eq!(sc.parties.len(), 2);
+                for (p, view) in sc.parties.iter().zip([&v1, &v2]) {
+                    assert_eq!(&p.columns, view);
+                    assert_eq!((p.x_train.nrows(), p.x_pool.nrows(), p.x_test.nrows()), (400, 500, 500));
+                    assert!(p.x_train.iter().chain(p.y_train.iter()).all(|v| v.is_finite()));
+                }
+                assert_eq!(sc, ccpp(&cfg).unwrap(), "deterministic in the seed");
+                assert!(sc.description.starts_with(data.name()), "{}", sc.description);
+            }
+        }
+        let e =
+            ccpp(&CcppConfig { view1: vec!["AT".into()], ..CcppConfig::of(RealData::Wage) }).unwrap_err().to_string();
+        assert!(e.contains("unknown wage column \"AT\"") && e.contains("education"), "{e}");
     }
 }

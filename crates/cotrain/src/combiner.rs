@@ -187,6 +187,16 @@ pub struct PeerBlock {
     pub prior: Option<DMatrix<f64>>,
 }
 
+/// Whose data θ is fitted to after answers arrive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefitTheta {
+    /// D5 (Thomas 2017 §4.2.1): re-optimise θ on the private rows and the answers together.
+    Augmented,
+    /// Keep the private fit's θ (fitted to the party's own labels only): answers enter the
+    /// posterior as data but cannot move the hyperparameters.
+    Own,
+}
+
 /// How the D5 re-fit after each received answer starts (Thomas 2017 §4.2.1 re-optimises θ₁ on
 /// the augmented data; where from is our choice). Each L-BFGS run is an exact LML + gradient
 /// evaluation loop, so a restart doubles a re-fit's cost.
@@ -267,6 +277,16 @@ pub struct CoModel {
     pub train: TrainOptions,
     /// Where D5 re-fits start (see [`RefitPolicy`]).
     pub refit_policy: RefitPolicy,
+    /// Whose data the D5 re-fit's θ is fitted to ([`RefitTheta`]).
+    pub refit_theta: RefitTheta,
+    /// Variance added to every received answer's reported variance (each pseudo row's noise):
+    /// the answer as a label of *this* party's function also carries the responder's residual
+    /// noise, which no answer reports. 0 by default.
+    pub answer_extra_var: f64,
+    /// When set, each re-fit first chooses `answer_extra_var` from these candidates by the
+    /// augmented objective at the current θ (a profile marginal likelihood of the party's own
+    /// rows and the answers together).
+    pub answer_noise_grid: Option<Vec<f64>>,
     /// Re-fits so far (replayed on restore, so the policy's choices repeat).
     refits: usize,
     /// The L-BFGS curvature the last re-fit's warm run and restart ended with: the next
@@ -418,6 +438,9 @@ impl CoModel {
             pre_params: None,
             train: TrainOptions::default(),
             refit_policy: RefitPolicy::Warm,
+            refit_theta: RefitTheta::Augmented,
+            answer_extra_var: 0.0,
+            answer_noise_grid: None,
             refits: 0,
             refit_curvature: Default::default(),
             refit_evaluations: 0,
@@ -737,6 +760,12 @@ impl CoModel {
             off += nb;
         }
         self.psd_clipped += clipped;
+        let mut v = v;
+        if self.answer_extra_var > 0.0 {
+            for i in 0..q {
+                v[(i, i)] += self.answer_extra_var;
+            }
+        }
         Ok((xq, mu, v, k2))
     }
 
@@ -1003,7 +1032,41 @@ impl CoModel {
     pub fn refit(&mut self) -> Result<f64, CotrainError> {
         // Answers set aside earlier are judged afresh with this re-fit.
         self.loo = None;
+        if let Some(grid) = self.answer_noise_grid.clone()
+            && self.answers_used()
+        {
+            let mut best: Option<(f64, f64)> = None;
+            for t in grid {
+                self.answer_extra_var = t;
+                let value = match self.build()? {
+                    Built::Noisy(m) => m.evaluate().map(|e| e.value),
+                    Built::Sparse(m) => m.evaluate().map(|e| e.value),
+                    Built::Blocky(m) => m.evaluate().map(|e| e.value),
+                    Built::Hybrid(m) => m.evaluate().map(|e| e.value),
+                };
+                if let Ok(v) = value
+                    && v.is_finite()
+                    && best.is_none_or(|(b, _)| v > b)
+                {
+                    best = Some((v, t));
+                }
+            }
+            self.answer_extra_var = best.map_or(0.0, |(_, t)| t);
+        }
         let built = self.build()?;
+        if self.refit_theta == RefitTheta::Own {
+            // θ stays the private fit's: the objective at it, for the turn's record.
+            let value = match &built {
+                Built::Noisy(m) => m.evaluate()?.value,
+                Built::Sparse(m) => m.evaluate()?.value,
+                Built::Blocky(m) => m.evaluate()?.value,
+                Built::Hybrid(m) => m.evaluate()?.value,
+            };
+            self.refits += 1;
+            self.version += 1;
+            self.check_answers()?;
+            return Ok(value);
+        }
         let pre = if self.refit_policy.restarts(self.refits) { self.pre_params.clone() } else { None };
         self.refits += 1;
         let opts = self.train.clone();

@@ -13,8 +13,8 @@
 
 use crate::CotrainError;
 use crate::answer::Uncertainty;
-use crate::ccpp::{CcppConfig, ccpp};
-use crate::combiner::{AnswerForm, AnswerGuard, CombinerKind};
+use crate::ccpp::{CcppConfig, RealData, ccpp};
+use crate::combiner::{AnswerForm, AnswerGuard, CombinerKind, RefitTheta};
 use crate::data::Scenario;
 use crate::driver::{RunReport, block_on, build_parties, run_in_process};
 use crate::release_model::{PublicTheta, QueryPolicy, ReleaseForm, ThetaPolicy};
@@ -35,8 +35,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 pub enum FrontierData {
     /// Thomas §4.3.1.1's two one-covariate views with correlation r (CI = yes).
     Simulated { r: f64, masked: bool },
-    /// CCPP, views {AT, V} | {AP, RH} (Thomas §4.5).
-    Ccpp { masked: bool },
+    /// A shipped real data set with its default views (CCPP: {AT, V} | {AP, RH}, Thomas §4.5).
+    Real { data: RealData, masked: bool },
 }
 
 impl FrontierData {
@@ -45,7 +45,9 @@ impl FrontierData {
             FrontierData::Simulated { r, masked } => {
                 format!("simulated r={r} {}", if *masked { "masked" } else { "unmasked" })
             }
-            FrontierData::Ccpp { masked } => format!("ccpp {}", if *masked { "masked" } else { "unmasked" }),
+            FrontierData::Real { data, masked } => {
+                format!("{} {}", data.name(), if *masked { "masked" } else { "unmasked" })
+            }
         }
     }
 
@@ -54,8 +56,8 @@ impl FrontierData {
             FrontierData::Simulated { r, masked } => {
                 simulate(&SimConfig { r, masking: masked, n_obs: nobs, seed, ..SimConfig::default() })
             }
-            FrontierData::Ccpp { masked } => {
-                ccpp(&CcppConfig { masking: masked, n_obs: nobs, seed, ..CcppConfig::default() })
+            FrontierData::Real { data, masked } => {
+                ccpp(&CcppConfig { masking: masked, n_obs: nobs, seed, ..CcppConfig::of(data) })
             }
         }
     }
@@ -140,6 +142,56 @@ pub struct FrontierConfig {
     pub rank: RankRule,
     /// Whether queriers check answers against their own labels (leave-one-out guard).
     pub guard: AnswerGuard,
+    /// Whose data a querier's θ is re-fitted to after the answers arrive.
+    pub refit_theta: RefitTheta,
+    /// What a querier adds to each answer's reported variance.
+    pub answer_noise: AnswerNoise,
+}
+
+/// What a querier adds to each received answer's variance (a counterfactual switch of the
+/// harm study in docs/results.md; [`crate::combiner::CoModel::answer_extra_var`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum AnswerNoise {
+    /// Nothing: the answer's own variance (the protocol as specified).
+    Reported,
+    /// A fixed variance (standardised scale).
+    Fixed(f64),
+    /// The querier's own fitted noise variance σ² (its own labels, its own model: deployable).
+    Own,
+    /// The responder's fitted noise variance (an oracle: it is label-dependent and never
+    /// released; for the diagnosis only).
+    Responder,
+    /// Chosen at each re-fit by the querier's augmented objective over a grid of variances
+    /// ([`crate::combiner::CoModel::answer_noise_grid`]).
+    Profile,
+}
+
+impl AnswerNoise {
+    pub fn name(&self) -> String {
+        match self {
+            AnswerNoise::Reported => "reported".into(),
+            AnswerNoise::Fixed(x) => format!("{x}"),
+            AnswerNoise::Own => "own".into(),
+            AnswerNoise::Responder => "responder".into(),
+            AnswerNoise::Profile => "profile".into(),
+        }
+    }
+}
+
+impl std::str::FromStr for AnswerNoise {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "reported" => Ok(AnswerNoise::Reported),
+            "own" => Ok(AnswerNoise::Own),
+            "responder" => Ok(AnswerNoise::Responder),
+            "profile" => Ok(AnswerNoise::Profile),
+            x => match x.parse::<f64>() {
+                Ok(v) if v.is_finite() && v >= 0.0 => Ok(AnswerNoise::Fixed(v)),
+                _ => Err(format!("{x:?} is not reported, own, responder or a variance ≥ 0")),
+            },
+        }
+    }
 }
 
 impl FrontierConfig {
@@ -151,7 +203,7 @@ impl FrontierConfig {
             data: vec![
                 FrontierData::Simulated { r: 0.9, masked: true },
                 FrontierData::Simulated { r: 0.9, masked: false },
-                FrontierData::Ccpp { masked: true },
+                FrontierData::Real { data: RealData::Ccpp, masked: true },
             ],
             nobs: vec![25, 100, 400, 1600],
             seeds: (0..10).collect(),
@@ -165,6 +217,8 @@ impl FrontierConfig {
             cap: CapRule::auto(),
             rank: RankRule::auto(),
             guard: AnswerGuard::Off,
+            refit_theta: RefitTheta::Augmented,
+            answer_noise: AnswerNoise::Reported,
         }
     }
 
@@ -293,10 +347,31 @@ impl FrontierRow {
 
 fn run(sc: &Scenario, dp: &DpConfig, seed: u64, cfg: &FrontierConfig) -> Result<RunReport, CotrainError> {
     let parties = build_parties(sc, CombinerKind::Noisy, Uncertainty::Marginal, dp, seed)?;
-    for p in &parties {
-        let mut p = p.lock().map_err(|_| CotrainError::invalid("party lock poisoned"))?;
+    fn lock(
+        p: &std::sync::Mutex<crate::responder::Party>,
+    ) -> Result<std::sync::MutexGuard<'_, crate::responder::Party>, CotrainError> {
+        p.lock().map_err(|_| CotrainError::invalid("party lock poisoned"))
+    }
+    let fitted_noise: Vec<f64> =
+        parties.iter().map(|p| lock(p).map(|g| g.model.noise.variance)).collect::<Result<_, _>>()?;
+    for (i, p) in parties.iter().enumerate() {
+        let mut p = lock(p)?;
         p.model.set_answer_form(cfg.answers)?;
         p.model.set_guard(cfg.guard)?;
+        p.model.refit_theta = cfg.refit_theta;
+        p.model.answer_extra_var = match cfg.answer_noise {
+            AnswerNoise::Reported => 0.0,
+            AnswerNoise::Fixed(x) => x,
+            AnswerNoise::Own => fitted_noise[i],
+            // Two parties: the responder is the other one (more: the largest of the others).
+            AnswerNoise::Responder => {
+                fitted_noise.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, v)| *v).fold(0.0, f64::max)
+            }
+            AnswerNoise::Profile => {
+                p.model.answer_noise_grid = Some(vec![0.0, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0]);
+                0.0
+            }
+        };
     }
     block_on(run_in_process(&parties, 1))
 }
