@@ -718,7 +718,7 @@ fn node_check_counts_the_labels_the_release_clips() {
     let out = bin().args(["node", "check", "--config"]).arg(dir.join("party-a.toml")).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     let (rows, clipped) = (v["labels"]["rows"].as_u64().unwrap(), v["labels"]["clipped_by_release"].as_u64().unwrap());
     assert!(clipped > 0 && clipped < rows, "{v}");
     assert!(err.contains(&format!("{clipped} of {rows} training labels lie outside privacy.label_range")), "{err}");

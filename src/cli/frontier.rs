@@ -79,6 +79,10 @@ pub struct FrontierArgs {
     /// the harm study, not deployable), or a number.
     #[arg(long, default_value = "reported")]
     pub answer_noise: AnswerNoise,
+    /// The answer check: an answer farther than Z standard deviations from the querier's own
+    /// private-only prediction gets its variance raised to that distance (0: off).
+    #[arg(long, default_value_t = 0.0)]
+    pub answer_check: f64,
     /// A small subset for smoke tests: 2 seeds, n_obs 25 and 100, ε 1 and 8, public θ.
     #[arg(long)]
     pub quick: bool,
@@ -166,6 +170,7 @@ fn config(a: &FrontierArgs) -> anyhow::Result<FrontierConfig> {
             other => anyhow::bail!("--refit-theta: {other:?} is not augmented or own"),
         },
         answer_noise: a.answer_noise,
+        answer_check: (a.answer_check > 0.0).then_some(a.answer_check),
     };
     // Check what was given before --quick narrows it.
     cfg.validate()?;
@@ -188,7 +193,7 @@ fn protocol_settings(cfg: &FrontierConfig) -> String {
         "queries": cfg.queries, "delta": cfg.delta, "label_range": [cfg.range.lo, cfg.range.hi],
         "answers": format!("{:?}", cfg.answers), "cap": cfg.cap.name(), "rank": cfg.rank.name(),
         "guard": cfg.guard.name(), "refit_theta": format!("{:?}", cfg.refit_theta),
-        "answer_noise": cfg.answer_noise.name(),
+        "answer_noise": cfg.answer_noise.name(), "answer_check": cfg.answer_check,
     })
     .to_string()
 }

@@ -505,12 +505,12 @@ mod tests {
 
     #[test]
     fn csv_errors_are_reported() {
-        assert!(parse_csv("").is_err());
-        assert!(parse_csv("A,B\n").is_err());
-        assert!(parse_csv("A,B\n1,2\n3\n").unwrap_err().to_string().contains("line 3"));
-        let e = parse_csv("A,B\n1,x\n").unwrap_err().to_string();
+        assert!(parse_csv("", "data/ccpp.csv").is_err());
+        assert!(parse_csv("A,B\n", "data/ccpp.csv").is_err());
+        assert!(parse_csv("A,B\n1,2\n3\n", "data/ccpp.csv").unwrap_err().to_string().contains("line 3"));
+        let e = parse_csv("A,B\n1,x\n", "data/ccpp.csv").unwrap_err().to_string();
         assert!(e.contains("data/ccpp.csv") && e.contains("\"B\"") && e.contains("cannot parse"), "{e}");
-        let (n, x) = parse_csv("A,B\r\n1,2\r\n3,4\r\n").unwrap();
+        let (n, x) = parse_csv("A,B\r\n1,2\r\n3,4\r\n", "data/ccpp.csv").unwrap();
         assert_eq!(n, ["A", "B"]);
         assert_eq!(x, DMatrix::from_row_slice(2, 2, &[1.0, 2.0, 3.0, 4.0]));
     }

@@ -287,6 +287,12 @@ pub struct CoModel {
     /// augmented objective at the current θ (a profile marginal likelihood of the party's own
     /// rows and the answers together).
     pub answer_noise_grid: Option<Vec<f64>>,
+    /// The answer check (docs/decisions.md D27): an answer whose distance from this party's
+    /// private-only prediction exceeds `z` standard deviations of that difference (its own
+    /// latent variance + its noise σ² + the answer's variance) gets its variance raised until
+    /// the distance is exactly `z` — kept, but weighted as the evidence allows (exact local
+    /// model; None: off).
+    pub answer_check_z: Option<f64>,
     /// Re-fits so far (replayed on restore, so the policy's choices repeat).
     refits: usize,
     /// The L-BFGS curvature the last re-fit's warm run and restart ended with: the next
@@ -441,6 +447,7 @@ impl CoModel {
             refit_theta: RefitTheta::Augmented,
             answer_extra_var: 0.0,
             answer_noise_grid: None,
+            answer_check_z: None,
             refits: 0,
             refit_curvature: Default::default(),
             refit_evaluations: 0,
@@ -760,10 +767,23 @@ impl CoModel {
             off += nb;
         }
         self.psd_clipped += clipped;
-        let mut v = v;
         if self.answer_extra_var > 0.0 {
             for i in 0..q {
                 v[(i, i)] += self.answer_extra_var;
+            }
+        }
+        if let Some(z) = self.answer_check_z
+            && q > 0
+            && !self.is_sparse()
+        {
+            let own = self.predict_private(&xq, false)?;
+            let s2 = self.private_only()?.noise.sigma2().variance;
+            for i in 0..q {
+                let r = mu[i] - own.mean[i];
+                let spread = own.var[i] + s2 + v[(i, i)];
+                if r * r > z * z * spread {
+                    v[(i, i)] += r * r / (z * z) - spread;
+                }
             }
         }
         Ok((xq, mu, v, k2))

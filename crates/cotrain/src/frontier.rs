@@ -146,6 +146,8 @@ pub struct FrontierConfig {
     pub refit_theta: RefitTheta,
     /// What a querier adds to each answer's reported variance.
     pub answer_noise: AnswerNoise,
+    /// The answer check's threshold z (None: off; [`crate::combiner::CoModel::answer_check_z`]).
+    pub answer_check: Option<f64>,
 }
 
 /// What a querier adds to each received answer's variance (a counterfactual switch of the
@@ -219,6 +221,7 @@ impl FrontierConfig {
             guard: AnswerGuard::Off,
             refit_theta: RefitTheta::Augmented,
             answer_noise: AnswerNoise::Reported,
+            answer_check: None,
         }
     }
 
@@ -359,6 +362,7 @@ fn run(sc: &Scenario, dp: &DpConfig, seed: u64, cfg: &FrontierConfig) -> Result<
         p.model.set_answer_form(cfg.answers)?;
         p.model.set_guard(cfg.guard)?;
         p.model.refit_theta = cfg.refit_theta;
+        p.model.answer_check_z = cfg.answer_check;
         p.model.answer_extra_var = match cfg.answer_noise {
             AnswerNoise::Reported => 0.0,
             AnswerNoise::Fixed(x) => x,

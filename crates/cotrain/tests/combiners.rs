@@ -436,3 +436,58 @@ fn hybrid_yu_equals_its_transductive_construction_and_its_gradient_is_exact() {
     assert!((&closed.mean - &my_wide).amax() > 1e-3, "yu: C₂ moves the mean");
     assert!((&closed.mean - &mj).amax() > 1e-3, "yu and joint differ");
 }
+
+/// Pool point 0 lies outside the private rows' box, where the private-only model is unsure.
+fn far_pool() -> DMatrix<f64> {
+    let mut pool = rows(6, 2, 9);
+    pool.row_mut(0).copy_from_slice(&[3.5, -3.5]);
+    pool
+}
+
+/// A Noisy model on `setup()`'s rows with a pool of 6 points, fitted privately.
+fn noisy_with_pool() -> CoModel {
+    let (x_tr, y_tr, _, _, _) = setup();
+    let pool = far_pool();
+    let mut m =
+        CoModel::new(CombinerKind::Noisy, Uncertainty::Marginal, kern(), NoiseVariance::new(0.05), x_tr, y_tr, pool)
+            .unwrap();
+    m.fit_private().unwrap();
+    m
+}
+
+/// The harm study's switches do what they say: `RefitTheta::Own` keeps the private fit's θ
+/// through a re-fit (the answers still move the mean), and the answer check raises the variance
+/// of an answer far from the private-only prediction so that it moves the model less, while an
+/// answer within z standard deviations is left exactly as it was.
+#[test]
+fn refit_on_own_labels_and_the_answer_check() {
+    use dpcotrain_cotrain::combiner::RefitTheta;
+    let probe = far_pool().rows(0, 1).into_owned();
+    let outlier = Answer::marginal("B", vec![0], vec![-6.0], vec![0.01]);
+    // θ stays the private fit's under Own; it moves under the D5 re-fit.
+    let mut own = noisy_with_pool();
+    let theta0 = (own.kernel.params(), own.noise.variance);
+    own.refit_theta = RefitTheta::Own;
+    own.absorb(&outlier).unwrap();
+    own.refit().unwrap();
+    assert_eq!((own.kernel.params(), own.noise.variance), theta0);
+    let mut aug = noisy_with_pool();
+    aug.absorb(&outlier).unwrap();
+    aug.refit().unwrap();
+    assert_ne!((aug.kernel.params(), aug.noise.variance), theta0);
+    // The check pulls an outlying answer's weight down: the prediction at its point moves less.
+    let private = noisy_with_pool().predict(&probe, false).unwrap().mean[0];
+    let moved = |z: Option<f64>, a: &Answer| {
+        let mut m = noisy_with_pool();
+        m.refit_theta = RefitTheta::Own;
+        m.answer_check_z = z;
+        m.absorb(a).unwrap();
+        m.refit().unwrap();
+        m.predict(&probe, false).unwrap().mean[0] - private
+    };
+    let (plain, checked) = (moved(None, &outlier), moved(Some(2.0), &outlier));
+    assert!(plain < -1.0 && checked < 0.0 && checked > 0.5 * plain, "plain {plain}, checked {checked}");
+    // An answer that agrees with the private-only model is untouched by the check.
+    let agreeing = Answer::marginal("B", vec![0], vec![private + 0.01], vec![0.01]);
+    assert_eq!(moved(None, &agreeing).to_bits(), moved(Some(2.0), &agreeing).to_bits());
+}
