@@ -140,6 +140,38 @@ fn quick_frontier_runs_resumes_and_reports() {
     }
 }
 
+/// `experiment frontier --views`: the frontier on a user's own view files (here the demo's
+/// federation, 60 labelled rows per party), each seed drawing --nobs of each party's rows; the
+/// per-party share and the hurt counts are reported, and a --nobs above a party's rows is
+/// refused naming its config.
+#[test]
+fn frontier_runs_on_the_users_own_views() {
+    let dir = tempfile::tempdir().unwrap();
+    let demo = bin().args(["demo", "--n-obs", "60", "--json", "--out"]).arg(dir.path()).output().unwrap();
+    assert!(demo.status.success(), "{}", String::from_utf8_lossy(&demo.stderr));
+    let fed = dir.path().join("federation");
+    let views = format!("{},{}", fed.join("P1.toml").display(), fed.join("P2.toml").display());
+    let args = ["experiment", "frontier", "--views", &views, "--seeds", "2", "--epsilons", "1"];
+    let run = bin()
+        .args(args)
+        .args(["--nobs", "30", "--mechanisms", "finite+cap", "--thetas", "public", "--json"])
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let cells: Vec<Value> =
+        String::from_utf8_lossy(&run.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(cells.len(), 1, "{cells:?}");
+    let c = &cells[0];
+    assert_eq!((c["data"].as_str(), c["runs"].as_u64(), c["failed"].as_u64()), (Some("views"), Some(4), Some(0)));
+    assert!(c["mean_baseline"].as_f64().unwrap() > 0.5 && c["hurt"].as_u64().is_some(), "{c}");
+    assert_eq!(c["per_party"].as_array().unwrap().len(), 2, "{c}");
+    let too_many = bin().args(args).args(["--nobs", "100"]).output().unwrap();
+    let err = String::from_utf8_lossy(&too_many.stderr);
+    assert!(!too_many.status.success() && err.contains("P1.toml") && err.contains("only 60 labelled rows"), "{err}");
+    let missing = bin().args(["experiment", "frontier", "--quick", "--data", "views"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("--data views needs --views"));
+}
+
 /// `--shard K/N` and `experiment merge`: four shards of a grid, merged, give the same
 /// runs.jsonl, runs.csv, summary.md and tables.md as the unsharded run, bit for bit; a missing,
 /// repeated or unfinished shard is refused by name.

@@ -7,10 +7,12 @@ use anyhow::Context as _;
 use clap::Args;
 use dpcotrain_cotrain::ccpp::RealData;
 use dpcotrain_cotrain::combiner::{AnswerForm, AnswerGuard, RefitTheta};
+use dpcotrain_cotrain::data::Scenario;
 use dpcotrain_cotrain::frontier::{
     AnswerNoise, FrontierCell, FrontierConfig, FrontierData, FrontierMechanism, FrontierRow, ThetaChoice, run_frontier,
     summarise,
 };
+use dpcotrain_federation::config::{PartyConfig, data_from_config, load};
 use dpcotrain_privacy::finite::CapRule;
 use dpcotrain_privacy::low_rank::RankRule;
 use dpcotrain_privacy::sensitivity::LabelRange;
@@ -28,6 +30,11 @@ pub struct FrontierArgs {
     /// wage-masked, wage-unmasked (views and sources in crates/cotrain/data/README.md).
     #[arg(long, value_delimiter = ',', default_value = "sim-masked,sim-unmasked,ccpp-masked")]
     pub data: Vec<String>,
+    /// Your own views instead of (or beside) the built-in data: the party configs your nodes
+    /// read (party-a.toml,party-b.toml,…), each naming its train, pool and test CSVs. Each seed
+    /// draws --nobs of each party's labelled rows; add "views" to --data to mix with the others.
+    #[arg(long, value_delimiter = ',')]
+    pub views: Vec<PathBuf>,
     /// Correlation of the simulated views.
     #[arg(long, default_value_t = 0.9)]
     pub r: f64,
@@ -100,8 +107,17 @@ pub struct FrontierArgs {
 
 fn config(a: &FrontierArgs) -> anyhow::Result<FrontierConfig> {
     let mut data = Vec::new();
-    for d in &a.data {
+    // --views without --data measures your views alone; with --data, beside those data sets.
+    let mut names = a.data.clone();
+    if !a.views.is_empty() && !names.iter().any(|d| d.trim() == "views") {
+        if names == default_data() {
+            names.clear();
+        }
+        names.push("views".into());
+    }
+    for d in &names {
         data.push(match d.trim() {
+            "views" => FrontierData::Views,
             "sim-masked" => FrontierData::Simulated { r: a.r, masked: true },
             "sim-unmasked" => FrontierData::Simulated { r: a.r, masked: false },
             other => {
@@ -150,6 +166,26 @@ fn config(a: &FrontierArgs) -> anyhow::Result<FrontierConfig> {
     if a.label_range.len() != 2 {
         anyhow::bail!("--label-range takes two numbers LO,HI");
     }
+    let max_nobs = a.nobs.iter().copied().max().unwrap_or(0);
+    let views = if a.views.is_empty() {
+        if data.contains(&FrontierData::Views) {
+            anyhow::bail!("--data views needs --views party-a.toml,party-b.toml (the configs your nodes read)");
+        }
+        None
+    } else {
+        let v = user_views(&a.views)?;
+        for (p, path) in v.parties.iter().zip(&a.views) {
+            if p.x_train.nrows() < max_nobs {
+                anyhow::bail!(
+                    "--nobs {max_nobs}: party {} ({}) has only {} labelled rows; each seed draws --nobs of them",
+                    p.name,
+                    path.display(),
+                    p.x_train.nrows()
+                );
+            }
+        }
+        Some(v)
+    };
     let mut cfg = FrontierConfig {
         data,
         nobs: a.nobs.clone(),
@@ -171,6 +207,7 @@ fn config(a: &FrontierArgs) -> anyhow::Result<FrontierConfig> {
         },
         answer_noise: a.answer_noise,
         answer_check: (a.answer_check > 0.0).then_some(a.answer_check),
+        views,
     };
     // Check what was given before --quick narrows it.
     cfg.validate()?;
@@ -187,6 +224,30 @@ fn config(a: &FrontierArgs) -> anyhow::Result<FrontierConfig> {
     Ok(cfg)
 }
 
+/// The default of --data.
+fn default_data() -> Vec<String> {
+    ["sim-masked", "sim-unmasked", "ccpp-masked"].iter().map(|s| (*s).to_string()).collect()
+}
+
+/// The user's views: each party config's data files, read exactly as its node reads them (the
+/// same columns, target and checks), as one scenario of parties sharing pool and test by index.
+fn user_views(configs: &[PathBuf]) -> anyhow::Result<Scenario> {
+    if configs.len() < 2 {
+        anyhow::bail!("--views needs at least two party configs (one per party)");
+    }
+    let mut parties = Vec::new();
+    for path in configs {
+        let cfg: PartyConfig = load(path)?;
+        cfg.validate(path)?;
+        parties.push(data_from_config(&cfg, path)?);
+    }
+    let description =
+        format!("your views: {}", configs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "));
+    let sc = Scenario { parties, description };
+    sc.validate().map_err(|e| anyhow::anyhow!("--views: {e}"))?;
+    Ok(sc)
+}
+
 /// The settings that change a run's numbers but not its row key (JSON, one line).
 fn protocol_settings(cfg: &FrontierConfig) -> String {
     serde_json::json!({
@@ -194,6 +255,7 @@ fn protocol_settings(cfg: &FrontierConfig) -> String {
         "answers": format!("{:?}", cfg.answers), "cap": cfg.cap.name(), "rank": cfg.rank.name(),
         "guard": cfg.guard.name(), "refit_theta": format!("{:?}", cfg.refit_theta),
         "answer_noise": cfg.answer_noise.name(), "answer_check": cfg.answer_check,
+        "views": cfg.views.as_ref().map(|v| v.description.clone()),
     })
     .to_string()
 }
@@ -233,10 +295,13 @@ pub fn run(a: FrontierArgs) -> anyhow::Result<()> {
         for r in &all {
             *per_job.entry(r.job_key()).or_default() += 1;
         }
-        let expected = cfg.rows_per_job();
+        let expected: BTreeMap<String, usize> =
+            cfg.jobs().iter().map(|j| (j.key(), cfg.rows_per_job(&j.data))).collect();
         saved = all
             .into_iter()
-            .filter(|r| keys.contains(&r.job_key()) && per_job.get(&r.job_key()).copied().unwrap_or(0) >= expected)
+            .filter(|r| {
+                expected.get(&r.job_key()).is_some_and(|&e| per_job.get(&r.job_key()).copied().unwrap_or(0) >= e)
+            })
             .collect();
         let f = std::fs::OpenOptions::new()
             .create(true)

@@ -37,6 +37,9 @@ pub enum FrontierData {
     Simulated { r: f64, masked: bool },
     /// A shipped real data set with its default views (CCPP: {AT, V} | {AP, RH}, Thomas §4.5).
     Real { data: RealData, masked: bool },
+    /// The user's own views ([`FrontierConfig::views`]: the files the nodes read); each seed
+    /// draws `n_obs` of each party's labelled rows at random, pool and test as given.
+    Views,
 }
 
 impl FrontierData {
@@ -48,11 +51,16 @@ impl FrontierData {
             FrontierData::Real { data, masked } => {
                 format!("{} {}", data.name(), if *masked { "masked" } else { "unmasked" })
             }
+            FrontierData::Views => "views".into(),
         }
     }
 
-    fn scenario(&self, nobs: usize, seed: u64) -> Result<Scenario, CotrainError> {
+    fn scenario(&self, cfg: &FrontierConfig, nobs: usize, seed: u64) -> Result<Scenario, CotrainError> {
         match *self {
+            FrontierData::Views => {
+                let views = cfg.views.as_ref().ok_or_else(|| CotrainError::invalid("frontier: no views given"))?;
+                subsample(views, nobs, seed)
+            }
             FrontierData::Simulated { r, masked } => {
                 simulate(&SimConfig { r, masking: masked, n_obs: nobs, seed, ..SimConfig::default() })
             }
@@ -148,6 +156,37 @@ pub struct FrontierConfig {
     pub answer_noise: AnswerNoise,
     /// The answer check's threshold z (None: off; [`crate::combiner::CoModel::answer_check_z`]).
     pub answer_check: Option<f64>,
+    /// The user's own views for [`FrontierData::Views`] (every party's data as its node reads it).
+    pub views: Option<Scenario>,
+}
+
+/// The user's views with `nobs` labelled rows per party drawn at random (seeded per seed and
+/// party; all of them when a party has exactly `nobs`); pool and test as given.
+fn subsample(views: &Scenario, nobs: usize, seed: u64) -> Result<Scenario, CotrainError> {
+    use rand::SeedableRng;
+    let mut parties = Vec::with_capacity(views.parties.len());
+    for (i, p) in views.parties.iter().enumerate() {
+        let n = p.x_train.nrows();
+        if nobs > n {
+            return Err(CotrainError::invalid(format!(
+                "frontier: n_obs = {nobs} but party {} has only {n} labelled rows",
+                p.name
+            )));
+        }
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ i as u64);
+        let mut rows = rand::seq::index::sample(&mut rng, n, nobs).into_vec();
+        rows.sort_unstable();
+        let mut q = p.clone();
+        q.x_train = p.x_train.select_rows(rows.iter());
+        q.y_train = p.y_train.select_rows(rows.iter());
+        parties.push(q);
+    }
+    let sc = Scenario {
+        parties,
+        description: format!("{} ({nobs} labelled rows per party, seed {seed})", views.description),
+    };
+    sc.validate()?;
+    Ok(sc)
 }
 
 /// What a querier adds to each received answer's variance (a counterfactual switch of the
@@ -222,6 +261,7 @@ impl FrontierConfig {
             refit_theta: RefitTheta::Augmented,
             answer_noise: AnswerNoise::Reported,
             answer_check: None,
+            views: None,
         }
     }
 
@@ -238,13 +278,21 @@ impl FrontierConfig {
         if self.queries == 0 {
             return Err(CotrainError::invalid("frontier: queries must be at least 1"));
         }
+        if self.data.contains(&FrontierData::Views) != self.views.is_some() {
+            return Err(CotrainError::invalid("frontier: the views data set and the user's views go together"));
+        }
         Ok(())
     }
 
     /// Rows a complete job writes: per party, alone, then per θ policy the no-DP cell and every
-    /// (mechanism, ε) cell (both data sets have two parties).
-    pub fn rows_per_job(&self) -> usize {
-        2 * (1 + self.thetas.len() * (1 + self.mechanisms.len() * self.epsilons.len()))
+    /// (mechanism, ε) cell (the built-in data sets have two parties; the user's views as many
+    /// as they hold).
+    pub fn rows_per_job(&self, data: &FrontierData) -> usize {
+        let parties = match data {
+            FrontierData::Views => self.views.as_ref().map_or(2, |v| v.parties.len()),
+            _ => 2,
+        };
+        parties * (1 + self.thetas.len() * (1 + self.mechanisms.len() * self.epsilons.len()))
     }
 
     /// Jobs: one per (data set, n_obs, seed), largest n_obs first (long jobs start early).
@@ -397,7 +445,7 @@ pub fn run_job(cfg: &FrontierConfig, job: &FrontierJob) -> Vec<FrontierRow> {
         se_vs_alone: None,
         mean_baseline: None,
     };
-    let sc = match job.data.scenario(job.nobs, job.seed) {
+    let sc = match job.data.scenario(cfg, job.nobs, job.seed) {
         Ok(sc) => sc,
         Err(e) => {
             let mut r = base("*", "alone");
