@@ -12,6 +12,7 @@ use dpcotrain_cotrain::frontier::{
     AnswerNoise, FrontierCell, FrontierConfig, FrontierData, FrontierMechanism, FrontierRow, ThetaChoice, run_frontier,
     summarise,
 };
+use dpcotrain_cotrain::release_model::PublicTheta;
 use dpcotrain_federation::config::{PartyConfig, data_from_config, load};
 use dpcotrain_privacy::finite::CapRule;
 use dpcotrain_privacy::low_rank::RankRule;
@@ -90,6 +91,10 @@ pub struct FrontierArgs {
     /// private-only prediction gets its variance raised to that distance (0: off).
     #[arg(long, default_value_t = 0.0)]
     pub answer_check: f64,
+    /// The public θ of the release model under --thetas public, as
+    /// SIGNAL_VARIANCE,LENGTHSCALE,NOISE_VARIANCE (standardised scale; queries keep 1,1,0.1).
+    #[arg(long, value_delimiter = ',', default_value = "1,1,0.1")]
+    pub release_theta: Vec<f64>,
     /// A small subset for smoke tests: 2 seeds, n_obs 25 and 100, ε 1 and 8, public θ.
     #[arg(long)]
     pub quick: bool,
@@ -208,6 +213,14 @@ fn config(a: &FrontierArgs) -> anyhow::Result<FrontierConfig> {
         answer_noise: a.answer_noise,
         answer_check: (a.answer_check > 0.0).then_some(a.answer_check),
         views,
+        release_theta: match a.release_theta[..] {
+            [signal_variance, lengthscale, noise_variance] => {
+                let t = PublicTheta { signal_variance, lengthscale, noise_variance };
+                t.validate().map_err(|e| anyhow::anyhow!("--release-theta: {e}"))?;
+                t
+            }
+            _ => anyhow::bail!("--release-theta takes three numbers: signal variance, length-scale, noise variance"),
+        },
     };
     // Check what was given before --quick narrows it.
     cfg.validate()?;
@@ -256,6 +269,7 @@ fn protocol_settings(cfg: &FrontierConfig) -> String {
         "guard": cfg.guard.name(), "refit_theta": format!("{:?}", cfg.refit_theta),
         "answer_noise": cfg.answer_noise.name(), "answer_check": cfg.answer_check,
         "views": cfg.views.as_ref().map(|v| v.description.clone()),
+        "release_theta": [cfg.release_theta.signal_variance, cfg.release_theta.lengthscale, cfg.release_theta.noise_variance],
     })
     .to_string()
 }

@@ -287,7 +287,7 @@ pub struct CoModel {
     /// augmented objective at the current θ (a profile marginal likelihood of the party's own
     /// rows and the answers together).
     pub answer_noise_grid: Option<Vec<f64>>,
-    /// The answer check (docs/decisions.md D27): an answer whose distance from this party's
+    /// The answer check (docs/results.md, "Does co-training ever hurt a party?"): an answer whose distance from this party's
     /// private-only prediction exceeds `z` standard deviations of that difference (its own
     /// latent variance + its noise σ² + the answer's variance) gets its variance raised until
     /// the distance is exactly `z` — kept, but weighted as the evidence allows (exact local

@@ -120,9 +120,9 @@ impl ThetaChoice {
 
     /// The θ policy of a cell whose θ vote gets GDP parameter `mu_theta` (unused by the others
     /// and under DP off, where the vote is exact).
-    fn policy(self, mu_theta: f64) -> ThetaPolicy {
+    fn policy(self, mu_theta: f64, public: PublicTheta) -> ThetaPolicy {
         match self {
-            ThetaChoice::Public => ThetaPolicy::Public(PublicTheta::default()),
+            ThetaChoice::Public => ThetaPolicy::Public(public),
             ThetaChoice::Fitted => ThetaPolicy::Fitted,
             ThetaChoice::Select => ThetaPolicy::Selected { default: PublicTheta::default(), mu: mu_theta },
         }
@@ -158,6 +158,8 @@ pub struct FrontierConfig {
     pub answer_check: Option<f64>,
     /// The user's own views for [`FrontierData::Views`] (every party's data as its node reads it).
     pub views: Option<Scenario>,
+    /// The public θ of the release model under θ policy `public` (queries keep the default).
+    pub release_theta: PublicTheta,
 }
 
 /// The user's views with `nobs` labelled rows per party drawn at random (seeded per seed and
@@ -262,6 +264,7 @@ impl FrontierConfig {
             answer_noise: AnswerNoise::Reported,
             answer_check: None,
             views: None,
+            release_theta: PublicTheta::default(),
         }
     }
 
@@ -318,7 +321,7 @@ impl FrontierConfig {
                 policy: ReleasePolicy::Batches,
                 inflate_variance: false,
                 release: ReleaseForm::Finite { cap: CapRule::None, rank: RankRule::Full },
-                theta: theta.policy(1.0),
+                theta: theta.policy(1.0, self.release_theta),
                 queries,
             };
         };
@@ -348,7 +351,14 @@ impl FrontierConfig {
                 (ReleasePolicy::Batches, ReleaseForm::Finite { cap: self.cap.clone(), rank: self.rank.clone() })
             }
         };
-        DpConfig { mode, policy, inflate_variance: true, release, theta: theta.policy(mu_theta), queries }
+        DpConfig {
+            mode,
+            policy,
+            inflate_variance: true,
+            release,
+            theta: theta.policy(mu_theta, self.release_theta),
+            queries,
+        }
     }
 }
 
