@@ -674,7 +674,9 @@ mod tests {
 
     /// The other shipped data sets: their files parse (checked row counts and columns), their
     /// default views are disjoint covariates, and masked and unmasked scenarios with 400
-    /// labelled rows per party and 500 pool and 500 test rows build, standardised and finite.
+    /// labelled rows per party and the frontier's 250 pool and 250 test rows build, standardised
+    /// and finite; where a masked cluster is too small (Wage with 500 + 500 shared rows) the
+    /// error says so.
     #[test]
     fn the_other_real_data_sets_build_two_view_scenarios() {
         for (data, rows, cols) in [(RealData::Bikeshare, 8645, 9), (RealData::Wage, 3000, 9)] {
@@ -684,18 +686,20 @@ mod tests {
             assert!(v1.iter().all(|c| !v2.contains(c) && names.contains(c) && c != data.response()));
             assert!(v2.iter().all(|c| names.contains(c) && c != data.response()));
             for masking in [true, false] {
-                let cfg = CcppConfig { masking, n_obs: 400, n_pool: 500, n_test: 500, seed: 3, ..CcppConfig::of(data) };
+                let cfg = CcppConfig { masking, n_obs: 400, n_pool: 250, n_test: 250, seed: 3, ..CcppConfig::of(data) };
                 let sc = ccpp(&cfg).unwrap();
                 assert_eq!(sc.parties.len(), 2);
                 for (p, view) in sc.parties.iter().zip([&v1, &v2]) {
                     assert_eq!(&p.columns, view);
-                    assert_eq!((p.x_train.nrows(), p.x_pool.nrows(), p.x_test.nrows()), (400, 500, 500));
+                    assert_eq!((p.x_train.nrows(), p.x_pool.nrows(), p.x_test.nrows()), (400, 250, 250));
                     assert!(p.x_train.iter().chain(p.y_train.iter()).all(|v| v.is_finite()));
                 }
                 assert_eq!(sc, ccpp(&cfg).unwrap(), "deterministic in the seed");
                 assert!(sc.description.starts_with(data.name()), "{}", sc.description);
             }
         }
+        let big = CcppConfig { n_obs: 400, n_pool: 500, n_test: 500, seed: 3, ..CcppConfig::of(RealData::Wage) };
+        assert!(ccpp(&big).unwrap_err().to_string().contains("cluster has only"));
         let e =
             ccpp(&CcppConfig { view1: vec!["AT".into()], ..CcppConfig::of(RealData::Wage) }).unwrap_err().to_string();
         assert!(e.contains("unknown wage column \"AT\"") && e.contains("education"), "{e}");

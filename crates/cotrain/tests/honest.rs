@@ -44,8 +44,13 @@ fn data(label_seed: u64) -> PartyData {
 }
 
 fn try_party(dp: DpConfig, label_seed: u64) -> Result<Party, dpcotrain_cotrain::CotrainError> {
+    party_of(data(label_seed), dp)
+}
+
+/// A party on `d` with the tests' kernel, noise and seed.
+fn party_of(d: PartyData, dp: DpConfig) -> Result<Party, dpcotrain_cotrain::CotrainError> {
     Party::new(
-        data(label_seed),
+        d,
         CombinerKind::Noisy,
         Uncertainty::Marginal,
         Box::new(SquaredExponential::ard(1.0, vec![1.0, 1.0])),
@@ -693,19 +698,7 @@ fn alone_is_the_same_fit_in_every_privacy_mode_and_only_the_release_clips() {
     let mut d = data(1);
     d.y_train[1] = 5.0;
     d.y_train[2] = -4.5;
-    let make = |dp: DpConfig| {
-        Party::new(
-            d.clone(),
-            CombinerKind::Noisy,
-            Uncertainty::Marginal,
-            Box::new(SquaredExponential::ard(1.0, vec![1.0, 1.0])),
-            NoiseVariance::new(0.1),
-            dp,
-            Some(5),
-            Default::default(),
-        )
-        .unwrap()
-    };
+    let make = |dp: DpConfig| party_of(d.clone(), dp).unwrap();
     let predict = |p: &mut Party| p.model.predict(&d.x_test, false).unwrap().mean;
     let mut off = make(DpConfig::off());
     let mut honest_off = make(DpConfig::honest_protocol_without_dp(5));
