@@ -128,6 +128,38 @@ fn demo_runs_a_private_federation_and_writes_a_report() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
+/// The demo's default setting shows what the product is for: with the views {AT, RH} | {V, AP}
+/// every party beats the predict-the-mean baseline alone and is helped beyond its paired noise,
+/// under DP; the thesis's split is still available, and a bad --views is refused by name.
+#[test]
+fn the_default_demo_shows_parties_helped_beyond_the_mean() {
+    let out = tmp("default");
+    let run = bin().args(["demo", "--json", "--out"]).arg(&out).output().unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let r: Value = serde_json::from_slice(&run.stdout).unwrap();
+    for p in r["parties"].as_array().unwrap() {
+        let (mean, alone, after) = (
+            p["rmse_mean_baseline"].as_f64().unwrap(),
+            p["rmse_before"].as_f64().unwrap(),
+            p["rmse_after"].as_f64().unwrap(),
+        );
+        assert!(alone < mean && after < alone, "{p}");
+        assert!(p["verdict"].as_str().unwrap().starts_with("helped"), "{p}");
+        assert!(p["gain_recovered"].as_f64().is_some_and(|s| s > 0.0), "{p}");
+    }
+    let thesis =
+        bin().args(["demo", "--views", "AT,V/AP,RH", "--n-obs", "50", "--json", "--out"]).arg(&out).output().unwrap();
+    assert!(thesis.status.success(), "{}", String::from_utf8_lossy(&thesis.stderr));
+    let r: Value = serde_json::from_slice(&thesis.stdout).unwrap();
+    assert_eq!(r["parties"][0]["queried"].as_array().unwrap().len(), 25);
+    for (bad, needle) in [("AT,XX/V,AP", "XX"), ("AT,RH", "slash")] {
+        let run = bin().args(["demo", "--views", bad, "--out"]).arg(&out).output().unwrap();
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert!(!run.status.success() && err.contains(needle), "{bad}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
+
 #[test]
 fn demo_options_and_errors() {
     let out = tmp("sim");
