@@ -81,7 +81,7 @@ pub struct FrontierArgs {
     /// Whose data a querier's θ is re-fitted to after the answers arrive: augmented (own rows
     /// and answers, D5) or own (θ stays the private fit's).
     #[arg(long, default_value = "augmented")]
-    pub refit_theta: String,
+    pub refit_theta: RefitTheta,
     /// What a querier adds to each answer's reported variance: reported (nothing), own (its own
     /// fitted noise variance), responder (the responder's fitted noise variance: an oracle for
     /// the harm study, not deployable), or a number.
@@ -205,11 +205,7 @@ fn config(a: &FrontierArgs) -> anyhow::Result<FrontierConfig> {
         cap: a.cap.clone(),
         rank: a.rank.clone(),
         guard: a.guard,
-        refit_theta: match a.refit_theta.as_str() {
-            "augmented" => RefitTheta::Augmented,
-            "own" => RefitTheta::Own,
-            other => anyhow::bail!("--refit-theta: {other:?} is not augmented or own"),
-        },
+        refit_theta: a.refit_theta,
         answer_noise: a.answer_noise,
         answer_check: (a.answer_check > 0.0).then_some(a.answer_check),
         views,
@@ -266,7 +262,7 @@ fn protocol_settings(cfg: &FrontierConfig) -> String {
     serde_json::json!({
         "queries": cfg.queries, "delta": cfg.delta, "label_range": [cfg.range.lo, cfg.range.hi],
         "answers": format!("{:?}", cfg.answers), "cap": cfg.cap.name(), "rank": cfg.rank.name(),
-        "guard": cfg.guard.name(), "refit_theta": format!("{:?}", cfg.refit_theta),
+        "guard": cfg.guard.name(), "refit_theta": cfg.refit_theta.name(),
         "answer_noise": cfg.answer_noise.name(), "answer_check": cfg.answer_check,
         "views": cfg.views.as_ref().map(|v| v.description.clone()),
         "release_theta": [cfg.release_theta.signal_variance, cfg.release_theta.lengthscale, cfg.release_theta.noise_variance],

@@ -67,6 +67,14 @@ impl RealData {
         }
     }
 
+    /// How messages and descriptions name the data set.
+    fn label(self) -> &'static str {
+        match self {
+            RealData::Ccpp => "CCPP",
+            other => other.name(),
+        }
+    }
+
     /// The response column.
     pub fn response(self) -> &'static str {
         match self {
@@ -216,7 +224,7 @@ fn view_columns(names: &[String], view: &[String], label: &str, data: RealData) 
         let Some(j) = names.iter().position(|n| n == name) else {
             return Err(CotrainError::invalid(format!(
                 "{label}: unknown {} column {name:?} (covariates are {})",
-                if data == RealData::Ccpp { "CCPP".to_string() } else { data.name().to_string() },
+                data.label(),
                 covariates.join(", ")
             )));
         };
@@ -265,7 +273,7 @@ fn select(cfg: &CcppConfig, names: &[String], data: &DMatrix<f64>) -> Result<Sel
             "n_test + n_pool = {} + {} exceeds the {n} {} rows",
             cfg.n_test,
             cfg.n_pool,
-            if cfg.data == RealData::Ccpp { "CCPP" } else { cfg.data.name() }
+            cfg.data.label()
         ))
     })?;
     let mut rng = ChaCha20Rng::seed_from_u64(cfg.seed);

@@ -197,6 +197,17 @@ pub enum RefitTheta {
     Own,
 }
 
+crate::named_enum!(RefitTheta, "refit theta", [Augmented, Own]);
+
+impl RefitTheta {
+    pub fn name(self) -> &'static str {
+        match self {
+            RefitTheta::Augmented => "augmented",
+            RefitTheta::Own => "own",
+        }
+    }
+}
+
 /// How the D5 re-fit after each received answer starts (Thomas 2017 §4.2.1 re-optimises θ₁ on
 /// the augmented data; where from is our choice). Each L-BFGS run is an exact LML + gradient
 /// evaluation loop, so a restart doubles a re-fit's cost.
@@ -777,7 +788,7 @@ impl CoModel {
             && !self.is_sparse()
         {
             let own = self.predict_private(&xq, false)?;
-            let s2 = self.private_only()?.noise.sigma2().variance;
+            let s2 = self.private_noise_variance();
             for i in 0..q {
                 let r = mu[i] - own.mean[i];
                 let spread = own.var[i] + s2 + v[(i, i)];

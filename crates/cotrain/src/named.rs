@@ -111,7 +111,7 @@ macro_rules! serde_via_str {
 mod tests {
     use super::Named;
     use crate::answer::Uncertainty;
-    use crate::combiner::{AnswerForm, AnswerGuard, CombinerKind};
+    use crate::combiner::{AnswerForm, AnswerGuard, CombinerKind, RefitTheta};
     use crate::responder::ReleasePolicy;
 
     fn round_trips<T>()
@@ -140,6 +140,7 @@ mod tests {
         round_trips::<AnswerForm>();
         round_trips::<AnswerGuard>();
         round_trips::<ReleasePolicy>();
+        round_trips::<RefitTheta>();
         assert_eq!(
             "hybird".parse::<CombinerKind>().unwrap_err().to_string(),
             "combiner \"hybird\" is not blocky, noisy or hybrid"
