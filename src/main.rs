@@ -56,6 +56,9 @@ enum NodeCommand {
     Serve(node::ServeArgs),
     /// Validate a party config without serving; print what it resolves to (JSON).
     Check(node::CheckArgs),
+    /// Check a node's state directory entry by entry and say what its MAC chain proves; with
+    /// --write, keep a backup and rewrite it as the proven state.
+    Repair(node::RepairArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -110,6 +113,7 @@ fn main() {
         }
         Command::Demo(a) => rt().map_err(anyhow::Error::from).and_then(|r| r.block_on(demo::run(a))),
         Command::Node(NodeCommand::Check(a)) => node::check(a),
+        Command::Node(NodeCommand::Repair(a)) => node::repair(a),
         Command::Run(a) => rt().map_err(anyhow::Error::from).and_then(|r| r.block_on(run::run(a))),
         Command::Status(a) => rt().map_err(anyhow::Error::from).and_then(|r| r.block_on(status::status(a))),
         Command::Data(DataCommand::SplitCcpp(a)) => data::split_ccpp(a),

@@ -361,6 +361,7 @@ fn three_party_example_completes_a_run() {
             uncertainty: dpcotrain_federation::pb::Uncertainty::Marginal.into(),
             want_prior: true,
             federation_id: "ccpp-three-party".into(),
+            witness: None,
         };
         let req = dpcotrain_federation::auth::request(msg, Some(&token), Duration::from_secs(30)).unwrap();
         c.predict(req).await

@@ -1,4 +1,4 @@
-//! `dpcotrain node serve` and `dpcotrain node check`: a party's gRPC node from its config.
+//! `dpcotrain node serve`, `node check` and `node repair`: a party's gRPC node from its config.
 
 use anyhow::Context;
 use clap::Args;
@@ -151,5 +151,128 @@ pub fn check(a: CheckArgs) -> anyhow::Result<()> {
             "secret_files": secrets.iter().map(s).collect::<Vec<_>>(),
             "data_files": data.iter().map(s).collect::<Vec<_>>(), "peers": peers, "labels": labels})
     );
+    Ok(())
+}
+
+#[derive(Debug, Args)]
+pub struct RepairArgs {
+    /// The party's config (its `state_dir` is repaired).
+    #[arg(long, required_unless_present = "state", conflicts_with = "state")]
+    pub config: Option<PathBuf>,
+    /// The state directory itself.
+    #[arg(long)]
+    pub state: Option<PathBuf>,
+    /// Copy the files into `repair-<time>/` inside the directory, then rewrite it as one
+    /// snapshot of the proven state. Without it nothing changes.
+    #[arg(long)]
+    pub write: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Charge each requester's ledger the spend that the receipts it showed prove (the node
+    /// refused them because its state was behind: witnessed.json), and number the state after
+    /// them, so that those requesters are answered again. Needs --config (the ledger's budget);
+    /// with --write it is saved.
+    #[arg(long, requires = "config")]
+    pub adopt_witnessed: bool,
+}
+
+/// `dpcotrain node repair`: what the state directory's MAC chain proves, and (with `--write`)
+/// keep exactly that.
+pub fn repair(a: RepairArgs) -> anyhow::Result<()> {
+    let dir = match (&a.config, &a.state) {
+        (_, Some(d)) => d.clone(),
+        (Some(c), None) => load::<PartyConfig>(c)?.state_dir(c),
+        (None, None) => anyhow::bail!("give --config or --state"),
+    };
+    if a.adopt_witnessed && !dir.join("state.json").exists() {
+        // A state directory lost whole: nothing to check, only receipts to adopt.
+        if let Some(config) = &a.config {
+            adopt_witnessed(config, &dir, a.write)?;
+        }
+        return Ok(());
+    }
+    let r = dpcotrain_federation::store::repair(&dir, a.write)?;
+    if a.json {
+        println!("{}", serde_json::to_string(&r)?);
+        return Ok(());
+    }
+    let d = dir.display();
+    println!("{d}: snapshot at entry {}; the chain proves entries up to {}", r.snapshot_seq, r.proven_seq);
+    println!("  {} log entries proven", r.kept_entries);
+    for (line, bytes) in &r.fragments {
+        println!(
+            "  line {line}: a fragment of {bytes} bytes from a failed append, followed by the next entry of the chain: nothing was lost"
+        );
+    }
+    if r.torn_tail_bytes > 0 {
+        println!(
+            "  {} bytes after the last line: an append torn by a crash (it never returned; ignored)",
+            r.torn_tail_bytes
+        );
+    }
+    if let Some((line, why)) = &r.problem {
+        println!(
+            "  line {line}: not proven ({why}); it and the {} line(s) after it would be dropped",
+            r.dropped_lines - 1
+        );
+    }
+    for (name, releases, rho, eps) in &r.ledgers {
+        println!("  ledger kept for {name}: {releases} releases, rho {rho:.6}, epsilon {eps:.4}");
+    }
+    if r.clean() {
+        println!("nothing to repair");
+    } else if r.written {
+        println!(
+            "rewritten as the proven state; the original files are in {}",
+            r.backup.as_ref().map(|b| b.display().to_string()).unwrap_or_default()
+        );
+    } else {
+        println!("nothing changed; run again with --write to keep the proven state (the files are backed up first)");
+    }
+    if r.may_roll_back() {
+        println!(
+            "WARNING: the dropped lines may record releases. Kept alone, the ledger can count less than was released; a requester that holds a receipt for a later release is refused until this node's ledger reaches it (see README, Operations: rollback)."
+        );
+    }
+    if a.adopt_witnessed
+        && let Some(config) = &a.config
+    {
+        adopt_witnessed(config, &dir, a.write)?;
+    }
+    Ok(())
+}
+
+/// `node repair --adopt-witnessed`: charge what the receipts noted in witnessed.json prove.
+fn adopt_witnessed(config: &std::path::Path, dir: &std::path::Path, write: bool) -> anyhow::Result<()> {
+    use dpcotrain_federation::store::{StateStore, witnessed};
+    let noted = witnessed(dir)?;
+    if noted.is_empty() {
+        println!("no receipts noted in {}: nothing to adopt", dir.join("witnessed.json").display());
+        return Ok(());
+    }
+    let cfg: PartyConfig = load(config)?;
+    let mut party = party_from_config(&cfg, config)?;
+    let store = StateStore::open(dir)?;
+    if let Some(st) = store.load()? {
+        party.restore(&st).with_context(|| format!("cannot resume from {}", dir.join("state.json").display()))?;
+    }
+    let mut floor = 0;
+    for (requester, r) in &noted {
+        let id = format!("restored from receipt {requester}@{}", r.seq);
+        let added = party.charge_missing(requester, r.rho, &id)?;
+        floor = floor.max(r.seq);
+        println!(
+            "  {requester}: the receipt proves rho {:.6} over {} releases (entry {}); the ledger now charges {added:.6} more",
+            r.rho, r.releases, r.seq
+        );
+    }
+    if write {
+        store.save_at_least(&party.state(), floor)?;
+        store.clear_witnessed()?;
+        println!("adopted: the state now counts that spend and is numbered at or after entry {floor}");
+    } else {
+        println!("nothing changed; run again with --write to adopt");
+    }
     Ok(())
 }

@@ -37,6 +37,26 @@ pub struct PredictRequest {
     pub uncertainty: Uncertainty,
     /// Whether the responder's prior covariance rows are wanted (Blocky, Hybrid).
     pub want_prior: bool,
+    /// The latest [`Receipt`] the requester holds from this responder: a responder whose
+    /// ledger is behind it refuses to release (its state was rolled back).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub witness: Option<Receipt>,
+}
+
+/// A responder's signed statement, attached to an answer after its state was saved: how far
+/// its state had got (`seq`, the number of its state chain's last entry, which only grows)
+/// and what its ledger had charged this requester. The requester keeps the latest one (in the
+/// turn that absorbed the answer) and shows it with its next request, so a responder restored
+/// from an older copy of its files cannot release again as if the lost entries never happened
+/// (docs/decisions.md D28). Only the responder can check `mac` (HMAC-SHA256 under its ledger key).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Receipt {
+    pub seq: u64,
+    /// Releases charged to this requester.
+    pub releases: u64,
+    /// ρ charged to this requester.
+    pub rho: f64,
+    pub mac: String,
 }
 
 /// The privacy charge of one answer.
@@ -81,6 +101,10 @@ pub struct Answer {
     /// not include the noise).
     #[serde(default)]
     pub noise_var: Option<Vec<f64>>,
+    /// The responder's receipt for this answer (nodes with a state store sign one; None
+    /// in-process).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receipt: Option<Receipt>,
 }
 
 impl Answer {
@@ -99,6 +123,7 @@ impl Answer {
             charge: None,
             budget_rho_left: None,
             noise_var: None,
+            receipt: None,
         }
     }
 }

@@ -146,6 +146,7 @@ mod tests {
             charge: None,
             budget_rho_left: None,
             noise_var: None,
+            receipt: None,
         }
     }
 
@@ -197,6 +198,7 @@ mod tests {
             indices,
             uncertainty,
             want_prior,
+            witness: None,
         };
         assert!(answers_request(&a, &req(vec![3, 4], Uncertainty::Marginal, false)));
         assert!(!answers_request(&a, &req(vec![4, 3], Uncertainty::Marginal, false)));

@@ -100,6 +100,7 @@ pub async fn query_turn<P: Peer>(
             indices: indices.clone(),
             uncertainty,
             want_prior,
+            witness: lock(querier)?.receipt_from(&pname),
         };
         match peer.predict(req).await {
             Ok(a) => answers.push(a),
@@ -109,9 +110,12 @@ pub async fn query_turn<P: Peer>(
             }
         }
     }
-    // Nobody answered and someone was not reached: the turn did not happen. Nothing is
-    // recorded, so running the same round again (once the peer is back) takes it.
-    if answers.is_empty() && unreached {
+    // A peer was not reached (or could not keep its promises: a failed save, a ledger behind
+    // its receipts): the turn did not happen, even if other peers answered — an exchange the
+    // round owes is never skipped silently. Nothing is recorded, so running the same round again
+    // takes it; the peers that did answer give the same answers to the same request ids (no new
+    // noise, no new charge).
+    if unreached {
         return Err(CotrainError::TurnNotTaken {
             round,
             querier: name,

@@ -95,8 +95,8 @@ pub enum CotrainError {
     /// itself (e.g. its budget), retrying later may succeed.
     #[error("peer {peer} not reached: {message}")]
     Unreached { peer: String, message: String },
-    /// A querier turn in which no peer answered and at least one was not reached: nothing was
-    /// recorded, so the same round can be run again.
+    /// A querier turn in which at least one peer was not reached (or withheld its answer for a
+    /// reason that is not final): nothing was recorded, so the same round can be run again.
     #[error("round {round}: {querier}'s turn did not happen (nothing recorded): {}", .reasons.join("; "))]
     TurnNotTaken { round: usize, querier: String, reasons: Vec<String> },
 }

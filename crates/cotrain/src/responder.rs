@@ -583,6 +583,18 @@ impl Party {
         &self.turns
     }
 
+    /// The latest receipt this party holds from `peer` (the largest `seq` among the answers it
+    /// absorbed): shown with the next request to that peer.
+    pub fn receipt_from(&self, peer: &str) -> Option<crate::answer::Receipt> {
+        self.turns
+            .iter()
+            .flat_map(|t| &t.answers)
+            .filter(|a| a.responder == peer)
+            .filter_map(|a| a.receipt.as_ref())
+            .max_by_key(|r| r.seq)
+            .cloned()
+    }
+
     /// Why asking `peer` for new indices would be refused for budget, if it would: its latest
     /// answer left less ρ than one more release at the agreed (ε, δ) costs.
     pub fn peer_budget_spent(&self, peer: &str) -> Option<String> {
@@ -815,6 +827,22 @@ impl Party {
         Ok(ans)
     }
 
+    /// Charge `requester`'s ledger whatever it lacks of `rho` (the spend a receipt from before a
+    /// rollback of this node's state proves; [`Ledger::record_missing`]), under id `id`.
+    /// Returns the ρ added (0 when the ledger already counts as much, or DP is off).
+    pub fn charge_missing(&mut self, requester: &str, rho: f64, id: &str) -> Result<f64, CotrainError> {
+        self.ledger_for(requester)?;
+        let Some(ledger) = self.requesters.get_mut(requester).and_then(|st| st.ledger.as_mut()) else {
+            return Ok(0.0);
+        };
+        let gap = rho - ledger.rho_spent();
+        if gap <= 0.0 {
+            return Ok(0.0);
+        }
+        ledger.record_missing(id, gap)?;
+        Ok(gap)
+    }
+
     /// The requester's ledger, created on first use. A DP θ selection is charged to it first:
     /// every requester sees θ̂ through the released variances.
     fn ledger_for(&mut self, requester: &str) -> Result<(), CotrainError> {
@@ -903,6 +931,7 @@ impl Party {
             charge,
             budget_rho_left: budget,
             noise_var,
+            receipt: None,
         })
     }
 
@@ -1054,6 +1083,7 @@ impl Party {
             charge,
             budget_rho_left: budget,
             noise_var: Some(noise_var),
+            receipt: None,
         })
     }
 
@@ -1180,6 +1210,7 @@ impl Party {
             charge,
             budget_rho_left: budget,
             noise_var,
+            receipt: None,
         })
     }
 }

@@ -66,7 +66,14 @@ fn party(dp: DpConfig, label_seed: u64) -> Party {
 }
 
 fn req(id: &str, idx: Vec<usize>, uncertainty: Uncertainty) -> PredictRequest {
-    PredictRequest { request_id: id.into(), requester: "A".into(), indices: idx, uncertainty, want_prior: true }
+    PredictRequest {
+        request_id: id.into(),
+        requester: "A".into(),
+        indices: idx,
+        uncertainty,
+        want_prior: true,
+        witness: None,
+    }
 }
 
 /// ε = 1 per batch; the budget admits exactly two batches (GDP composition: μ√2).
@@ -387,6 +394,7 @@ mod likelihood_reading {
             charge: None,
             budget_rho_left: None,
             noise_var: Some(vec![noise_var]),
+            receipt: None,
         }
     }
 

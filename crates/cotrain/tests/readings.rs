@@ -38,7 +38,14 @@ fn request(
     uncertainty: Uncertainty,
     want_prior: bool,
 ) -> PredictRequest {
-    PredictRequest { request_id: id.into(), requester: requester.into(), indices, uncertainty, want_prior }
+    PredictRequest {
+        request_id: id.into(),
+        requester: requester.into(),
+        indices,
+        uncertainty,
+        want_prior,
+        witness: None,
+    }
 }
 
 /// A pool index neither party has asked about yet.

@@ -50,6 +50,7 @@ fn req(id: &str, idx: Vec<usize>) -> PredictRequest {
         indices: idx,
         uncertainty: Uncertainty::Full,
         want_prior: true,
+        witness: None,
     }
 }
 

@@ -75,6 +75,7 @@ fn req(id: &str, idx: Vec<usize>) -> PredictRequest {
         indices: idx,
         uncertainty: Uncertainty::Marginal,
         want_prior: false,
+        witness: None,
     }
 }
 
@@ -143,6 +144,7 @@ fn a_malformed_answer_is_refused_not_absorbed() {
         charge: None,
         budget_rho_left: None,
         noise_var: None,
+        receipt: None,
     };
     let good = Answer { responder: "P2".into(), mean: vec![0.3], ..bad.clone() };
     let rec = p.fold_in(0, Some(2), vec![bad, good], vec![]).unwrap().clone();

@@ -4,7 +4,7 @@
 //! error, never a panic.
 
 use crate::pb;
-use dpcotrain_cotrain::answer::{Answer, ChargeInfo, PredictRequest, Uncertainty};
+use dpcotrain_cotrain::answer::{Answer, ChargeInfo, PredictRequest, Receipt, Uncertainty};
 use nalgebra::DMatrix;
 
 pub fn uncertainty_to_pb(u: Uncertainty) -> pb::Uncertainty {
@@ -53,7 +53,23 @@ pub fn request_to_pb(r: &PredictRequest, federation_id: &str) -> pb::PredictRequ
         uncertainty: uncertainty_to_pb(r.uncertainty).into(),
         want_prior: r.want_prior,
         federation_id: federation_id.into(),
+        witness: r.witness.as_ref().map(receipt_to_pb),
     }
+}
+
+pub fn receipt_to_pb(r: &Receipt) -> pb::Receipt {
+    pb::Receipt { seq: r.seq, releases: r.releases, rho: r.rho, mac: r.mac.clone() }
+}
+
+/// A receipt from the wire: ρ finite and non-negative, the MAC 64 hex digits.
+pub fn receipt_from_pb(r: &pb::Receipt) -> Result<Receipt, String> {
+    if !(r.rho.is_finite() && r.rho >= 0.0) {
+        return Err(format!("receipt: rho {} is not a finite non-negative number", r.rho));
+    }
+    if r.mac.len() != 64 || !r.mac.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err("receipt: mac is not 64 hex digits".into());
+    }
+    Ok(Receipt { seq: r.seq, releases: r.releases, rho: r.rho, mac: r.mac.clone() })
 }
 
 /// Largest number of indices one request may carry.
@@ -93,6 +109,7 @@ pub fn request_from_pb(r: &pb::PredictRequest) -> Result<PredictRequest, String>
         indices,
         uncertainty,
         want_prior: r.want_prior,
+        witness: r.witness.as_ref().map(receipt_from_pb).transpose()?,
     })
 }
 
@@ -116,6 +133,7 @@ pub fn answer_to_pb(a: &Answer) -> pb::PredictResponse {
         }),
         budget_rho_left: a.budget_rho_left,
         noise_var: vector_to_pb(&a.noise_var),
+        receipt: a.receipt.as_ref().map(receipt_to_pb),
     }
 }
 
@@ -157,6 +175,7 @@ pub fn answer_from_pb(r: pb::PredictResponse) -> Result<Answer, String> {
         }),
         budget_rho_left: r.budget_rho_left,
         noise_var,
+        receipt: r.receipt.as_ref().map(receipt_from_pb).transpose()?,
     })
 }
 
@@ -177,6 +196,7 @@ mod tests {
             charge: None,
             budget_rho_left: Some(0.01),
             noise_var: Some(vec![0.5, 0.5]),
+            receipt: None,
         }
     }
 
@@ -214,8 +234,10 @@ mod tests {
                 indices in prop::collection::vec(prop_oneof![0u64..1000, any::<u64>()], 0..40),
                 uncertainty in prop_oneof![1i32..=3, any::<i32>()],
                 want_prior in any::<bool>(),
+                witness in prop::option::of((any::<u64>(), any::<u64>(), prop_oneof![0.0..10.0, any::<f64>()], "[0-9a-f]{62,66}|.{0,8}")
+                    .prop_map(|(seq, releases, rho, mac)| pb::Receipt { seq, releases, rho, mac })),
             ) {
-                let wire = pb::PredictRequest { request_id, requester, indices, uncertainty, want_prior, federation_id: "f".into() };
+                let wire = pb::PredictRequest { request_id, requester, indices, uncertainty, want_prior, federation_id: "f".into(), witness };
                 if let Ok(r) = request_from_pb(&wire) {
                     prop_assert_eq!(request_to_pb(&r, "f"), wire);
                 }
@@ -251,6 +273,7 @@ mod tests {
                 let r = pb::PredictResponse {
                     responder: "B".into(), indices, mean, var, answered: vec![], cov, prior_cov,
                     model_version: 1, charge: None, budget_rho_left: None, noise_var,
+                    receipt: None,
                 };
                 if let Ok(a) = answer_from_pb(r) {
                     prop_assert_eq!(a.mean.len(), a.indices.len());

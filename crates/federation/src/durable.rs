@@ -42,6 +42,15 @@ pub fn write_atomic(path: &Path, data: &[u8], access: Access) -> std::io::Result
     result
 }
 
+/// Whether `name` is a temporary file of [`write_atomic`] (`.<name>.<pid>.<n>.tmp`): one a
+/// crash can leave behind, and the owner of the directory may remove once no writer is live.
+pub fn is_temporary(name: &str) -> bool {
+    let Some(inner) = name.strip_prefix('.').and_then(|n| n.strip_suffix(".tmp")) else { return false };
+    let mut parts = inner.rsplitn(3, '.');
+    let digits = |p: Option<&str>| p.is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    digits(parts.next()) && digits(parts.next()) && parts.next().is_some_and(|base| !base.is_empty())
+}
+
 /// Make the directory's entries (a rename, a new or removed file) durable (unix; a no-op
 /// elsewhere, where directories cannot be opened for syncing).
 pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
@@ -72,6 +81,10 @@ mod tests {
         let names: Vec<String> =
             fs::read_dir(d).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
         assert_eq!(names, vec!["f.json".to_string()]);
+        assert!(is_temporary(".state.json.4242.7.tmp") && is_temporary(".ledger.key.1.0.tmp"));
+        for not in ["state.json", ".state.json.tmp", "state.json.1.2.tmp", ".state.json.x.2.tmp", "..1.2.tmp"] {
+            assert!(!is_temporary(not), "{not}");
+        }
         // A failed write (no such directory) reports the error and leaves nothing behind.
         assert!(write_atomic(&d.join("missing/f.json"), b"x", Access::Public).is_err());
     }

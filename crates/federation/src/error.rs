@@ -17,6 +17,9 @@ pub enum NodeError {
     /// A blocking worker panicked or was cancelled.
     #[error("worker failed: {0}")]
     Worker(String),
+    /// The node's state is behind a receipt the requester holds (a rollback): nothing released.
+    #[error(transparent)]
+    Behind(#[from] crate::receipt::Behind),
     /// The party's lock was poisoned by a panic while it was held.
     #[error("party state unavailable (a worker panicked while holding it)")]
     Poisoned,
@@ -38,6 +41,8 @@ impl From<&NodeError> for tonic::Code {
             },
             // Never a retryable code: a disk that refused a save will not take it on a retry.
             NodeError::Save(_) | NodeError::Worker(_) | NodeError::Poisoned => Code::Internal,
+            // Not retried within a call; the querier's turn is not taken (the exchange is owed).
+            NodeError::Behind(_) => Code::DataLoss,
         }
     }
 }
@@ -66,6 +71,14 @@ mod tests {
             ),
             (NodeError::Save(StoreError::Io { path: "/x".into(), message: "disk full".into() }), Code::Internal),
             (NodeError::Poisoned, Code::Internal),
+            (
+                NodeError::Behind(crate::receipt::Behind::Unverified {
+                    requester: "A".into(),
+                    receipt_seq: 3,
+                    receipt_rho: 0.1,
+                }),
+                Code::DataLoss,
+            ),
         ];
         for (e, want) in cases {
             let s = Status::from(e);

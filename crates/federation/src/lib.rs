@@ -28,6 +28,7 @@ pub mod launch;
 pub mod ops;
 pub mod orchestrator;
 pub mod peer;
+pub mod receipt;
 pub mod server;
 pub mod store;
 pub mod tls;

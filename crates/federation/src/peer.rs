@@ -116,11 +116,20 @@ pub struct GrpcPeer {
     handshaken: Arc<AtomicBool>,
 }
 
-/// A failed call: transient codes mean the peer was not reached; any other code is the
-/// peer's refusal of this request.
+/// Codes after which the exchange did not happen but is still owed: the peer was not reached
+/// (transient codes), or it could not keep its promises this time — it withheld the answer
+/// because its state could not be saved (`INTERNAL`), or its ledger is behind a receipt it
+/// signed (`DATA_LOSS`). The querier's turn is then not taken, so running the round again asks
+/// again (under the same request id: nothing is charged twice).
+pub fn is_not_final(s: &Status) -> bool {
+    is_transient(s) || matches!(s.code(), Code::Internal | Code::DataLoss)
+}
+
+/// A failed call: see [`is_not_final`]; any other code is the peer's final refusal of this
+/// request (its budget, an invalid request).
 fn peer_err(name: &str, s: &Status) -> CotrainError {
     let message = format!("{:?}: {}", s.code(), s.message());
-    if is_transient(s) {
+    if is_not_final(s) {
         CotrainError::Unreached { peer: name.into(), message }
     } else {
         CotrainError::Peer { peer: name.into(), message }

@@ -17,7 +17,7 @@ use crate::error::NodeError;
 use crate::ops::{Metrics, log_rpc};
 use crate::pb::node_server::{Node, NodeServer};
 use crate::store::StateStore;
-use crate::{GrpcPeer, convert, pb};
+use crate::{GrpcPeer, convert, pb, receipt};
 use dpcotrain_cotrain::CotrainError;
 use dpcotrain_cotrain::driver::{evaluate, evaluate_with_errors, query_turn};
 use dpcotrain_cotrain::metrics::rmse_change_se;
@@ -241,11 +241,19 @@ impl NodeService {
         let creq = convert::request_from_pb(&r).map_err(Status::invalid_argument)?;
         let party = self.party.clone();
         let store = self.store.clone();
+        let federation = self.agreement.federation_id.clone();
         let answer = blocking(move || {
             let mut p = party.lock().map_err(|_| NodeError::Poisoned)?;
-            let a = p.answer(&creq)?;
+            // A state behind the requester's latest receipt was rolled back: release nothing.
+            if let (Some(s), Some(w)) = (&store, &creq.witness) {
+                receipt::check(s, &federation, &p, &creq.requester, w)??;
+            }
+            let mut a = p.answer(&creq)?;
             // Durable before it leaves (also for a cached retry: it may not have been saved).
             save(&store, &p)?;
+            if let Some(s) = &store {
+                a.receipt = Some(receipt::sign(s, &federation, &p, &creq.requester)?);
+            }
             Ok(a)
         })
         .await?;

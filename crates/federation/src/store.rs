@@ -11,9 +11,18 @@
 //! When the log outgrows the snapshot (and 1 MiB), the next save writes a new snapshot and
 //! starts a new log (compaction); the first save after opening does so too, so a log left by a
 //! crash is folded in once. The node saves **before** an answer leaves it, so a crash can never
-//! reset privacy spend or cause a re-draw of noise for something already released. A crash in
-//! the middle of an append leaves a last line without its newline: that save never returned,
-//! nothing was released after it, and loading ignores it.
+//! reset privacy spend or cause a re-draw of noise for something already released.
+//!
+//! **Failed and torn writes.** A save that fails (a full disk, a failed fsync) returns an error,
+//! so the answer is withheld; the store cuts the log back to its length before the append and
+//! makes the next save a fresh snapshot, so a fragment never stays in front of later lines. A
+//! crash in the middle of an append leaves a last line without its newline: that save never
+//! returned, nothing was released after it, and loading ignores it. Should a fragment be
+//! followed by complete lines anyway (a cut-back that itself failed), loading accepts it only
+//! when the next complete line continues the chain (entry number and MAC from the entry before
+//! the fragment): then the chain proves that no entry was lost. Anything else is refused, and
+//! `dpcotrain node repair` shows what can be proven intact ([`repair`]). Temporary files left by
+//! a crashed snapshot are removed when the store is opened.
 //!
 //! The directory is locked (an OS advisory lock on `LOCK`) for the node's lifetime, so two
 //! processes cannot share one ledger by accident; the OS drops the lock when the process dies.
@@ -31,6 +40,7 @@
 //! MAC cannot tell an old state from a current one.)
 
 use crate::durable::{Access, sync_dir, write_atomic};
+use dpcotrain_cotrain::answer::Receipt;
 use dpcotrain_cotrain::state::{PartyState, StateDelta};
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
@@ -45,7 +55,7 @@ pub enum StoreError {
     #[error("state directory {path} is in use by another running node")]
     Locked { path: PathBuf },
     #[error(
-        "state file {path}: {message}; the ledger may have been edited outside the node, so the node refuses to start (restore the file from a backup, or delete the state directory to start the federation over)"
+        "state file {path}: {message}; the ledger may have been damaged or edited outside the node, so the node refuses to start. Run `dpcotrain node repair --config <party.toml>` to see which entries can be proven intact (it changes nothing without --write), or restore the state directory from a backup. Do not delete the state directory: that resets this node's privacy ledger, and every requester could then spend its whole budget again"
     )]
     Tampered { path: PathBuf, message: String },
 }
@@ -94,6 +104,18 @@ fn line_mac(key: &ring::hmac::Key, prev: &str, seq: u64, delta: &[u8]) -> String
 }
 
 const KEY_FILE: &str = "ledger.key";
+/// Receipts requesters showed that the state is behind ([`StateStore::record_witness`]).
+const WITNESS_FILE: &str = "witnessed.json";
+
+/// The receipts noted in `dir` by [`StateStore::record_witness`], by requester.
+pub fn witnessed(dir: &Path) -> Result<std::collections::BTreeMap<String, Receipt>, StoreError> {
+    let path = dir.join(WITNESS_FILE);
+    match fs::read(&path) {
+        Ok(b) => serde_json::from_slice(&b).map_err(|e| StoreError::Corrupt { path, message: e.to_string() }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Default::default()),
+        Err(e) => Err(io(&path, e)),
+    }
+}
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -135,6 +157,24 @@ pub struct StateStore {
     /// What is on disk: the state, the chain's last MAC and seq, and the sizes that decide
     /// compaction. `None` until the first save (which writes a snapshot).
     disk: std::sync::Mutex<Option<OnDisk>>,
+    /// Temporary files of crashed snapshots removed when the store was opened.
+    cleaned: Vec<PathBuf>,
+    /// The largest entry number this store has written: after a failed save the files may not
+    /// tell it (a log that cannot be read), and numbering never goes back.
+    high_seq: std::sync::atomic::AtomicU64,
+    /// Test-only fault injection in the append path (a full disk, a failed fsync).
+    #[cfg(test)]
+    fault: std::sync::Mutex<Option<Fault>>,
+}
+
+/// A fault injected into the next append (tests of the failure paths).
+#[cfg(test)]
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    /// The disk fills after this many bytes of the line: a torn write, then ENOSPC.
+    FullAfter(usize),
+    /// The write succeeds and the fsync fails (EIO).
+    SyncFails,
 }
 
 #[derive(Debug)]
@@ -166,12 +206,47 @@ impl StateStore {
             Err(fs::TryLockError::WouldBlock) => return Err(StoreError::Locked { path: dir.to_path_buf() }),
             Err(fs::TryLockError::Error(e)) => return Err(io(&lock_path, e)),
         }
+        // Under the lock no other node writes here: any temporary file is a crashed write's.
+        let cleaned = remove_temporaries(dir)?;
         Ok(StateStore {
             dir: dir.to_path_buf(),
             _lock: lock,
             key: std::sync::OnceLock::new(),
             disk: std::sync::Mutex::new(None),
+            cleaned,
+            high_seq: std::sync::atomic::AtomicU64::new(0),
+            #[cfg(test)]
+            fault: std::sync::Mutex::new(None),
         })
+    }
+
+    /// The temporary files of crashed writes that opening the store removed.
+    pub fn cleaned(&self) -> &[PathBuf] {
+        &self.cleaned
+    }
+
+    /// The number of the chain's last entry on disk (the snapshot's or the last log line's):
+    /// it grows by one with every save that changed something, and never goes back.
+    pub fn seq(&self) -> u64 {
+        match self.disk.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            Some(d) => d.seq,
+            None => self.seq_on_disk(),
+        }
+    }
+
+    fn wrote(&self, seq: u64) {
+        self.high_seq.fetch_max(seq, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// HMAC-SHA256 under the ledger key of `message` (receipts this node signs).
+    pub fn sign(&self, message: &[u8]) -> Result<String, StoreError> {
+        Ok(hex(ring::hmac::sign(self.key()?, message).as_ref()))
+    }
+
+    /// Whether `mac` is this node's signature of `message` (constant time).
+    pub fn verify(&self, message: &[u8], mac: &str) -> Result<bool, StoreError> {
+        let Some(tag) = unhex(mac) else { return Ok(false) };
+        Ok(ring::hmac::verify(self.key()?, message, &tag).is_ok())
     }
 
     pub fn path(&self) -> PathBuf {
@@ -196,8 +271,22 @@ impl StateStore {
     /// Save `state` durably: one appended log line with what changed since the last save, or a
     /// new snapshot (the first save after opening, a state that is not a delta of the last one,
     /// or a log grown past the snapshot).
+    ///
+    /// A failed save leaves the files as they were before it (the log is cut back to its length
+    /// before the append) or, where even that failed, with a torn last line that loading
+    /// ignores; either way the next save writes a fresh snapshot.
     pub fn save(&self, state: &PartyState) -> Result<(), StoreError> {
         let mut disk = self.disk.lock().unwrap_or_else(|e| e.into_inner());
+        let result = self.save_locked(&mut disk, state);
+        if result.is_err() {
+            // What is on disk is no longer known exactly: the next save starts a new snapshot,
+            // numbered after every entry found in the files.
+            *disk = None;
+        }
+        result
+    }
+
+    fn save_locked(&self, disk: &mut Option<OnDisk>, state: &PartyState) -> Result<(), StoreError> {
         if let Some(d) = disk.as_mut()
             && let Some(delta) = d.state.delta_to(state)
         {
@@ -223,10 +312,9 @@ impl StateStore {
             .ok()
             .and_then(|t| serde_json::from_str::<Envelope>(&t).ok().map(|e| e.seq))
             .unwrap_or(0);
-        let log = fs::read(self.dir.join(LOG_FILE)).unwrap_or_default();
-        log.split(|b| *b == b'\n')
-            .filter_map(|l| serde_json::from_slice::<LogLine>(l).ok().map(|l| l.seq))
-            .fold(snap, u64::max)
+        let log = read_log(&self.dir.join(LOG_FILE)).ok().flatten().unwrap_or_default();
+        let high = self.high_seq.load(std::sync::atomic::Ordering::SeqCst);
+        log.split(|b| *b == b'\n').filter_map(|l| parse_line(l).map(|(_, l)| l.seq)).fold(snap.max(high), u64::max)
     }
 
     /// Append one delta to the log (fsynced).
@@ -240,8 +328,17 @@ impl StateStore {
         line.push(b'\n');
         let new_file = !path.exists();
         let mut f = OpenOptions::new().create(true).append(true).open(&path).map_err(|e| io(&path, e))?;
-        f.write_all(&line).map_err(|e| io(&path, e))?;
-        f.sync_all().map_err(|e| io(&path, e))?;
+        let before = f.metadata().map_err(|e| io(&path, e))?.len();
+        if let Err(e) = self.write_line(&mut f, &line) {
+            // Cut the log back to where it was, so no fragment stays in front of a later line
+            // (if this fails too, loading still tells a fragment from a lost entry).
+            let cut = f.set_len(before).and_then(|()| f.sync_all());
+            let extra = match cut {
+                Ok(()) => String::new(),
+                Err(c) => format!(" (cutting the log back to {before} bytes failed too: {c})"),
+            };
+            return Err(io(&path, format!("{e}{extra}")));
+        }
         if new_file {
             // Make the new file's directory entry durable.
             sync_dir(&self.dir).map_err(|e| io(&self.dir, e))?;
@@ -251,16 +348,75 @@ impl StateStore {
         d.mac = mac;
         d.seq = seq;
         d.log_bytes += line.len() as u64;
+        self.wrote(seq);
         Ok(())
+    }
+
+    /// Save `state` as a new snapshot whose entry number is at least `floor` (after a rollback,
+    /// so that receipts signed before it read as behind no longer).
+    pub fn save_at_least(&self, state: &PartyState, floor: u64) -> Result<(), StoreError> {
+        let mut disk = self.disk.lock().unwrap_or_else(|e| e.into_inner());
+        let last = match disk.as_ref() {
+            Some(d) => d.seq,
+            None => self.seq_on_disk(),
+        };
+        *disk = None;
+        *disk = Some(self.snapshot(state, last.max(floor))?);
+        Ok(())
+    }
+
+    /// Note a receipt a requester showed that this node's state is behind (or cannot verify),
+    /// in `witnessed.json` beside the state (kept per requester: the largest ρ, then entry
+    /// number). `dpcotrain node repair --adopt-witnessed` charges what they prove.
+    pub fn record_witness(&self, requester: &str, w: &Receipt) -> Result<(), StoreError> {
+        let path = self.dir.join(WITNESS_FILE);
+        let mut all = witnessed(&self.dir)?;
+        let keep = all.get(requester).is_none_or(|old| (w.rho, w.seq) > (old.rho, old.seq));
+        if keep {
+            all.insert(requester.to_string(), w.clone());
+            let bytes = serde_json::to_vec_pretty(&all).map_err(|e| io(&path, e))?;
+            write_atomic(&path, &bytes, Access::Public).map_err(|e| io(&path, e))?;
+        }
+        Ok(())
+    }
+
+    /// Forget the receipts noted by [`StateStore::record_witness`] (once adopted).
+    pub fn clear_witnessed(&self) -> Result<(), StoreError> {
+        let path = self.dir.join(WITNESS_FILE);
+        match fs::remove_file(&path) {
+            Ok(()) => sync_dir(&self.dir).map_err(|e| io(&self.dir, e)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io(&path, e)),
+        }
+    }
+
+    /// Write one line and fsync it; an error from either is a failed save.
+    #[cfg_attr(not(test), allow(clippy::unused_self))] // `self` carries the tests' injected fault
+    fn write_line(&self, f: &mut File, line: &[u8]) -> std::io::Result<()> {
+        #[cfg(test)]
+        match self.fault.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            Some(Fault::FullAfter(n)) => {
+                f.write_all(&line[..n.min(line.len())])?;
+                return Err(std::io::Error::from_raw_os_error(28)); // ENOSPC
+            }
+            Some(Fault::SyncFails) => {
+                f.write_all(line)?;
+                return Err(std::io::Error::from_raw_os_error(5)); // EIO
+            }
+            None => {}
+        }
+        f.write_all(line)?;
+        f.sync_all()
     }
 
     /// Write `state` as the new snapshot (atomically, durably), then remove the log it folds in.
     fn snapshot(&self, state: &PartyState, last_seq: u64) -> Result<OnDisk, StoreError> {
         let path = self.path();
         let key = self.key()?;
-        // The snapshot's seq continues the chain's numbering, so a log line left by a crash
-        // between the rename and the log's removal is recognised as already folded in.
-        let seq = last_seq;
+        // The snapshot's seq continues the chain's numbering (one past every entry it folds
+        // in), so a log line left by a crash between the rename and the log's removal is
+        // recognised as already folded in, and every save has a number of its own.
+        let seq = last_seq + 1;
         let raw = serde_json::value::to_raw_value(state).map_err(|e| io(&path, e))?;
         let mac = snapshot_mac(key, raw.get().as_bytes(), seq);
         let bytes = serde_json::to_vec(&Envelope { state: &raw, seq, mac: mac.clone() }).map_err(|e| io(&path, e))?;
@@ -271,6 +427,7 @@ impl StateStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(io(&log, e)),
         }
+        self.wrote(seq);
         Ok(OnDisk { state: state.clone(), mac, seq, snapshot_bytes: bytes.len() as u64, log_bytes: 0 })
     }
 }
@@ -282,6 +439,65 @@ pub fn peek(dir: &Path) -> Result<Option<PartyState>, StoreError> {
 }
 
 fn read_state(dir: &Path) -> Result<Option<PartyState>, StoreError> {
+    let Some(scan) = scan(dir)? else { return Ok(None) };
+    if let Some((line, message)) = scan.problem {
+        return Err(StoreError::Tampered { path: dir.join(LOG_FILE), message: format!("line {line}: {message}") });
+    }
+    Ok(Some(scan.state))
+}
+
+/// The log's bytes (None if there is none); only a regular file is read.
+fn read_log(log: &Path) -> Result<Option<Vec<u8>>, StoreError> {
+    match fs::metadata(log) {
+        Ok(m) if m.is_file() => fs::read(log).map(Some).map_err(|e| io(log, e)),
+        Ok(_) => Err(StoreError::Corrupt { path: log.to_path_buf(), message: "not a regular file".into() }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io(log, e)),
+    }
+}
+
+/// What the files of a state directory prove: the snapshot and the log's entries up to the
+/// first one the chain does not vouch for.
+#[derive(Debug)]
+struct Scan {
+    /// The state after the last proven entry.
+    state: PartyState,
+    /// That entry's number.
+    seq: u64,
+    /// The snapshot's entry number.
+    snapshot_seq: u64,
+    /// Log entries applied on top of the snapshot.
+    applied: usize,
+    /// Torn fragments in front of a line that continues the chain: (line number, bytes).
+    fragments: Vec<(usize, usize)>,
+    /// Bytes after the last newline: an append torn by a crash (that save never returned).
+    torn_tail: usize,
+    /// The first complete line not proven, and why; it and every line after it are not applied.
+    problem: Option<(usize, String)>,
+    /// Complete lines from the problem on.
+    unproven_lines: usize,
+}
+
+/// The start of every serialised [`LogLine`]: a fragment of a torn append is cut off in front
+/// of the next one.
+const LINE_START: &[u8] = b"{\"seq\":";
+
+/// The byte offsets at which a log line may start within one line of the file: 0, then after a
+/// torn fragment.
+fn line_starts(raw: &[u8]) -> impl Iterator<Item = usize> + '_ {
+    std::iter::once(0).chain((1..raw.len()).filter(|&i| raw[i..].starts_with(LINE_START)))
+}
+
+fn parse_at(raw: &[u8], at: usize) -> Option<LogLine<'_>> {
+    std::str::from_utf8(&raw[at..]).ok().and_then(|t| serde_json::from_str(t).ok())
+}
+
+/// The first log line found in one line of the file (after a torn fragment, if any).
+fn parse_line(raw: &[u8]) -> Option<(usize, LogLine<'_>)> {
+    line_starts(raw).find_map(|i| parse_at(raw, i).map(|l| (i, l)))
+}
+
+fn scan(dir: &Path) -> Result<Option<Scan>, StoreError> {
     let path = dir.join("state.json");
     let text = match fs::read_to_string(&path) {
         Ok(t) => t,
@@ -305,43 +521,214 @@ fn read_state(dir: &Path) -> Result<Option<PartyState>, StoreError> {
     if snapshot_mac(&key, env.state.get().as_bytes(), env.seq) != env.mac {
         return Err(tampered("its content does not match its MAC".into()));
     }
-    let mut state: PartyState = serde_json::from_str(env.state.get())
+    let state: PartyState = serde_json::from_str(env.state.get())
         .map_err(|e| StoreError::Corrupt { path: path.clone(), message: e.to_string() })?;
+    let mut scan = Scan {
+        state,
+        seq: env.seq,
+        snapshot_seq: env.seq,
+        applied: 0,
+        fragments: vec![],
+        torn_tail: 0,
+        problem: None,
+        unproven_lines: 0,
+    };
     // The log: every complete line after the snapshot's seq, chained from the snapshot's MAC.
     let log = dir.join(LOG_FILE);
-    let bytes = match fs::read(&log) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Some(state)),
-        Err(e) => return Err(io(&log, e)),
-    };
-    let tampered = |line: usize, message: String| StoreError::Tampered {
-        path: log.clone(),
-        message: format!("line {line}: {message}"),
-    };
-    let (mut prev, mut seq) = (env.mac.clone(), env.seq);
+    let Some(bytes) = read_log(&log)? else { return Ok(Some(scan)) };
+    let mut prev = env.mac.clone();
     let complete = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
     // Bytes after the last newline are a torn append: that save never returned, nothing was
     // released after it.
-    for (n, raw_line) in bytes[..complete].split(|b| *b == b'\n').enumerate().take_while(|(_, l)| !l.is_empty()) {
+    scan.torn_tail = bytes.len() - complete;
+    let lines: Vec<&[u8]> = bytes[..complete].split(|b| *b == b'\n').take_while(|l| !l.is_empty()).collect();
+    for (n, raw) in lines.iter().enumerate() {
         let line_no = n + 1;
-        let text = std::str::from_utf8(raw_line).map_err(|_| tampered(line_no, "not UTF-8".into()))?;
-        let l: LogLine = serde_json::from_str(text).map_err(|e| tampered(line_no, e.to_string()))?;
-        if l.seq <= env.seq {
-            // Folded into the snapshot already (a crash between the snapshot and the log's removal).
-            continue;
+        match next_entry(&key, &prev, scan.seq, env.seq, raw) {
+            Ok(Entry::Folded) => {}
+            Ok(Entry::Next { at, line }) => {
+                let delta: StateDelta = match serde_json::from_str(line.delta.get()) {
+                    Ok(d) => d,
+                    Err(e) => {
+                        scan.problem = Some((line_no, e.to_string()));
+                        scan.unproven_lines = lines.len() - n;
+                        break;
+                    }
+                };
+                let mut next = scan.state.clone();
+                if let Err(e) = next.apply(&delta) {
+                    scan.problem = Some((line_no, e.to_string()));
+                    scan.unproven_lines = lines.len() - n;
+                    break;
+                }
+                if at > 0 {
+                    scan.fragments.push((line_no, at));
+                }
+                scan.state = next;
+                prev = line.mac;
+                scan.seq = line.seq;
+                scan.applied += 1;
+            }
+            Err(message) => {
+                scan.problem = Some((line_no, message));
+                scan.unproven_lines = lines.len() - n;
+                break;
+            }
         }
-        if l.seq != seq + 1 {
-            return Err(tampered(line_no, format!("entry {} follows entry {seq}: entries are missing", l.seq)));
-        }
-        if line_mac(&key, &prev, l.seq, l.delta.get().as_bytes()) != l.mac {
-            return Err(tampered(line_no, "does not match its MAC (chained from the entry before it)".into()));
-        }
-        let delta: StateDelta = serde_json::from_str(l.delta.get()).map_err(|e| tampered(line_no, e.to_string()))?;
-        state.apply(&delta).map_err(|e| tampered(line_no, e.to_string()))?;
-        prev = l.mac;
-        seq = l.seq;
     }
-    Ok(Some(state))
+    Ok(Some(scan))
+}
+
+enum Entry<'a> {
+    /// Already folded into the snapshot (a crash between the snapshot and the log's removal).
+    Folded,
+    /// The next entry of the chain, starting at byte `at` of the line (after a torn fragment).
+    Next { at: usize, line: LogLine<'a> },
+}
+
+/// Read one line of the log as the entry after `seq` (MAC `prev`), or say why it is not.
+fn next_entry<'a>(
+    key: &ring::hmac::Key,
+    prev: &str,
+    seq: u64,
+    snapshot_seq: u64,
+    raw: &'a [u8],
+) -> Result<Entry<'a>, String> {
+    let whole = std::str::from_utf8(raw)
+        .map_err(|_| "not UTF-8".to_string())
+        .and_then(|t| serde_json::from_str::<LogLine>(t).map_err(|e| e.to_string()));
+    let l = match whole {
+        Ok(l) => l,
+        Err(why) => {
+            // A fragment of a torn append, then a whole line: accepted only if that line is the
+            // next entry of the chain, which proves the fragment's save never completed.
+            return line_starts(raw)
+                .skip(1)
+                .find_map(|at| {
+                    let l = parse_at(raw, at)?;
+                    (l.seq == seq + 1 && line_mac(key, prev, l.seq, l.delta.get().as_bytes()) == l.mac)
+                        .then_some(Entry::Next { at, line: l })
+                })
+                .ok_or(why);
+        }
+    };
+    if l.seq <= snapshot_seq {
+        return Ok(Entry::Folded);
+    }
+    if l.seq != seq + 1 {
+        return Err(format!("entry {} follows entry {seq}: entries are missing", l.seq));
+    }
+    if line_mac(key, prev, l.seq, l.delta.get().as_bytes()) != l.mac {
+        return Err("does not match its MAC (chained from the entry before it)".into());
+    }
+    Ok(Entry::Next { at: 0, line: l })
+}
+
+/// What [`repair`] found, and did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RepairReport {
+    pub dir: PathBuf,
+    /// The snapshot's entry number and the last entry the chain proves.
+    pub snapshot_seq: u64,
+    pub proven_seq: u64,
+    /// Log entries proven and kept.
+    pub kept_entries: usize,
+    /// Torn fragments found in front of a line that continues the chain (harmless: the chain
+    /// proves no entry was lost): (line, bytes).
+    pub fragments: Vec<(usize, usize)>,
+    /// Bytes of a torn last append.
+    pub torn_tail_bytes: usize,
+    /// The first line the chain does not prove, and why.
+    pub problem: Option<(usize, String)>,
+    /// Complete lines not kept (that line and every one after it).
+    pub dropped_lines: usize,
+    /// Per requester of the kept state: (name, releases, ρ, ε).
+    pub ledgers: Vec<(String, usize, f64, f64)>,
+    /// Where the files were copied before rewriting (with `write`).
+    pub backup: Option<PathBuf>,
+    /// Whether the state directory was rewritten as one snapshot of the kept state.
+    pub written: bool,
+}
+
+impl RepairReport {
+    /// Whether the files needed no repair.
+    pub fn clean(&self) -> bool {
+        self.fragments.is_empty() && self.torn_tail_bytes == 0 && self.problem.is_none()
+    }
+
+    /// Whether keeping only the proven entries may lose releases (lines that were not proven).
+    pub fn may_roll_back(&self) -> bool {
+        self.dropped_lines > 0
+    }
+}
+
+/// Check a state directory entry by entry and report what its MAC chain proves; with `write`,
+/// copy its files into `repair-<time>/` inside it and rewrite it as one snapshot of the proven
+/// state (which removes torn fragments and anything unproven). Takes the directory's lock, so
+/// it refuses while a node serves from it. A snapshot that does not verify cannot be repaired
+/// (an error says so): nothing in it can be proven.
+pub fn repair(dir: &Path, write: bool) -> Result<RepairReport, StoreError> {
+    let store = StateStore::open(dir)?;
+    let scan = scan(dir)?
+        .ok_or_else(|| StoreError::Io { path: dir.join("state.json"), message: "no saved state to repair".into() })?;
+    let ledgers = scan
+        .state
+        .requesters
+        .iter()
+        .filter_map(|(name, r)| {
+            r.ledger.as_ref().map(|l| (name.clone(), l.releases.len(), l.rho_spent(), l.epsilon_spent()))
+        })
+        .collect();
+    let mut report = RepairReport {
+        dir: dir.to_path_buf(),
+        snapshot_seq: scan.snapshot_seq,
+        proven_seq: scan.seq,
+        kept_entries: scan.applied,
+        fragments: scan.fragments.clone(),
+        torn_tail_bytes: scan.torn_tail,
+        problem: scan.problem.clone(),
+        dropped_lines: scan.unproven_lines,
+        ledgers,
+        backup: None,
+        written: false,
+    };
+    if write && !report.clean() {
+        let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let backup = dir.join(format!("repair-{stamp}"));
+        fs::create_dir_all(&backup).map_err(|e| io(&backup, e))?;
+        for name in ["state.json", LOG_FILE] {
+            let from = dir.join(name);
+            if from.exists() {
+                let to = backup.join(name);
+                fs::copy(&from, &to).map_err(|e| io(&to, e))?;
+                File::open(&to).and_then(|f| f.sync_all()).map_err(|e| io(&to, e))?;
+            }
+        }
+        sync_dir(&backup).map_err(|e| io(&backup, e))?;
+        sync_dir(dir).map_err(|e| io(dir, e))?;
+        report.backup = Some(backup);
+        store.snapshot(&scan.state, scan.seq)?;
+        report.written = true;
+    }
+    Ok(report)
+}
+
+/// Remove the temporary files a crashed [`write_atomic`] left in `dir` (`.<name>.<pid>.<n>.tmp`).
+fn remove_temporaries(dir: &Path) -> Result<Vec<PathBuf>, StoreError> {
+    let mut removed = Vec::new();
+    for entry in fs::read_dir(dir).map_err(|e| io(dir, e))? {
+        let entry = entry.map_err(|e| io(dir, e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if crate::durable::is_temporary(&name) && entry.file_type().is_ok_and(|t| t.is_file()) {
+            fs::remove_file(entry.path()).map_err(|e| io(&entry.path(), e))?;
+            removed.push(entry.path());
+        }
+    }
+    if !removed.is_empty() {
+        sync_dir(dir).map_err(|e| io(dir, e))?;
+        tracing::info!("{}: removed {} temporary file(s) left by a crashed write", dir.display(), removed.len());
+    }
+    Ok(removed)
 }
 
 #[cfg(test)]
@@ -419,6 +806,7 @@ mod tests {
                 charge: None,
                 budget_rho_left: None,
                 noise_var: None,
+                receipt: None,
             };
             s.answers.insert(id.clone(), a);
             s.answer_order.push(id);
@@ -499,7 +887,7 @@ mod tests {
         // A released mean changed in line 2 (answer r1).
         refused(log.replacen("\"mean\":[0.5]", "\"mean\":[1.5]", 1), "line 2: does not match its MAC");
         // Line 2 dropped.
-        refused(format!("{}\n{}\n{}\n", lines[0], lines[2], lines[3]), "line 2: entry 3 follows entry 1");
+        refused(format!("{}\n{}\n{}\n", lines[0], lines[2], lines[3]), "line 2: entry 4 follows entry 2");
         // Lines swapped.
         refused(format!("{}\n{}\n{}\n{}\n", lines[0], lines[2], lines[1], lines[3]), "line 2");
         // A log without its snapshot.
@@ -522,6 +910,130 @@ mod tests {
         assert!(!d.join(LOG_FILE).exists());
         fs::write(d.join(LOG_FILE), &old_log).unwrap();
         assert_eq!(s.load().unwrap(), Some(with_answers(3, 5)));
+        let _ = fs::remove_dir_all(&d);
+    }
+
+    fn inject(s: &StateStore, f: Fault) {
+        *s.fault.lock().unwrap() = Some(f);
+    }
+
+    /// A disk that fills in the middle of an append (or an fsync that fails): the save fails,
+    /// the log is cut back to the bytes before it, and the next save (a fresh snapshot) and
+    /// every reload see exactly the states that were saved.
+    #[test]
+    fn a_failed_append_is_cut_back_and_the_next_save_recovers() {
+        for fault in [Fault::FullAfter(37), Fault::SyncFails] {
+            let (d, s) = store_with_log("full", 3, 5);
+            let log_path = d.join(LOG_FILE);
+            let before = fs::read(&log_path).unwrap();
+            inject(&s, fault);
+            let e = s.save(&with_answers(4, 5)).unwrap_err().to_string();
+            assert!(e.contains("state.log") && (e.contains("os error 28") || e.contains("os error 5")), "{e}");
+            assert_eq!(fs::read(&log_path).unwrap(), before, "{fault:?}: the log was not cut back");
+            assert_eq!(s.load().unwrap(), Some(with_answers(3, 5)));
+            // The next save is a snapshot numbered after every entry on disk; appends follow.
+            let seq = s.seq();
+            s.save(&with_answers(4, 5)).unwrap();
+            assert!(!log_path.exists(), "the next save after a failure writes a snapshot");
+            s.save(&with_answers(5, 5)).unwrap();
+            assert_eq!(s.seq(), seq + 2, "a snapshot and an append: two entries");
+            assert_eq!(s.load().unwrap(), Some(with_answers(5, 5)));
+            drop(s);
+            let s = StateStore::open(&d).unwrap();
+            assert_eq!(s.load().unwrap(), Some(with_answers(5, 5)));
+            let _ = fs::remove_dir_all(&d);
+        }
+    }
+
+    /// What the previous version left after a full disk: a fragment without its newline, then
+    /// the next save's whole line. The chain continues across the fragment, so nothing was
+    /// lost and the state loads exactly; a fragment before a line that does not continue the
+    /// chain is refused, and the refusal never advises deleting the ledger.
+    #[test]
+    fn a_fragment_before_a_continuing_line_is_recovered_and_only_then() {
+        let (d, s) = store_with_log("frag", 4, 5);
+        let log_path = d.join(LOG_FILE);
+        let log = fs::read_to_string(&log_path).unwrap();
+        let lines: Vec<&str> = log.lines().collect();
+        let frag = &lines[2][..lines[2].len() / 2];
+        let torn = format!("{}\n{}\n{frag}{}\n{}\n", lines[0], lines[1], lines[2], lines[3]);
+        fs::write(&log_path, &torn).unwrap();
+        assert_eq!(s.load().unwrap(), Some(with_answers(4, 5)));
+        let r = repair_of_copy(&d);
+        assert_eq!(r.fragments, vec![(3, frag.len())]);
+        assert!(!r.may_roll_back() && !r.clean());
+        // The fragment then entry 4 (entry 3 missing): refused.
+        fs::write(&log_path, format!("{}\n{}\n{frag}{}\n", lines[0], lines[1], lines[3])).unwrap();
+        let e = s.load().unwrap_err();
+        assert!(matches!(e, StoreError::Tampered { .. }), "{e}");
+        let e = e.to_string();
+        assert!(e.contains("line 3") && e.contains("node repair"), "{e}");
+        assert!(!e.contains("or delete the state directory") && e.contains("resets this node's privacy ledger"), "{e}");
+        let _ = fs::remove_dir_all(&d);
+    }
+
+    /// `repair` (report only) of a copy of `d`: it takes the lock, which `d`'s store holds.
+    fn repair_of_copy(d: &Path) -> RepairReport {
+        let copy = d.with_extension("copy");
+        let _ = fs::remove_dir_all(&copy);
+        fs::create_dir_all(&copy).unwrap();
+        for e in fs::read_dir(d).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_file() && e.file_name() != "LOCK" {
+                fs::copy(e.path(), copy.join(e.file_name())).unwrap();
+            }
+        }
+        repair(&copy, false).unwrap()
+    }
+
+    /// `repair` reports what the chain proves and changes nothing without `write`; with it,
+    /// keeps a backup and rewrites the directory as the proven state, which then loads.
+    #[test]
+    fn repair_keeps_what_the_chain_proves() {
+        let (d, s) = store_with_log("repair", 4, 5);
+        let log_path = d.join(LOG_FILE);
+        let log = fs::read_to_string(&log_path).unwrap();
+        let edited = log.replacen("\"mean\":[0.5]", "\"mean\":[1.5]", 1);
+        fs::write(&log_path, &edited).unwrap();
+        drop(s);
+        // A node serving from the directory holds the lock: repair refuses.
+        let held = StateStore::open(&d).unwrap();
+        assert!(matches!(repair(&d, true), Err(StoreError::Locked { .. })));
+        drop(held);
+        let r = repair(&d, false).unwrap();
+        assert_eq!((r.kept_entries, r.dropped_lines, r.written), (1, 3, false));
+        assert_eq!(r.problem.as_ref().map(|p| p.0), Some(2));
+        assert!(r.may_roll_back());
+        assert_eq!(fs::read_to_string(&log_path).unwrap(), edited, "changed without --write");
+        let r = repair(&d, true).unwrap();
+        assert!(r.written);
+        let backup = r.backup.unwrap();
+        assert_eq!(fs::read_to_string(backup.join(LOG_FILE)).unwrap(), edited);
+        let s = StateStore::open(&d).unwrap();
+        assert_eq!(s.load().unwrap(), Some(with_answers(1, 5)));
+        // A clean directory needs nothing.
+        drop(s);
+        let r = repair(&d, true).unwrap();
+        assert!(r.clean() && !r.written && r.backup.is_none());
+        let _ = fs::remove_dir_all(&d);
+    }
+
+    /// Temporary files of crashed snapshots are removed when the store opens; others stay.
+    #[test]
+    fn crashed_temporaries_are_removed_at_open() {
+        let (d, s) = store_with_log("tmps", 1, 5);
+        drop(s);
+        let leaked: Vec<PathBuf> = (0..5).map(|i| d.join(format!(".state.json.{}.{i}.tmp", 4000 + i))).collect();
+        for p in &leaked {
+            fs::write(p, vec![b'x'; 1 << 16]).unwrap();
+        }
+        fs::write(d.join("notes.tmp"), b"mine").unwrap();
+        let s = StateStore::open(&d).unwrap();
+        let mut cleaned = s.cleaned().to_vec();
+        cleaned.sort();
+        assert_eq!(cleaned, leaked);
+        assert!(leaked.iter().all(|p| !p.exists()) && d.join("notes.tmp").exists());
+        assert_eq!(s.load().unwrap(), Some(with_answers(1, 5)));
         let _ = fs::remove_dir_all(&d);
     }
 

@@ -95,6 +95,7 @@ async fn malformed_messages_long_strings_and_name_floods_are_refused_cleanly() {
         uncertainty: pb::Uncertainty::Marginal.into(),
         want_prior: false,
         federation_id: huge.clone(),
+        witness: None,
     };
     let err = c.predict(req).await.unwrap_err();
     assert_eq!(err.code(), Code::PermissionDenied);
@@ -118,6 +119,7 @@ async fn malformed_messages_long_strings_and_name_floods_are_refused_cleanly() {
         uncertainty: pb::Uncertainty::Full.into(),
         want_prior: true,
         federation_id: FED.into(),
+        witness: None,
     };
     let err = c.predict(big).await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
@@ -131,6 +133,7 @@ async fn malformed_messages_long_strings_and_name_floods_are_refused_cleanly() {
         uncertainty: pb::Uncertainty::Marginal.into(),
         want_prior: false,
         federation_id: FED.into(),
+        witness: None,
     };
     let first = c.predict(ask(vec![1, 2])).await.unwrap().into_inner();
     assert_eq!(c.predict(ask(vec![1, 2])).await.unwrap().into_inner(), first);
@@ -216,6 +219,7 @@ async fn a_flood_of_the_largest_answers_keeps_the_node_responsive_and_its_state_
                             uncertainty: pb::Uncertainty::Full.into(),
                             want_prior: true,
                             federation_id: FED.into(),
+                            witness: None,
                         };
                         c.predict(req).await.unwrap();
                     }

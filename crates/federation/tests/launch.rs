@@ -85,6 +85,7 @@ async fn a_node_launched_from_its_config_serves_and_resumes_its_ledger() {
         uncertainty: pb::Uncertainty::Marginal.into(),
         want_prior: true,
         federation_id: "launch-test".into(),
+        witness: None,
     };
     let first = c.predict(ask.clone()).await.unwrap().into_inner();
     let spent = c.status(pb::StatusRequest {}).await.unwrap().into_inner().spend;

@@ -90,6 +90,7 @@ async fn malformed_requests_get_status_codes_and_the_node_stays_up() {
         uncertainty: pb::Uncertainty::Marginal.into(),
         want_prior: false,
         federation_id: FED.into(),
+        witness: None,
     };
     // No handshake yet.
     let err = c.predict(good.clone()).await.unwrap_err();
@@ -237,6 +238,7 @@ async fn flood(
                 uncertainty: pb::Uncertainty::Marginal.into(),
                 want_prior: false,
                 federation_id: FED.into(),
+                witness: None,
             };
             let who = r.to_string();
             tasks.push(tokio::spawn(async move { (who, c.predict(req).await.map(|r| r.into_inner())) }));
@@ -326,6 +328,7 @@ async fn an_unreachable_peer_fails_clearly_after_a_bounded_time() {
         indices: vec![1],
         uncertainty: Uncertainty::Marginal,
         want_prior: false,
+        witness: None,
     };
     let err = p.predict(req).await.unwrap_err().to_string();
     let took = t.elapsed();

@@ -68,6 +68,7 @@ async fn metrics_count_rpcs_and_spend_and_health_answers() {
         uncertainty: pb::Uncertainty::Marginal.into(),
         want_prior: true,
         federation_id: FED.into(),
+        witness: None,
     };
     c.predict(ask("r1", vec![1, 2, 3])).await.unwrap();
     // A malformed request (index outside the pool) is counted under its code.

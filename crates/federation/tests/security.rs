@@ -61,6 +61,7 @@ fn predict(requester: &str) -> pb::PredictRequest {
         uncertainty: pb::Uncertainty::Marginal.into(),
         want_prior: false,
         federation_id: FED.into(),
+        witness: None,
     }
 }
 

@@ -183,6 +183,29 @@ impl Ledger {
         });
         Ok(Charge::New)
     }
+
+    /// Record ρ that was spent but is missing from this ledger (releases a receipt proves were
+    /// made before the node's state was rolled back), without the budget check: it is a fact,
+    /// not a request. Recorded as a release with Δ = 1 and σ = 1/√(2ρ), so ρ = Δ²/(2σ²) holds
+    /// like every other entry. A repeated id records nothing.
+    pub fn record_missing(&mut self, id: &str, rho: f64) -> Result<Charge, PrivacyError> {
+        if self.find(id).is_some() {
+            return Ok(Charge::Replayed);
+        }
+        if !(rho.is_finite() && rho > 0.0) {
+            return Err(PrivacyError::invalid(format!("missing spend must be finite and positive, got ρ = {rho}")));
+        }
+        let sigma = (0.5 / rho).sqrt();
+        self.releases.push(Release {
+            id: id.to_string(),
+            sensitivity: 1.0,
+            sigma,
+            rho: rho_of(1.0, sigma),
+            mechanism: "spend restored from a receipt".into(),
+            guaranteed: true,
+        });
+        Ok(Charge::New)
+    }
 }
 
 #[cfg(test)]

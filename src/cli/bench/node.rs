@@ -133,6 +133,7 @@ async fn large_node(a: &NodeBenchArgs) -> anyhow::Result<serde_json::Value> {
             uncertainty: pb::Uncertainty::Full.into(),
             want_prior: true,
             federation_id: "bench".into(),
+            witness: None,
         };
         let t = Instant::now();
         let resp = c.predict(request(msg, None, timeout).map_err(anyhow::Error::msg)?).await?.into_inner();
@@ -144,6 +145,7 @@ async fn large_node(a: &NodeBenchArgs) -> anyhow::Result<serde_json::Value> {
             indices,
             uncertainty: Uncertainty::Full,
             want_prior: true,
+            witness: None,
         };
         let t = Instant::now();
         local.answer(&req)?;

@@ -97,6 +97,7 @@ pub fn run(a: StateBenchArgs) -> anyhow::Result<()> {
                 indices: pool.clone(),
                 uncertainty: Uncertainty::Full,
                 want_prior: true,
+                witness: None,
             };
             let ans = party.answer(&req)?;
             answer_bytes = dpcotrain_cotrain::answer_cache::answer_bytes(&ans);

@@ -1,0 +1,104 @@
+//! Receipts: a node's signed statement, after a release was saved, of how far its state had got
+//! and what its ledger had charged the requester (docs/decisions.md D28).
+//!
+//! The requester keeps the latest receipt from each peer (in the turn that absorbed the
+//! answer) and shows it with its next request. The node checks it against its own state
+//! before answering: a state restored from an older copy of its files (a VM or volume
+//! snapshot, a backup, a log cut short) is *behind* a receipt it signed, and the node refuses
+//! with `DATA_LOSS` instead of releasing again as if the lost releases never happened. It also
+//! notes the receipt (`witnessed.json`), so that `dpcotrain node repair --adopt-witnessed` can
+//! charge the missing spend. A receipt the node cannot verify (its ledger key changed: the
+//! state directory was replaced) is treated the same way when it claims more than the ledger
+//! counts; one that claims no more is harmless, genuine or not.
+//!
+//! What this covers: a rollback of a node's files by accident, seen by any honest requester.
+//! What it does not: a requester that hides its receipts (it is the party that would gain from
+//! the lost entries); the orchestrator's record of every node's chain position (`dpcotrain run`)
+//! covers a rollback it has witnessed, whoever gains from it.
+
+use crate::store::{StateStore, StoreError};
+use dpcotrain_cotrain::answer::Receipt;
+use dpcotrain_cotrain::responder::Party;
+
+/// The bytes a receipt's MAC covers.
+fn message(federation: &str, responder: &str, requester: &str, seq: u64, releases: u64, rho: f64) -> Vec<u8> {
+    format!("dpcotrain receipt 1\n{federation}\n{responder}\n{requester}\n{seq}\n{releases}\n{:016x}\n", rho.to_bits())
+        .into_bytes()
+}
+
+/// What `party`'s ledger has charged `requester`: (releases, ρ).
+fn charged(party: &Party, requester: &str) -> (u64, f64) {
+    party.ledger(requester).map_or((0, 0.0), |l| (l.releases.len() as u64, l.rho_spent()))
+}
+
+/// The receipt for `requester` as the node's state stands now (call after the save).
+pub fn sign(store: &StateStore, federation: &str, party: &Party, requester: &str) -> Result<Receipt, StoreError> {
+    let seq = store.seq();
+    let (releases, rho) = charged(party, requester);
+    let mac = store.sign(&message(federation, &party.name, requester, seq, releases, rho))?;
+    Ok(Receipt { seq, releases, rho, mac })
+}
+
+/// Why a node may not answer `requester`, who shows `witness`.
+#[derive(Debug, thiserror::Error)]
+pub enum Behind {
+    #[error(
+        "this node's state is behind a receipt it signed for {requester}: the receipt records entry {receipt_seq} with ρ = {receipt_rho} over {receipt_releases} releases; this node's state is at entry {seq} with ρ = {rho} over {releases} releases. Its state files were restored from an older copy or lost their last entries, so it will not release to {requester} as if those releases never happened. {RECOVER}"
+    )]
+    Rolled {
+        requester: String,
+        receipt_seq: u64,
+        receipt_rho: f64,
+        receipt_releases: u64,
+        seq: u64,
+        rho: f64,
+        releases: u64,
+    },
+    #[error(
+        "{requester} shows a receipt (entry {receipt_seq}, ρ = {receipt_rho}) ahead of this node's state that this node cannot verify: either its ledger key changed (its state directory was replaced or deleted since it signed the receipt) or the receipt is not genuine. It will not release to {requester} until the spend that receipt records is counted. {RECOVER}"
+    )]
+    Unverified { requester: String, receipt_seq: u64, receipt_rho: f64 },
+}
+
+const RECOVER: &str = "To recover, stop the node and put back the newest copy of its state directory; if there is none, run `dpcotrain node repair --config <party.toml> --adopt-witnessed --write`, which charges the ledger the spend the receipt proves (noted in witnessed.json).";
+
+/// Relative slack on ρ: a ledger that adopted a receipt's spend sums to it up to round-off.
+const RHO_TOLERANCE: f64 = 1e-12;
+
+/// Check `witness` (shown by `requester`) against the node's state; a receipt ahead of it, or
+/// one it cannot verify, is noted in `witnessed.json` and refused.
+pub fn check(
+    store: &StateStore,
+    federation: &str,
+    party: &Party,
+    requester: &str,
+    witness: &Receipt,
+) -> Result<Result<(), Behind>, StoreError> {
+    let w = witness;
+    let signed = store.verify(&message(federation, &party.name, requester, w.seq, w.releases, w.rho), &w.mac)?;
+    let seq = store.seq();
+    let (releases, rho) = charged(party, requester);
+    // Only a state behind what the receipt claims is refused: a receipt that claims less than
+    // the ledger counts is harmless, genuine or not. The MAC tells a rollback (a receipt this
+    // node signed) from a replaced state directory or a receipt it never signed.
+    let behind = seq < w.seq || rho < w.rho * (1.0 - RHO_TOLERANCE);
+    let verdict = if !behind {
+        Ok(())
+    } else if signed {
+        Err(Behind::Rolled {
+            requester: requester.into(),
+            receipt_seq: w.seq,
+            receipt_rho: w.rho,
+            receipt_releases: w.releases,
+            seq,
+            rho,
+            releases,
+        })
+    } else {
+        Err(Behind::Unverified { requester: requester.into(), receipt_seq: w.seq, receipt_rho: w.rho })
+    };
+    if verdict.is_err() {
+        store.record_witness(requester, w)?;
+    }
+    Ok(verdict)
+}
