@@ -80,12 +80,12 @@ fn json(out: &Output) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-/// Two ports for test `k` (0 ≤ k < 12) of this test process: 24 per process in 20000–31999,
+/// Two ports for test `k` (0 ≤ k < 13) of this test process: 26 per process in 20000–31699,
 /// below Linux's ephemeral range (32768–60999), so that no outgoing connection of a parallel
 /// test can be holding one when a node binds it.
 fn ports(k: u16) -> (u16, u16) {
-    assert!(k < 12, "at most 12 port pairs per test process");
-    let base = 20000 + (std::process::id() % 500) as u16 * 24 + 2 * k;
+    assert!(k < 13, "at most 13 port pairs per test process");
+    let base = 20000 + (std::process::id() % 450) as u16 * 26 + 2 * k;
     (base, base + 1)
 }
 
@@ -657,7 +657,7 @@ fn a_node_logs_one_line_per_rpc() {
         let mut c = dpcotrain_federation::pb::node_client::NodeClient::new(ch);
         let token = "f".repeat(64);
         let req = dpcotrain_federation::auth::request(
-            dpcotrain_federation::pb::StatusRequest {},
+            dpcotrain_federation::pb::StatusRequest::default(),
             Some(&token),
             Duration::from_secs(10),
         );
@@ -723,4 +723,71 @@ fn node_check_counts_the_labels_the_release_clips() {
     let (rows, clipped) = (v["labels"]["rows"].as_u64().unwrap(), v["labels"]["clipped_by_release"].as_u64().unwrap());
     assert!(clipped > 0 && clipped < rows, "{v}");
     assert!(err.contains(&format!("{clipped} of {rows} training labels lie outside privacy.label_range")), "{err}");
+}
+
+/// 1,020 connections that never start their TLS handshake, all from one address (127.0.0.2),
+/// against a node whose open-files limit is 1,024 (soft and hard, so it cannot raise it): the
+/// node closes what is over its per-address cap at once and the rest after the first-bytes
+/// deadline, so `status` from another address answers within 5 s, `/metrics` too, and a round
+/// runs. (Before the limits, the flood took every descriptor and stalled all three.)
+#[cfg(target_os = "linux")]
+#[test]
+fn a_half_open_flood_at_ulimit_1024_leaves_the_node_serving() {
+    use std::io::{Read, Write};
+    use std::os::unix::process::CommandExt;
+    let (pa, pb) = ports(9);
+    let (ops, _) = ports(12);
+    let dir = setup("flood", pa, pb, |t| {
+        if t.contains(&format!("\nlisten = \"127.0.0.1:{pa}\"")) {
+            t.replacen("\nlisten = ", &format!("\nops_listen = \"127.0.0.1:{ops}\"\nlisten = "), 1)
+        } else {
+            t
+        }
+    });
+    let mut cmd = bin();
+    cmd.args(["node", "serve", "--config"]).arg(dir.join("party-a.toml")).stderr(Stdio::null());
+    // SAFETY: between fork and exec the closure only calls setrlimit (async-signal-safe) on a
+    // struct it owns.
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit { rlim_cur: 1024, rlim_max: 1024 };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raw const lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let _a = Kill(cmd.spawn().unwrap());
+    let _b = node(&dir, "party-b.toml");
+    wait_up(&dir, &["A", "B"]);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let flood: Vec<tokio::net::TcpStream> = rt.block_on(async {
+        let mut held = Vec::new();
+        for _ in 0..1020 {
+            let s = tokio::net::TcpSocket::new_v4().unwrap();
+            s.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+            if let Ok(Ok(c)) =
+                tokio::time::timeout(Duration::from_secs(2), s.connect(format!("127.0.0.1:{pa}").parse().unwrap()))
+                    .await
+            {
+                held.push(c);
+            }
+        }
+        held
+    });
+    assert!(flood.len() >= 1000, "the flood opened only {} connections", flood.len());
+    let t = Instant::now();
+    let out = bin().args(["status", "--node", "A", "--config"]).arg(dir.join("federation.toml")).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(t.elapsed() < Duration::from_secs(5), "status took {:?} under the flood", t.elapsed());
+    let t = Instant::now();
+    let mut m = std::net::TcpStream::connect(("127.0.0.1", ops)).unwrap();
+    m.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    m.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let mut body = String::new();
+    m.read_to_string(&mut body).unwrap();
+    assert!(body.starts_with("HTTP/1.1 200") && body.contains("dpcotrain_"), "{body}");
+    assert!(t.elapsed() < Duration::from_secs(5));
+    json(&run(&dir, 1));
+    drop(flood);
 }

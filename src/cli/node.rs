@@ -260,6 +260,26 @@ fn adopt_witnessed(config: &std::path::Path, dir: &std::path::Path, write: bool)
     let mut floor = 0;
     for (requester, r) in &noted {
         let id = format!("restored from receipt {requester}@{}", r.seq);
+        if requester == dpcotrain_federation::receipt::EVERY_REQUESTER {
+            // The orchestrator's head receipt proves a total, not who received it: every
+            // requester is charged the whole gap (conservative).
+            let gap = r.rho - party.privacy_spent_total().0;
+            floor = floor.max(r.seq);
+            println!(
+                "  the orchestrator's receipt proves rho {:.6} in total over {} releases (entry {}); each requester's ledger is charged the gap {:.6}",
+                r.rho,
+                r.releases,
+                r.seq,
+                gap.max(0.0)
+            );
+            if gap > 0.0 {
+                for req in party.requesters() {
+                    let now = party.ledger(&req).map_or(0.0, dpcotrain_privacy::accountant::Ledger::rho_spent);
+                    party.charge_missing(&req, now + gap, &id)?;
+                }
+            }
+            continue;
+        }
         let added = party.charge_missing(requester, r.rho, &id)?;
         floor = floor.max(r.seq);
         println!(

@@ -28,6 +28,8 @@ pub enum LaunchError {
     Tls(#[from] TlsError),
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error(transparent)]
+    Node(#[from] crate::error::NodeError),
     #[error("cannot {what} {}: {source}", path.display())]
     Io { what: &'static str, path: PathBuf, source: std::io::Error },
     #[error("{}: {field} = {:?}: no such file ({})", config.display(), given.display(), resolved.display())]
@@ -103,6 +105,13 @@ pub struct Launched {
 /// lock the state directory, fit the private model, resume from saved state, bind.
 pub async fn launch(cfg: &PartyConfig, path: &Path) -> Result<Launched, LaunchError> {
     cfg.validate(path)?;
+    match crate::conn_limits::raise_open_files_limit() {
+        Ok((before, after)) if after > before => {
+            tracing::info!("{}: open-files limit raised from {before} to {after}", cfg.name);
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!("{}: could not raise the open-files limit: {e}", cfg.name),
+    }
     for (field, p) in [("data.train", &cfg.data.train), ("data.pool", &cfg.data.pool), ("data.test", &cfg.data.test)] {
         let full = rel(path, p);
         if !full.is_file() {
@@ -169,6 +178,14 @@ pub async fn launch(cfg: &PartyConfig, path: &Path) -> Result<Launched, LaunchEr
         .with_peers(peers)
         .with_store(store)
         .with_alone_errors(alone);
+    // A head receipt the orchestrator showed before a restart, still ahead: keep not releasing.
+    service.halt_if_behind_noted()?;
+    if let Some(w) = crate::store::witnessed(&cfg.state_dir(path))?.keys().next() {
+        tracing::warn!(
+            "{}: receipts showing this node's state is behind are noted in witnessed.json (first: {w}); see `dpcotrain node repair --adopt-witnessed`",
+            cfg.name
+        );
+    }
     let listener = tokio::net::TcpListener::bind(&cfg.listen).await.map_err(|source| LaunchError::Bind {
         addr: cfg.listen.clone(),
         ops: false,
@@ -184,6 +201,9 @@ pub async fn launch(cfg: &PartyConfig, path: &Path) -> Result<Launched, LaunchEr
     };
     Ok(Launched { service, listener, tls: server_tls, ops })
 }
+
+/// The file beside `federation.toml` where the orchestrator keeps every node's head receipt.
+pub const ORCHESTRATOR_RECEIPTS: &str = "orchestrator-receipts.json";
 
 /// The orchestrator of a federation config.
 pub fn orchestrator(cfg: &FederationConfig, path: &Path) -> Result<Orchestrator, LaunchError> {
@@ -203,7 +223,9 @@ pub fn orchestrator(cfg: &FederationConfig, path: &Path) -> Result<Orchestrator,
     }
     let mut retry = orchestrator_retry();
     retry.give_up_after = std::time::Duration::from_secs(cfg.wait_seconds);
+    let receipts = path.parent().unwrap_or(Path::new(".")).join(ORCHESTRATOR_RECEIPTS);
     let mut orch = Orchestrator::new(nodes, retry)
+        .and_then(|o| o.with_receipts_file(&receipts))
         .map_err(|message| LaunchError::Orchestrator { config: path.to_path_buf(), message })?;
     orch.federation_id = Some(cfg.federation_id.clone());
     Ok(orch)

@@ -21,6 +21,7 @@ pub mod agreement;
 pub mod auth;
 pub mod codec;
 pub mod config;
+pub mod conn_limits;
 pub mod convert;
 pub mod durable;
 pub mod error;

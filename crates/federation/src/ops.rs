@@ -155,6 +155,8 @@ pub async fn serve_ops(
     let app = tonic::service::Routes::new(health)
         .into_axum_router()
         .route("/metrics", axum::routing::get(metrics_handler).with_state(service));
+    // Connections under limits: per address, first bytes, idle, lifetime (crate::conn_limits).
+    let listener = crate::conn_limits::GuardedListener::new(listener, crate::conn_limits::ConnLimits::OPS);
     axum::serve(listener, app).with_graceful_shutdown(shutdown).await
 }
 

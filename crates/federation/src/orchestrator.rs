@@ -2,10 +2,21 @@
 //! asks each node for its status and to run its querier turn. A node that is down is retried
 //! with backoff (a restarted node resumes from its saved state); `RunRound` is idempotent by
 //! round number, so a retry after a lost reply never runs a turn twice.
+//!
+//! The orchestrator witnesses each node's state: it keeps the head receipt a node's `Status`
+//! returns (its state chain's entry number and ledger totals, signed by the node;
+//! [`crate::receipt`]) in a file beside the federation config, and shows it back with the next
+//! `Status`. A node restored from an older copy of its files is behind it, refuses with
+//! `DATA_LOSS` and stops releasing to anyone until the spend is adopted.
 
 use crate::auth::request;
-use crate::pb;
+use crate::durable::{Access, write_atomic};
 use crate::peer::{Retry, channel};
+use crate::{convert, pb};
+use dpcotrain_cotrain::answer::Receipt;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::Duration;
 use tonic::Status;
 use tonic::transport::{Channel, ClientTlsConfig};
@@ -24,6 +35,9 @@ pub struct Orchestrator {
     pub retry: Retry,
     /// When set, a node serving another federation is refused.
     pub federation_id: Option<String>,
+    /// The latest head receipt of each node, and the file that keeps them between runs.
+    receipts: Mutex<BTreeMap<String, Receipt>>,
+    receipts_file: Option<PathBuf>,
 }
 
 impl Orchestrator {
@@ -38,7 +52,46 @@ impl Orchestrator {
             let client = pb::node_client::NodeClient::new(ch).max_decoding_message_size(crate::MAX_MESSAGE_BYTES);
             out.push(NodeHandle { name, address, token, client });
         }
-        Ok(Orchestrator { nodes: out, retry, federation_id: None })
+        Ok(Orchestrator {
+            nodes: out,
+            retry,
+            federation_id: None,
+            receipts: Mutex::new(BTreeMap::new()),
+            receipts_file: None,
+        })
+    }
+
+    /// Keep the nodes' head receipts in `path` (read now if it exists; written, atomically,
+    /// whenever a node returns a newer one).
+    pub fn with_receipts_file(mut self, path: &Path) -> Result<Self, String> {
+        let map = match std::fs::read(path) {
+            Ok(b) => serde_json::from_slice(&b).map_err(|e| format!("{}: {e}", path.display()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        };
+        self.receipts = Mutex::new(map);
+        self.receipts_file = Some(path.to_path_buf());
+        Ok(self)
+    }
+
+    /// The head receipt held for node `name`.
+    pub fn receipt(&self, name: &str) -> Option<Receipt> {
+        self.receipts.lock().unwrap_or_else(|e| e.into_inner()).get(name).cloned()
+    }
+
+    fn keep_receipt(&self, name: &str, head: Option<&pb::Receipt>) -> Result<(), String> {
+        let Some(head) = head else { return Ok(()) };
+        let r = convert::receipt_from_pb(head).map_err(|e| format!("{name}: {e}"))?;
+        let mut map = self.receipts.lock().unwrap_or_else(|e| e.into_inner());
+        if map.get(name) == Some(&r) {
+            return Ok(());
+        }
+        map.insert(name.to_string(), r);
+        if let Some(path) = &self.receipts_file {
+            let bytes = serde_json::to_vec_pretty(&*map).map_err(|e| e.to_string())?;
+            write_atomic(path, &bytes, Access::Public).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+        Ok(())
     }
 
     /// A node's status (retried while it is unreachable); checks it is the party we think.
@@ -63,7 +116,7 @@ impl Orchestrator {
     pub async fn reachable(&self, i: usize) -> bool {
         let n = &self.nodes[i];
         let mut c = n.client.clone();
-        match request(pb::StatusRequest {}, n.token.as_deref(), Duration::from_secs(5)) {
+        match request(pb::StatusRequest { witness: None }, n.token.as_deref(), Duration::from_secs(5)) {
             Ok(req) => c.status(req).await.is_ok(),
             Err(_) => false,
         }
@@ -72,14 +125,24 @@ impl Orchestrator {
     /// A node's status, whoever it is.
     pub async fn status_unchecked(&self, i: usize) -> Result<pb::StatusResponse, String> {
         let n = &self.nodes[i];
-        self.retry
+        let witness = self.receipt(&n.name).as_ref().map(convert::receipt_to_pb);
+        let st = self
+            .retry
             .run(&format!("status of {} at {}", n.name, n.address), || {
                 let mut c = n.client.clone();
-                let req = request(pb::StatusRequest {}, n.token.as_deref(), self.retry.call_timeout);
+                let req = request(
+                    pb::StatusRequest { witness: witness.clone() },
+                    n.token.as_deref(),
+                    self.retry.call_timeout,
+                );
                 async move { c.status(req.map_err(Status::invalid_argument)?).await.map(|r| r.into_inner()) }
             })
             .await
-            .map_err(|s| format!("{} ({}): {:?}: {}", n.name, n.address, s.code(), s.message()))
+            .map_err(|s| format!("{} ({}): {:?}: {}", n.name, n.address, s.code(), s.message()))?;
+        if st.party == n.name {
+            self.keep_receipt(&n.name, st.head.as_ref())?;
+        }
+        Ok(st)
     }
 
     /// Ask node `i` to take its turn in `round`.

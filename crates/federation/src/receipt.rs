@@ -11,10 +11,15 @@
 //! state directory was replaced) is treated the same way when it claims more than the ledger
 //! counts; one that claims no more is harmless, genuine or not.
 //!
-//! What this covers: a rollback of a node's files by accident, seen by any honest requester.
+//! The orchestrator does the same with each node's *head* receipt (signed for
+//! [`EVERY_REQUESTER`]: the chain position and the ledgers' totals), returned by `Status` and
+//! shown back with the next `Status`; a node behind it stops releasing to anyone.
+//!
+//! What this covers: a rollback of a node's files (by accident, or by an operator restoring a
+//! snapshot), as soon as an honest requester or the orchestrator that saw a later state calls.
 //! What it does not: a requester that hides its receipts (it is the party that would gain from
-//! the lost entries); the orchestrator's record of every node's chain position (`dpcotrain run`)
-//! covers a rollback it has witnessed, whoever gains from it.
+//! the lost entries) calling before the orchestrator does; an orchestrator that colludes with
+//! it; a node's operator who runs modified code (they hold the labels anyway).
 
 use crate::store::{StateStore, StoreError};
 use dpcotrain_cotrain::answer::Receipt;
@@ -26,8 +31,16 @@ fn message(federation: &str, responder: &str, requester: &str, seq: u64, release
         .into_bytes()
 }
 
-/// What `party`'s ledger has charged `requester`: (releases, ρ).
+/// The name a node's head receipt is signed for: every requester together.
+pub const EVERY_REQUESTER: &str = "*";
+
+/// What `party`'s ledger has charged `requester` (every requester for [`EVERY_REQUESTER`]):
+/// (releases, ρ).
 fn charged(party: &Party, requester: &str) -> (u64, f64) {
+    if requester == EVERY_REQUESTER {
+        let releases = party.requesters().iter().filter_map(|r| party.ledger(r)).map(|l| l.releases.len() as u64).sum();
+        return (releases, party.privacy_spent_total().0);
+    }
     party.ledger(requester).map_or((0, 0.0), |l| (l.releases.len() as u64, l.rho_spent()))
 }
 

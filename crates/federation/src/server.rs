@@ -13,6 +13,7 @@
 
 use crate::agreement::Agreement;
 use crate::auth::{Auth, AuthLayer, Principal, principal};
+use crate::conn_limits::{ConnLimits, GuardedListener};
 use crate::error::NodeError;
 use crate::ops::{Metrics, log_rpc};
 use crate::pb::node_server::{Node, NodeServer};
@@ -48,6 +49,9 @@ pub struct NodeService {
     alone_sq_errors: Arc<Vec<f64>>,
     /// RPC counts and latencies, spend gauges ([`crate::ops`]).
     metrics: Arc<Metrics>,
+    /// Why this node stopped releasing to anyone: the orchestrator showed a head receipt its
+    /// state is behind ([`crate::receipt`]). Cleared only by a restart after the spend is adopted.
+    halted: Arc<Mutex<Option<String>>>,
 }
 
 impl NodeService {
@@ -69,7 +73,23 @@ impl NodeService {
             turn: Arc::new(tokio::sync::Mutex::new(())),
             alone_sq_errors: Arc::new(Vec::new()),
             metrics: Arc::new(Metrics::default()),
+            halted: Arc::new(Mutex::new(None)),
         }
+    }
+
+    /// Stop releasing if a head receipt noted before a restart (`witnessed.json`) is still
+    /// ahead of the state (call after the party was restored).
+    pub fn halt_if_behind_noted(&self) -> Result<(), NodeError> {
+        let Some(store) = &self.store else { return Ok(()) };
+        let noted = crate::store::witnessed(store.dir())?;
+        if let Some(w) = noted.get(receipt::EVERY_REQUESTER) {
+            let p = self.party.lock().map_err(|_| NodeError::Poisoned)?;
+            if let Err(behind) = receipt::check(store, &self.agreement.federation_id, &p, receipt::EVERY_REQUESTER, w)?
+            {
+                *self.halted.lock().map_err(|_| NodeError::Poisoned)? = Some(behind.to_string());
+            }
+        }
+        Ok(())
     }
 
     /// This node's metrics (served by [`crate::ops::serve_ops`]).
@@ -239,6 +259,9 @@ impl NodeService {
             )));
         }
         let creq = convert::request_from_pb(&r).map_err(Status::invalid_argument)?;
+        if let Some(why) = self.halted.lock().map_err(|_| Status::internal("lock poisoned"))?.clone() {
+            return Err(Status::data_loss(why));
+        }
         let party = self.party.clone();
         let store = self.store.clone();
         let federation = self.agreement.federation_id.clone();
@@ -267,11 +290,28 @@ impl NodeService {
             Principal::Peer(p) => Some(p),
             Principal::Anyone | Principal::Orchestrator => None,
         };
+        let witness = match (&caller, &req.get_ref().witness) {
+            (None, Some(w)) => Some(convert::receipt_from_pb(w).map_err(Status::invalid_argument)?),
+            _ => None,
+        };
+        let (store, halted, federation_id) =
+            (self.store.clone(), self.halted.clone(), self.agreement.federation_id.clone());
         let party = self.party.clone();
         let alone_sq = self.alone_sq_errors.clone();
         let federation = self.agreement.federation_id.clone();
         let resp = blocking(move || {
             let mut p = party.lock().map_err(|_| NodeError::Poisoned)?;
+            // The orchestrator's head receipt: a state behind it was rolled back; stop releasing.
+            if let (Some(s), Some(w)) = (&store, &witness)
+                && let Err(behind) = receipt::check(s, &federation_id, &p, receipt::EVERY_REQUESTER, w)?
+            {
+                *halted.lock().map_err(|_| NodeError::Poisoned)? = Some(behind.to_string());
+                return Err(behind.into());
+            }
+            let head = match (&store, &caller) {
+                (Some(s), None) => Some(receipt::sign(s, &federation_id, &p, receipt::EVERY_REQUESTER)?),
+                _ => None,
+            };
             let (now, now_sq) = evaluate_with_errors(&mut p)?;
             let rmse = now.rmse;
             let alone = (!alone_sq.is_empty()).then(|| (alone_sq.iter().sum::<f64>() / alone_sq.len() as f64).sqrt());
@@ -341,6 +381,7 @@ impl NodeService {
                 answers_set_aside: !restricted && !p.model.answers_used(),
                 test_rmse_mean_baseline: baseline,
                 labels_clipped: clipped,
+                head: head.as_ref().map(convert::receipt_to_pb),
             })
         })
         .await?;
@@ -389,8 +430,12 @@ impl NodeService {
     }
 }
 
+/// How long a client may take to complete the TLS handshake.
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Serve `service` on `listener` (with mutual TLS when `tls` is given) until `shutdown`
-/// resolves; in-flight calls finish first.
+/// resolves; in-flight calls finish first. Connections are held to [`ConnLimits::GRPC`] and
+/// the TLS handshake to [`TLS_HANDSHAKE_TIMEOUT`].
 pub async fn serve(
     service: NodeService,
     listener: TcpListener,
@@ -407,7 +452,8 @@ pub async fn serve(
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)));
     if let Some(t) = tls {
-        b = b.tls_config(t)?;
+        // A client that starts a TLS handshake and never finishes it is dropped.
+        b = b.tls_config(t.timeout(TLS_HANDSHAKE_TIMEOUT))?;
     }
     // Authentication in front of every service: the principal reaches the handlers in the
     // request's extensions (crate::auth).
@@ -419,11 +465,7 @@ pub async fn serve(
         )
         // No Nagle: a multi-segment answer (e.g. 25 × 25 covariances) would otherwise wait for
         // the peer's delayed ACK (~40 ms).
-        .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(listener)
-                .with_nodelay(Some(true))
-                .with_keepalive(Some(Duration::from_secs(60))),
-            shutdown,
-        )
+        // Connections under limits: per address, first bytes, idle (crate::conn_limits).
+        .serve_with_incoming_shutdown(GuardedListener::new(listener, ConnLimits::GRPC).into_stream(), shutdown)
         .await
 }

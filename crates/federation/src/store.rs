@@ -253,6 +253,11 @@ impl StateStore {
         self.dir.join("state.json")
     }
 
+    /// The state directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// The saved state, if any, after checking its MAC.
     pub fn load(&self) -> Result<Option<PartyState>, StoreError> {
         read_state(&self.dir)

@@ -71,7 +71,9 @@ async fn serve(party: &Arc<Mutex<Party>>, dir: &Path) -> (String, tokio::sync::o
     if let Some(st) = store.load().unwrap() {
         party.lock().unwrap().restore(&st).unwrap();
     }
-    common::start_service(NodeService::new(party.clone(), FED).with_store(store)).await
+    let svc = NodeService::new(party.clone(), FED).with_store(store);
+    svc.halt_if_behind_noted().unwrap();
+    common::start_service(svc).await
 }
 
 fn rho_charged(p: &Arc<Mutex<Party>>, requester: &str) -> (usize, f64) {
@@ -260,4 +262,59 @@ async fn every_rollback_of_a_peers_state_is_refused_until_the_receipt_is_adopted
         assert!(rho > receipt.rho, "{how:?}: the ledger counts {rho}, the receipt {}", receipt.rho);
         let _ = stop.send(());
     }
+}
+
+/// A requester that hides its receipts is not caught by them; the orchestrator's head receipt
+/// is. B is restored from an older copy; a requester with no receipt gets an answer (nothing
+/// can tell yet), then the orchestrator's next Status shows B its head receipt: B refuses with
+/// DATA_LOSS and releases nothing more to anyone — also after a restart — until the spend is
+/// adopted. The receipts survive in the orchestrator's file between runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_orchestrators_head_receipt_stops_a_rolled_back_node_for_everyone() {
+    use dpcotrain_federation::orchestrator::Orchestrator;
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, old, receipts) = (tmp.path().join("b"), tmp.path().join("old"), tmp.path().join("receipts.json"));
+    let orch = |addr: &str| {
+        Orchestrator::new(
+            vec![("P2".into(), addr.into(), None, None)],
+            Retry { give_up_after: Duration::from_millis(300), ..Retry::default() },
+        )
+        .unwrap()
+        .with_receipts_file(&receipts)
+        .unwrap()
+    };
+    let ps = parties();
+    let (addr, stop) = serve(&ps[1], &dir).await;
+    let to_b = vec![peer(&ps[0], "P2", &addr)];
+    query_turn(&ps[0], &to_b, 0).await.unwrap();
+    orch(&addr).status(0).await.unwrap();
+    copy_dir(&dir, &old);
+    query_turn(&ps[0], &to_b, 1).await.unwrap();
+    query_turn(&ps[0], &to_b, 2).await.unwrap();
+    let head = orch(&addr).status(0).await.unwrap().head.expect("a node with a store signs its head");
+    assert_eq!(orch(&addr).receipt("P2").unwrap().seq, head.seq, "kept in the file between runs");
+    let _ = stop.send(());
+    copy_dir(&old, &dir);
+    let b = parties().remove(1);
+    let (addr, stop) = serve(&b, &dir).await;
+    // A requester without receipts (it hides them, or lost its own state) is answered.
+    let hider = parties().remove(0);
+    let to_b = vec![peer(&hider, "P2", &addr)];
+    query_turn(&hider, &to_b, 0).await.unwrap();
+    let released = rho_charged(&b, "P1");
+    // The orchestrator's Status shows B its head receipt: B is behind it.
+    let e = orch(&addr).status(0).await.unwrap_err();
+    assert!(e.contains("DataLoss") && e.contains("behind a receipt it signed for *"), "{e}");
+    let err = query_turn(&hider, &to_b, 1).await.unwrap_err();
+    assert!(err.to_string().contains("DataLoss"), "{err}");
+    assert_eq!(rho_charged(&b, "P1"), released, "a halted node released");
+    let _ = stop.send(());
+    // A restart does not lift it: the receipt was noted.
+    let b = parties().remove(1);
+    let (addr, stop) = serve(&b, &dir).await;
+    let hider = parties().remove(0);
+    let err = query_turn(&hider, &[peer(&hider, "P2", &addr)], 0).await.unwrap_err();
+    assert!(err.to_string().contains("DataLoss"), "{err}");
+    let _ = stop.send(());
+    assert!(witnessed(&dir).unwrap().contains_key("*"));
 }

@@ -233,7 +233,7 @@ async fn a_flood_of_the_largest_answers_keeps_the_node_responsive_and_its_state_
         let t = std::time::Instant::now();
         let one_second = std::time::Duration::from_secs(1);
         tokio::time::timeout(one_second, c.handshake(agreement.to_pb("F0"))).await.expect("handshake waited").unwrap();
-        tokio::time::timeout(one_second, c.status(pb::StatusRequest {})).await.expect("status waited").unwrap();
+        tokio::time::timeout(one_second, c.status(pb::StatusRequest::default())).await.expect("status waited").unwrap();
         worst = worst.max(t.elapsed());
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }

@@ -88,7 +88,7 @@ async fn a_node_launched_from_its_config_serves_and_resumes_its_ledger() {
         witness: None,
     };
     let first = c.predict(ask.clone()).await.unwrap().into_inner();
-    let spent = c.status(pb::StatusRequest {}).await.unwrap().into_inner().spend;
+    let spent = c.status(pb::StatusRequest::default()).await.unwrap().into_inner().spend;
     assert_eq!(spent.len(), 1);
     assert!((spent[0].epsilon - 1.0).abs() < 1e-6, "the default honest release spends ε = 1: {}", spent[0].epsilon);
     let _ = stop.send(());
@@ -101,7 +101,7 @@ async fn a_node_launched_from_its_config_serves_and_resumes_its_ledger() {
     assert!(c.handshake(agreement.to_pb("B")).await.unwrap().into_inner().accepted);
     let again = c.predict(ask).await.unwrap().into_inner();
     assert_eq!(again.mean, first.mean);
-    let spent2 = c.status(pb::StatusRequest {}).await.unwrap().into_inner().spend;
+    let spent2 = c.status(pb::StatusRequest::default()).await.unwrap().into_inner().spend;
     assert_eq!(spent2[0].release_log.len(), spent[0].release_log.len());
     assert_eq!(spent2[0].rho.to_bits(), spent[0].rho.to_bits());
     let _ = stop.send(());

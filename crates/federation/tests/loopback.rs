@@ -151,7 +151,7 @@ async fn malformed_requests_get_status_codes_and_the_node_stays_up() {
         .unwrap()
         .into_inner();
     assert!(!hs.accepted && hs.reason.contains("protocol"));
-    let st = c.status(pb::StatusRequest {}).await.unwrap().into_inner();
+    let st = c.status(pb::StatusRequest::default()).await.unwrap().into_inner();
     assert_eq!(st.spend.len(), 1);
     assert!(st.spend[0].epsilon <= 1.0 + 1e-9);
     let _ = stop.send(());
@@ -368,7 +368,7 @@ async fn theta_vote_over_grpc_equals_in_process_and_status_shows_its_charge() {
         assert_eq!(after.rmse.to_bits(), reference.parties[i].after.rmse.to_bits(), "party {i}");
     }
     let mut c = NodeClient::connect(addr_a.clone()).await.unwrap();
-    let st = c.status(pb::StatusRequest {}).await.unwrap().into_inner();
+    let st = c.status(pb::StatusRequest::default()).await.unwrap().into_inner();
     let spend = st.spend.iter().find(|s| s.peer == name_b).expect("B asked A");
     let first = &spend.release_log[0];
     assert_eq!(first.id, THETA_SELECTION_ID);

@@ -74,7 +74,7 @@ async fn metrics_count_rpcs_and_spend_and_health_answers() {
     // A malformed request (index outside the pool) is counted under its code.
     let err = c.predict(ask("r2", vec![100_000])).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
-    c.status(pb::StatusRequest {}).await.unwrap();
+    c.status(pb::StatusRequest::default()).await.unwrap();
 
     let (_, body) = http_get(ops_addr, "/metrics").await;
     assert_eq!(sample(&body, r#"dpcotrain_rpc_total{method="Handshake",code="Ok"}"#), Some(1.0), "{body}");

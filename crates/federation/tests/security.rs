@@ -126,13 +126,13 @@ async fn only_named_authenticated_peers_get_answers() {
     // The orchestrator may drive rounds and read status, but not ask for predictions.
     let mut o = client(&dir, ORCHESTRATOR, &addr);
     assert_eq!(code(o.predict(req(predict(ORCHESTRATOR), Some(&tok('o')))).await), Code::PermissionDenied);
-    let st = o.status(req(pb::StatusRequest {}, Some(&tok('o')))).await.unwrap().into_inner();
+    let st = o.status(req(pb::StatusRequest::default(), Some(&tok('o')))).await.unwrap().into_inner();
     assert_eq!(st.party, "P1");
     assert!(!st.restricted && st.test_rmse.is_some_and(|r| r > 0.0), "the orchestrator sees the node's test RMSE");
     assert!(st.test_rmse_mean_baseline.is_some_and(|r| r > 0.0) && st.labels_clipped.is_some(), "{st:?}");
     // A peer may read status, but sees only its own spend and no test RMSE (computed on the
     // node's private test labels).
-    let sb = b.status(req(pb::StatusRequest {}, Some(&tok('b')))).await.unwrap().into_inner();
+    let sb = b.status(req(pb::StatusRequest::default(), Some(&tok('b')))).await.unwrap().into_inner();
     assert!(sb.restricted);
     assert_eq!((sb.test_rmse, sb.test_rmse_alone, sb.rmse_change_se), (None, None, None));
     assert_eq!((sb.test_rmse_mean_baseline, sb.labels_clipped), (None, None), "label-dependent: not for a peer");

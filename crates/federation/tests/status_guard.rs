@@ -32,7 +32,7 @@ fn party(guard: AnswerGuard) -> Arc<Mutex<Party>> {
 async fn set_aside(guard: AnswerGuard) -> bool {
     let (addr, stop) = common::start(party(guard), "guard").await;
     let mut c = NodeClient::connect(addr).await.unwrap();
-    let st = c.status(pb::StatusRequest {}).await.unwrap().into_inner();
+    let st = c.status(pb::StatusRequest::default()).await.unwrap().into_inner();
     let _ = stop.send(());
     st.answers_set_aside
 }

@@ -1,0 +1,327 @@
+//! Connection limits on both of a node's ports, so that connections that never authenticate
+//! cannot hold the node: a cap on open connections per peer address, a deadline for a new
+//! connection's first bytes (a TLS ClientHello, an HTTP request line), an idle timeout (live
+//! HTTP/2 connections exchange keepalive pings every 30 s, so they never reach it), and for the
+//! operations port a bound on a connection's lifetime (scrapes and health checks reconnect).
+//! The TLS handshake itself has tonic's own deadline (`ServerTlsConfig::timeout`, set by
+//! [`crate::server::serve`]).
+//!
+//! At start the node also raises its open-files soft limit to the hard limit
+//! ([`raise_open_files_limit`]): a common default of 1,024 is a few hundred peers' worth.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::{Instant, Sleep};
+
+/// The limits of one port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnLimits {
+    /// Open connections from one peer address; more are closed as soon as they are accepted.
+    pub per_address: usize,
+    /// A new connection that sends nothing for this long is closed.
+    pub first_bytes: Duration,
+    /// A connection that sends nothing for this long is closed.
+    pub idle: Duration,
+    /// Every connection is closed after this long (None: no bound).
+    pub lifetime: Option<Duration>,
+}
+
+impl ConnLimits {
+    /// The gRPC port: peers and the orchestrator keep one long-lived HTTP/2 connection each.
+    pub const GRPC: ConnLimits = ConnLimits {
+        per_address: 64,
+        first_bytes: Duration::from_secs(10),
+        idle: Duration::from_secs(120),
+        lifetime: None,
+    };
+    /// The operations port: short scrapes and health checks.
+    pub const OPS: ConnLimits = ConnLimits {
+        per_address: 64,
+        first_bytes: Duration::from_secs(10),
+        idle: Duration::from_secs(30),
+        lifetime: Some(Duration::from_secs(120)),
+    };
+}
+
+/// Open connections per peer address.
+type Table = Arc<Mutex<HashMap<IpAddr, usize>>>;
+
+/// A listener that applies [`ConnLimits`] to what it accepts.
+pub struct GuardedListener {
+    listener: TcpListener,
+    limits: ConnLimits,
+    open: Table,
+}
+
+impl GuardedListener {
+    pub fn new(listener: TcpListener, limits: ConnLimits) -> Self {
+        GuardedListener { listener, limits, open: Table::default() }
+    }
+
+    /// The next connection within the limits. Connections over an address's cap are closed
+    /// at once; accept errors (e.g. out of file descriptors) are logged and retried after a
+    /// pause, never returned.
+    pub async fn accept(&mut self) -> (Guarded, SocketAddr) {
+        loop {
+            let (stream, addr) = match self.listener.accept().await {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!("accept failed ({e}); retrying in 100 ms");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let ip = addr.ip();
+            {
+                let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+                let n = open.entry(ip).or_insert(0);
+                if *n >= self.limits.per_address {
+                    tracing::debug!("{ip}: {} connections open, the most one address may hold: closed", *n);
+                    drop(stream);
+                    continue;
+                }
+                *n += 1;
+                if *n == self.limits.per_address {
+                    tracing::warn!(
+                        "{ip} holds {n} connections, the most one address may: further ones are closed until some end"
+                    );
+                }
+            }
+            let _ = stream.set_nodelay(true);
+            let start = Instant::now();
+            let end = self.limits.lifetime.map(|l| start + l);
+            let first = start + self.limits.first_bytes;
+            let guarded = Guarded {
+                inner: stream,
+                slot: Slot { table: self.open.clone(), ip },
+                deadline: Box::pin(tokio::time::sleep_until(end.map_or(first, |e| first.min(e)))),
+                idle: self.limits.idle,
+                end,
+            };
+            return (guarded, addr);
+        }
+    }
+
+    /// The connections as a stream (what tonic's `serve_with_incoming` takes).
+    pub fn into_stream(self) -> impl futures_core::Stream<Item = io::Result<Guarded>> + Send + 'static {
+        futures_util::stream::unfold(self, |mut l| async move {
+            let (io, _) = l.accept().await;
+            Some((Ok(io), l))
+        })
+    }
+
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+}
+
+impl axum::serve::Listener for GuardedListener {
+    type Io = Guarded;
+    type Addr = SocketAddr;
+
+    fn accept(&mut self) -> impl Future<Output = (Guarded, SocketAddr)> + Send {
+        GuardedListener::accept(self)
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+}
+
+/// One connection's place in its address's count; given back when the connection ends.
+struct Slot {
+    table: Table,
+    ip: IpAddr,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut open = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = open.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// An accepted connection under its limits: reading fails with `TimedOut` once the peer has
+/// sent nothing before the deadline (first bytes, then idle), or the lifetime is over.
+pub struct Guarded {
+    inner: TcpStream,
+    #[allow(dead_code)] // held for its Drop
+    slot: Slot,
+    deadline: Pin<Box<Sleep>>,
+    idle: Duration,
+    end: Option<Instant>,
+}
+
+impl AsyncRead for Guarded {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        let before = buf.filled().len();
+        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                if buf.filled().len() > before {
+                    let next = Instant::now() + this.idle;
+                    this.deadline.as_mut().reset(this.end.map_or(next, |e| next.min(e)));
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => match this.deadline.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "connection closed: nothing received in time, or its lifetime is over",
+                ))),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+}
+
+impl AsyncWrite for Guarded {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+impl tonic::transport::server::Connected for Guarded {
+    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.inner.connect_info()
+    }
+}
+
+/// Raise the open-files soft limit to the hard limit (Unix); returns (before, after). A node
+/// holds a descriptor per connection, per state file and per TLS file; 1,024 (a common default)
+/// is too few under a flood.
+#[cfg(unix)]
+pub fn raise_open_files_limit() -> io::Result<(u64, u64)> {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes one rlimit into the struct we own; RLIMIT_NOFILE is a valid resource.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut lim) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let before = lim.rlim_cur;
+    if lim.rlim_cur < lim.rlim_max {
+        lim.rlim_cur = lim.rlim_max;
+        // SAFETY: setrlimit reads the struct we own; raising the soft limit up to the hard one is
+        // always permitted.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raw const lim) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok((before, lim.rlim_cur))
+}
+
+/// Elsewhere there is nothing to raise.
+#[cfg(not(unix))]
+pub fn raise_open_files_limit() -> io::Result<(u64, u64)> {
+    Ok((0, 0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// The cap per address closes extra connections at once (another address is unaffected);
+    /// a silent connection is closed after the first-bytes deadline; one that talks stays.
+    #[tokio::test]
+    async fn caps_per_address_and_closes_silent_connections() {
+        let limits = ConnLimits {
+            per_address: 3,
+            first_bytes: Duration::from_millis(300),
+            idle: Duration::from_secs(5),
+            lifetime: None,
+        };
+        let mut l = GuardedListener::new(TcpListener::bind("127.0.0.1:0").await.unwrap(), limits);
+        let addr = l.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            loop {
+                let (mut io, _) = l.accept().await;
+                tokio::spawn(async move {
+                    let mut b = [0u8; 16];
+                    // Echo until the peer closes or the limits close it.
+                    while let Ok(n) = io.read(&mut b).await {
+                        if n == 0 || io.write_all(&b[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        let from = |ip: &str| {
+            let ip: IpAddr = ip.parse().unwrap();
+            async move {
+                let s = tokio::net::TcpSocket::new_v4().unwrap();
+                s.bind(SocketAddr::new(ip, 0)).unwrap();
+                s.connect(addr).await.unwrap()
+            }
+        };
+        // Reads of a connection the server closed see EOF (or a reset).
+        async fn closed(c: &mut TcpStream, within: Duration) -> bool {
+            let mut b = [0u8; 4];
+            matches!(tokio::time::timeout(within, c.read(&mut b)).await, Ok(Ok(0) | Err(_)))
+        }
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            held.push(from("127.0.0.2").await);
+        }
+        let mut extra = from("127.0.0.2").await;
+        assert!(closed(&mut extra, Duration::from_secs(2)).await, "a fourth connection from one address was kept");
+        // Another address still gets in, and a connection that talks is served.
+        let mut other = from("127.0.0.3").await;
+        other.write_all(b"ping").await.unwrap();
+        let mut b = [0u8; 4];
+        other.read_exact(&mut b).await.unwrap();
+        assert_eq!(&b, b"ping");
+        // The three silent ones are closed after the first-bytes deadline, freeing the address.
+        for c in &mut held {
+            assert!(closed(c, Duration::from_secs(3)).await, "a silent connection was held");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut again = from("127.0.0.2").await;
+        again.write_all(b"pong").await.unwrap();
+        again.read_exact(&mut b).await.unwrap();
+        assert_eq!(&b, b"pong");
+        server.abort();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_open_files_soft_limit_is_raised_to_the_hard_limit() {
+        let (before, after) = raise_open_files_limit().unwrap();
+        assert!(after >= before);
+        let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: as in raise_open_files_limit.
+        assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut lim) }, 0);
+        assert_eq!(lim.rlim_cur, lim.rlim_max);
+    }
+}
