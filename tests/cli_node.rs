@@ -705,9 +705,16 @@ fn a_node_logs_one_line_per_rpc() {
             .unwrap_or_else(|| panic!("no {series} in\n{metrics}"))
     };
     assert_eq!(value(r#"dpcotrain_rpc_total{method="Predict",code="Ok"}"#), predict.len() as f64);
+    assert!(metrics.lines().any(|l| l.contains("rpc_duration") && l.contains(r#"method="Predict""#)));
     assert_eq!(value(r#"dpcotrain_rpc_total{method="Status",code="Unauthenticated"}"#), 1.0);
     assert!(value(r#"dpcotrain_epsilon_spent{requester="B"}"#) > 0.0);
     assert!(labels.iter().all(|v| !metrics.contains(v)), "a label value in the metrics");
+    // A turn's latency (its re-fit depends on the labels) is counted, never timed, here.
+    assert!(value(r#"dpcotrain_rpc_total{method="RunRound",code="Ok"}"#) >= 1.0);
+    assert!(
+        !metrics.lines().any(|l| l.contains("rpc_duration") && l.contains(r#"method="RunRound""#)),
+        "RunRound's label-dependent latency is published:\n{metrics}"
+    );
 }
 
 /// `node check` tells the party's operator how many of its labels the release clips to the

@@ -193,6 +193,9 @@ fn write_federation(a: &DemoArgs, sc: &Scenario, target: &str, dir: &Path) -> an
                 budget_epsilon: a.budget_epsilon,
                 policy: Some(a.policy()),
                 queries_per_turn: a.queries,
+                // The demo's parties are one operator's simulation: each shows its test figures
+                // to the orchestrator, which prints them.
+                share_test_metrics: true,
                 ..PrivacyConfig::default()
             },
             peers: (0..names.len()).filter(|&j| j != i).map(node).collect(),

@@ -102,9 +102,10 @@ pub async fn run(a: RunArgs) -> anyhow::Result<()> {
             println!("continued an earlier run: {}; ran rounds {start} to {}", positions(&orch, &position), target - 1);
         }
         println!(
-            "{:<10} {:>12} {:>12} {:>12}  privacy spent on its labels (ε per requester)",
+            "{:<10} {:>12} {:>12} {:>12}  privacy spent on its labels (ε per requester; all requesters together)",
             "party", "mean only", "RMSE alone", "RMSE after"
         );
+        let cell = |v: &serde_json::Value| v.as_f64().map_or_else(|| "—".to_string(), |x| format!("{x:.4}"));
         for r in &rows {
             let spent: Vec<String> = r["privacy_spent"]
                 .as_array()
@@ -120,19 +121,32 @@ pub async fn run(a: RunArgs) -> anyhow::Result<()> {
                         .collect()
                 })
                 .unwrap_or_default();
+            let total = r["privacy_spent_total"]["epsilon"].as_f64().unwrap_or(0.0);
             println!(
-                "{:<10} {:>12.4} {:>12.4} {:>12.4}  {}",
+                "{:<10} {:>12} {:>12} {:>12}  {}",
                 r["party"].as_str().unwrap_or(""),
-                r["rmse_mean_baseline"].as_f64().unwrap_or(f64::NAN),
-                r["rmse_before"].as_f64().unwrap_or(f64::NAN),
-                r["rmse_after"].as_f64().unwrap_or(f64::NAN),
-                if spent.is_empty() { "none".to_string() } else { spent.join(", ") }
+                cell(&r["rmse_mean_baseline"]),
+                cell(&r["rmse_before"]),
+                cell(&r["rmse_after"]),
+                if spent.is_empty() {
+                    "none".to_string()
+                } else {
+                    format!("{}; together {total:.3}", spent.join(", "))
+                }
             );
         }
         println!("(mean only: test RMSE of predicting the public mean of y, the baseline that needs no label)");
+        println!(
+            "(together: the ε of all requesters' releases combined — what colluding requesters could learn together)"
+        );
         for r in &rows {
-            let (alone, after) =
-                (r["rmse_before"].as_f64().unwrap_or(f64::NAN), r["rmse_after"].as_f64().unwrap_or(f64::NAN));
+            let (Some(alone), Some(after)) = (r["rmse_before"].as_f64(), r["rmse_after"].as_f64()) else {
+                println!(
+                    "{}: test figures not shared (computed on its private labels; privacy.share_test_metrics in its party.toml)",
+                    r["party"].as_str().unwrap_or("")
+                );
+                continue;
+            };
             println!(
                 "{}: {}",
                 r["party"].as_str().unwrap_or(""),

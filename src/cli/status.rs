@@ -47,6 +47,12 @@ fn status_table(st: &pb::StatusResponse) -> String {
             None => "—".to_string(),
         };
         let change = st.test_rmse.zip(st.test_rmse_alone).map(|(now, alone)| now - alone);
+        if st.test_rmse.is_none() {
+            let _ = writeln!(
+                o,
+                "  test figures    not shared: they are computed on the node's private labels (its party.toml shares them with privacy.share_test_metrics = true)"
+            );
+        }
         let _ = writeln!(
             o,
             "  test RMSE       {} alone → {} now  (change {}, SE {})",

@@ -132,8 +132,12 @@ pub async fn query_turn<P: Peer>(
         report.index = None;
         report.indices.clear();
     }
+    // The re-fit runs on a copy, away from the querier's lock: the peers' requests to this party
+    // (which wait on it) never wait for a re-fit, whose time depends on the private labels.
+    let (model, version) = lock(querier)?.model_for_turn();
+    let staged = Party::stage(model, version, answers, report.refused.clone())?;
     let mut q = lock(querier)?;
-    let rec = q.fold_in(round, report.index, answers, report.refused.clone())?;
+    let rec = q.commit_turn(round, report.index, staged)?;
     report.answered_by = rec.answers.iter().map(|a| a.responder.clone()).collect();
     report.refused = rec.refused.clone();
     report.objective = rec.objective;

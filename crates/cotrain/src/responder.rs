@@ -249,6 +249,18 @@ impl DpConfig {
     }
 }
 
+/// One turn's answers absorbed and the model re-fitted ([`Party::stage`]), waiting to be
+/// installed ([`Party::commit_turn`]).
+#[derive(Debug)]
+pub struct StagedTurn {
+    model: Option<CoModel>,
+    base_version: u64,
+    answers: Vec<Answer>,
+    refused: Vec<(String, String)>,
+    objective: Option<f64>,
+    guard: Option<crate::combiner::LooCheck>,
+}
+
 /// Release bookkeeping for one requester.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct RequesterState {
@@ -518,7 +530,8 @@ impl Party {
         }
     }
 
-    /// Fold one turn's answers into the model (absorb each, then re-fit once) and record it.
+    /// Fold one turn's answers into the model (absorb each, then re-fit once) and record it:
+    /// [`Party::stage`] on the party's own model, then [`Party::commit_turn`].
     pub fn fold_in(
         &mut self,
         round: usize,
@@ -526,24 +539,85 @@ impl Party {
         answers: Vec<Answer>,
         refused: Vec<(String, String)>,
     ) -> Result<&TurnRecord, CotrainError> {
+        let base_version = self.model.version;
+        let staged = Self::stage_in_place(&mut self.model, base_version, answers, refused)?;
+        self.commit_staged(round, index, staged)
+    }
+
+    /// Absorb a turn's answers into `model` (a copy of this party's, taken with
+    /// [`Party::model_for_turn`]) and re-fit it, away from the party: what a node runs outside
+    /// the lock its peers' requests wait on, so no peer's latency depends on the re-fit (whose
+    /// iterations depend on the private labels). [`Party::commit_turn`] then installs it.
+    pub fn stage(
+        mut model: CoModel,
+        base_version: u64,
+        answers: Vec<Answer>,
+        refused: Vec<(String, String)>,
+    ) -> Result<StagedTurn, CotrainError> {
+        let mut staged = Self::stage_in_place(&mut model, base_version, answers, refused)?;
+        staged.model = Some(model);
+        Ok(staged)
+    }
+
+    /// A copy of the model to stage a turn on, and its version.
+    pub fn model_for_turn(&self) -> (CoModel, u64) {
+        (self.model.clone(), self.model.version)
+    }
+
+    fn stage_in_place(
+        model: &mut CoModel,
+        base_version: u64,
+        answers: Vec<Answer>,
+        refused: Vec<(String, String)>,
+    ) -> Result<StagedTurn, CotrainError> {
         // A peer's malformed answer (wrong shapes, NaN, negative variance…) is refused and
         // recorded, never absorbed; the other answers still count.
         let mut refused = refused;
         let mut accepted = Vec::with_capacity(answers.len());
         for a in answers {
-            match self.model.absorb(&a) {
+            match model.absorb(&a) {
                 Ok(()) => accepted.push(a),
                 Err(e) => refused.push((a.responder.clone(), format!("answer not absorbed: {e}"))),
             }
         }
         let answers = accepted;
+        let objective = if answers.is_empty() { None } else { Some(model.refit()?) };
+        let guard = if answers.is_empty() { None } else { model.loo_check() };
+        Ok(StagedTurn { model: None, base_version, answers, refused, objective, guard })
+    }
+
+    /// Install a turn staged with [`Party::stage`] and record it. Refused if the party's model
+    /// changed since the copy was taken (turns are one at a time).
+    pub fn commit_turn(
+        &mut self,
+        round: usize,
+        index: Option<usize>,
+        mut staged: StagedTurn,
+    ) -> Result<&TurnRecord, CotrainError> {
+        if self.model.version != staged.base_version {
+            return Err(CotrainError::invalid(format!(
+                "the model changed (version {} → {}) while a turn was re-fitted away from it",
+                staged.base_version, self.model.version
+            )));
+        }
+        if let Some(m) = staged.model.take() {
+            self.model = m;
+        }
+        self.commit_staged(round, index, staged)
+    }
+
+    fn commit_staged(
+        &mut self,
+        round: usize,
+        index: Option<usize>,
+        staged: StagedTurn,
+    ) -> Result<&TurnRecord, CotrainError> {
+        let StagedTurn { answers, refused, objective, guard, .. } = staged;
         for a in &answers {
             if let Some(r) = a.budget_rho_left {
                 self.peer_budget.insert(a.responder.clone(), r);
             }
         }
-        let objective = if answers.is_empty() { None } else { Some(self.model.refit()?) };
-        let guard = if answers.is_empty() { None } else { self.model.loo_check() };
         self.turns.push(TurnRecord { round, index, answers, refused, objective, test_rmse: None, guard });
         if self.dp.policy == ReleasePolicy::PerQuery {
             self.calibrate()?;

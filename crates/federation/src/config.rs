@@ -335,6 +335,13 @@ pub struct PrivacyConfig {
     /// Pool indices asked per turn under public queries (one request, one release per peer).
     #[serde(default = "per_turn")]
     pub queries_per_turn: usize,
+    /// Whether the orchestrator may see this node's label-dependent figures — its test RMSE
+    /// alone and now, their paired SE, the RMSE per round, the answer guard's verdict, the
+    /// predict-the-mean baseline and the count of labels its release clips — all computed on
+    /// its private labels, and uncounted by the ledger. Off by default: the orchestrator then
+    /// sees only label-free figures (rounds, model version, spend).
+    #[serde(default)]
+    pub share_test_metrics: bool,
 }
 
 fn calibrated() -> PrivacyMode {
@@ -376,6 +383,7 @@ impl Default for PrivacyConfig {
             public_theta: public_theta(),
             queries: None,
             queries_per_turn: per_turn(),
+            share_test_metrics: false,
         }
     }
 }

@@ -177,7 +177,8 @@ pub async fn launch(cfg: &PartyConfig, path: &Path) -> Result<Launched, LaunchEr
         .with_auth(auth)
         .with_peers(peers)
         .with_store(store)
-        .with_alone_errors(alone);
+        .with_alone_errors(alone)
+        .with_shared_test_metrics(cfg.privacy.share_test_metrics);
     // A head receipt the orchestrator showed before a restart, still ahead: keep not releasing.
     service.halt_if_behind_noted()?;
     if let Some(w) = crate::store::witnessed(&cfg.state_dir(path))?.keys().next() {
@@ -237,7 +238,8 @@ pub struct Drove {
     pub position: Vec<u32>,
     /// The first round run (the lowest position, at most the target).
     pub start: u32,
-    /// Test RMSE of each node after each of its turns in this run.
+    /// Test RMSE of each node after each of its turns in this run (NaN where the node does not
+    /// share its test metrics).
     pub per_round: Vec<Vec<f64>>,
     /// Exchanges that failed or were refused in turns that happened (`"round 3, A ← B: …"`).
     pub failures: Vec<String>,
@@ -277,7 +279,7 @@ pub async fn drive(
                 ))
             })?;
             on_turn(round, i, &r);
-            rmse.push(r.test_rmse);
+            rmse.push(r.test_rmse.unwrap_or(f64::NAN));
             failures.extend(r.refused.iter().map(|why| format!("round {round}, {} ← {why}", r.querier)));
         }
     }

@@ -89,12 +89,20 @@ impl Default for Metrics {
     }
 }
 
+/// RPCs whose latency is not published: it depends on the private labels.
+const LABEL_TIMED: [&str; 1] = ["RunRound"];
+
 impl Metrics {
-    /// Count one RPC and its latency.
+    /// Count an RPC by method and outcome and, unless its time depends on the labels, observe
+    /// its latency.
     pub fn record_rpc(&self, method: &str, code: tonic::Code, seconds: f64) {
         let code = format!("{code:?}");
         self.rpcs.get_or_create(&RpcLabels { method: method.into(), code }).inc();
-        self.latency.get_or_create(&MethodLabels { method: method.into() }).observe(seconds);
+        // A turn's time includes its re-fit, whose iterations depend on the private labels: it
+        // is not published on this unauthenticated port (the node's own log keeps it).
+        if !LABEL_TIMED.contains(&method) {
+            self.latency.get_or_create(&MethodLabels { method: method.into() }).observe(seconds);
+        }
     }
 
     /// Refresh the gauges read from the party (spend per requester, model version, turns).

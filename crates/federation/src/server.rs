@@ -49,6 +49,9 @@ pub struct NodeService {
     alone_sq_errors: Arc<Vec<f64>>,
     /// RPC counts and latencies, spend gauges ([`crate::ops`]).
     metrics: Arc<Metrics>,
+    /// Whether the orchestrator may see the label-dependent figures (test RMSE and the rest;
+    /// `privacy.share_test_metrics`).
+    share_test_metrics: bool,
     /// Why this node stopped releasing to anyone: the orchestrator showed a head receipt its
     /// state is behind ([`crate::receipt`]). Cleared only by a restart after the spend is adopted.
     halted: Arc<Mutex<Option<String>>>,
@@ -74,7 +77,14 @@ impl NodeService {
             alone_sq_errors: Arc::new(Vec::new()),
             metrics: Arc::new(Metrics::default()),
             halted: Arc::new(Mutex::new(None)),
+            share_test_metrics: false,
         }
+    }
+
+    /// Let the orchestrator see this node's label-dependent figures (off by default).
+    pub fn with_shared_test_metrics(mut self, share: bool) -> Self {
+        self.share_test_metrics = share;
+        self
     }
 
     /// Stop releasing if a head receipt noted before a restart (`witnessed.json`) is still
@@ -136,7 +146,18 @@ fn save(store: &Option<Arc<StateStore>>, p: &Party) -> Result<(), NodeError> {
 
 use dpcotrain_cotrain::responder::NOT_ASKED;
 
-fn turn_to_pb(querier: &str, t: &TurnRecord, rmse: f64) -> pb::RunRoundResponse {
+/// The label-dependent figures `Status` gives a node's orchestrator when the node shares them.
+struct TestMetrics {
+    rmse: f64,
+    alone: Option<f64>,
+    change_se: Option<f64>,
+    per_round: Vec<f64>,
+    set_aside: bool,
+    baseline: Option<f64>,
+    clipped: u32,
+}
+
+fn turn_to_pb(querier: &str, t: &TurnRecord, rmse: Option<f64>) -> pb::RunRoundResponse {
     pb::RunRoundResponse {
         querier: querier.into(),
         index: t.index.map(|i| i as u64),
@@ -297,6 +318,7 @@ impl NodeService {
         let (store, halted, federation_id) =
             (self.store.clone(), self.halted.clone(), self.agreement.federation_id.clone());
         let party = self.party.clone();
+        let share = self.share_test_metrics;
         let alone_sq = self.alone_sq_errors.clone();
         let federation = self.agreement.federation_id.clone();
         let resp = blocking(move || {
@@ -312,13 +334,10 @@ impl NodeService {
                 (Some(s), None) => Some(receipt::sign(s, &federation_id, &p, receipt::EVERY_REQUESTER)?),
                 _ => None,
             };
-            let (now, now_sq) = evaluate_with_errors(&mut p)?;
-            let rmse = now.rmse;
-            let alone = (!alone_sq.is_empty()).then(|| (alone_sq.iter().sum::<f64>() / alone_sq.len() as f64).sqrt());
-            let mut change_se = rmse_change_se(&alone_sq, &now_sq).filter(|v| v.is_finite());
             let spend = p
                 .requesters()
                 .into_iter()
+                .filter(|name| caller.as_ref().is_none_or(|c| c == name))
                 .filter_map(|name| {
                     p.ledger(&name).map(|l| pb::PeerSpend {
                         peer: name.clone(),
@@ -341,46 +360,52 @@ impl NodeService {
                     })
                 })
                 .collect::<Vec<_>>();
-            let (mut rho_total, mut epsilon_total) = p.privacy_spent_total();
-            let federation_id = federation.clone();
+            // A peer sees its own spend; the orchestrator every requester's and the total.
+            let (rho_total, epsilon_total) = match &caller {
+                Some(_) => spend.first().map_or((0.0, 0.0), |s| (s.rho, s.epsilon)),
+                None => p.privacy_spent_total(),
+            };
             let restricted = caller.is_some();
-            let mut spend = spend;
-            let (mut rmse, mut alone) = (Some(rmse), alone);
-            let (mut baseline, mut clipped) = (
-                Some(dpcotrain_cotrain::metrics::mean_baseline_rmse(
-                    &p.data.y_test,
-                    dpcotrain_cotrain::metrics::PUBLIC_MEAN,
-                ))
-                .filter(|v| v.is_finite()),
-                Some(u32::try_from(p.labels_clipped()).unwrap_or(u32::MAX)),
-            );
-            if let Some(c) = &caller {
-                spend.retain(|s| &s.peer == c);
-                rho_total = spend.first().map(|s| s.rho).unwrap_or(0.0);
-                epsilon_total = spend.first().map(|s| s.epsilon).unwrap_or(0.0);
-                rmse = None;
-                alone = None;
-                change_se = None;
-                baseline = None;
-                clipped = None;
-            }
+            // Figures computed on the private labels: only for the orchestrator, and only when
+            // this node's config shares them.
+            let metrics = if !restricted && share {
+                let (now, now_sq) = evaluate_with_errors(&mut p)?;
+                let alone =
+                    (!alone_sq.is_empty()).then(|| (alone_sq.iter().sum::<f64>() / alone_sq.len() as f64).sqrt());
+                Some(TestMetrics {
+                    rmse: now.rmse,
+                    alone,
+                    change_se: rmse_change_se(&alone_sq, &now_sq).filter(|v| v.is_finite()),
+                    per_round: p.rmse_per_round(),
+                    set_aside: !p.model.answers_used(),
+                    baseline: Some(dpcotrain_cotrain::metrics::mean_baseline_rmse(
+                        &p.data.y_test,
+                        dpcotrain_cotrain::metrics::PUBLIC_MEAN,
+                    ))
+                    .filter(|v| v.is_finite()),
+                    clipped: u32::try_from(p.labels_clipped()).unwrap_or(u32::MAX),
+                })
+            } else {
+                None
+            };
+            let federation_id = federation.clone();
             let rounds = p.turns().iter().map(|t| t.round).collect::<HashSet<_>>().len() as u32;
             Ok(pb::StatusResponse {
                 party: p.name.clone(),
                 model_version: p.model.version,
                 rounds_done: rounds,
                 spend,
-                test_rmse: rmse,
-                test_rmse_alone: alone,
+                test_rmse: metrics.as_ref().map(|m| m.rmse),
+                test_rmse_alone: metrics.as_ref().and_then(|m| m.alone),
                 rho_total,
                 epsilon_total,
                 restricted,
                 federation_id,
-                rmse_change_se: change_se,
-                rmse_per_round: if restricted { Vec::new() } else { p.rmse_per_round() },
-                answers_set_aside: !restricted && !p.model.answers_used(),
-                test_rmse_mean_baseline: baseline,
-                labels_clipped: clipped,
+                rmse_change_se: metrics.as_ref().and_then(|m| m.change_se),
+                rmse_per_round: metrics.as_ref().map(|m| m.per_round.clone()).unwrap_or_default(),
+                answers_set_aside: metrics.as_ref().is_some_and(|m| m.set_aside),
+                test_rmse_mean_baseline: metrics.as_ref().and_then(|m| m.baseline),
+                labels_clipped: metrics.as_ref().map(|m| m.clipped),
                 head: head.as_ref().map(convert::receipt_to_pb),
             })
         })
@@ -417,13 +442,15 @@ impl NodeService {
         }
         let party = self.party.clone();
         let store = self.store.clone();
+        let share = self.share_test_metrics;
         let resp = blocking(move || {
             let mut p = party.lock().map_err(|_| NodeError::Poisoned)?;
+            // Kept in the node's state (its own record); sent only when shared.
             let rmse = evaluate(&mut p)?.rmse;
             p.record_test_rmse(round, rmse);
             save(&store, &p)?;
             let t = p.turn(round).cloned().ok_or_else(|| CotrainError::invalid("turn not recorded"))?;
-            Ok(turn_to_pb(&p.name, &t, rmse))
+            Ok(turn_to_pb(&p.name, &t, share.then_some(rmse)))
         })
         .await?;
         Ok(Response::new(resp))

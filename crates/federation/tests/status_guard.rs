@@ -30,7 +30,9 @@ fn party(guard: AnswerGuard) -> Arc<Mutex<Party>> {
 }
 
 async fn set_aside(guard: AnswerGuard) -> bool {
-    let (addr, stop) = common::start(party(guard), "guard").await;
+    // The guard's verdict reads the private labels: the node shares it only when it opts in.
+    let svc = dpcotrain_federation::NodeService::new(party(guard), "guard").with_shared_test_metrics(true);
+    let (addr, stop) = common::start_service(svc).await;
     let mut c = NodeClient::connect(addr).await.unwrap();
     let st = c.status(pb::StatusRequest::default()).await.unwrap().into_inner();
     let _ = stop.send(());
