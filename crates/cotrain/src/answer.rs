@@ -108,6 +108,18 @@ pub struct Answer {
 }
 
 impl Answer {
+    /// This answer as a retry of its request id receives it: the same numbers, with a charge
+    /// that says nothing was spent this time (not a new release, ρ = 0).
+    #[must_use]
+    pub fn as_replay(&self) -> Answer {
+        let mut again = self.clone();
+        if let Some(c) = again.charge.as_mut() {
+            c.new_release = false;
+            c.rho = 0.0;
+        }
+        again
+    }
+
     /// A marginal-mode answer without DP (no charge, no noise variance, no prior): `mean` and
     /// latent `var` at `indices`, model version 1. For tests and for feeding a model directly.
     pub fn marginal(responder: &str, indices: Vec<usize>, mean: Vec<f64>, var: Vec<f64>) -> Answer {

@@ -874,7 +874,8 @@ impl Party {
                     "this request id was already used for a different request (indices, uncertainty or prior); use a new id",
                 ));
             }
-            return Ok(a.clone());
+            // The same numbers; its charge says that nothing was spent this time.
+            return Ok(a.as_replay());
         }
         if req.requester == self.name {
             return Err(CotrainError::invalid("a party does not answer its own requests"));

@@ -305,7 +305,7 @@ fn a_request_id_does_not_replay_across_requesters() {
     assert_eq!(p.ledger("C").unwrap().releases.len(), 1);
     assert_eq!(p.ledger("A").unwrap().releases.len(), 1);
     // A's own retry still returns A's answer.
-    assert_eq!(p.answer(&req("same-id", vec![3, 7], Uncertainty::Marginal)).unwrap(), a);
+    assert_eq!(p.answer(&req("same-id", vec![3, 7], Uncertainty::Marginal)).unwrap(), a.as_replay());
 }
 
 /// The answer cache is bounded per requester; a retry of an evicted id is answered as a new
@@ -347,9 +347,13 @@ fn batches_survive_a_restart_number_for_number() {
     let json = serde_json::to_string(&snap).unwrap();
     let mut fresh = party(honest(), 1);
     fresh.restore(&serde_json::from_str(&json).unwrap()).unwrap();
-    // A retried id returns the same bytes; a new request for old indices returns the old values
-    // and the same covariance; the ledger is intact.
-    assert_eq!(fresh.answer(&req("r1", vec![3, 7], Uncertainty::Full)).unwrap(), a);
+    // A retried id returns the same numbers (its charge: nothing spent this time); a new request
+    // for old indices returns the old values and the same covariance; the ledger is intact.
+    let again = fresh.answer(&req("r1", vec![3, 7], Uncertainty::Full)).unwrap();
+    assert_eq!(again, a.as_replay());
+    assert!(
+        again.charge.as_ref().is_some_and(|c| !c.new_release && c.rho == 0.0) && a.charge.as_ref().unwrap().rho > 0.0
+    );
     let b = fresh.answer(&req("r2", vec![7, 3], Uncertainty::Full)).unwrap();
     assert_eq!(b.mean, vec![a.mean[1], a.mean[0]]);
     assert_eq!(b.cov, a.cov);

@@ -76,7 +76,10 @@ fn retries_return_the_same_answer_without_a_new_charge() {
     let spent = p.ledger("A").unwrap().rho_spent();
     assert!(spent > 0.0);
     let b = p.answer(&req("r1", vec![4])).unwrap();
-    assert_eq!(a, b);
+    // The same numbers; the retry's charge says that nothing was spent this time.
+    assert_eq!(b, a.as_replay());
+    assert!(a.charge.as_ref().unwrap().new_release && !b.charge.as_ref().unwrap().new_release);
+    assert_eq!(b.charge.as_ref().unwrap().rho, 0.0);
     assert_eq!(p.ledger("A").unwrap().rho_spent(), spent);
     // A new request for an already released index (same model version): post-processing.
     let c = p.answer(&req("r2", vec![4, 9])).unwrap();

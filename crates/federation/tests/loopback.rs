@@ -138,9 +138,11 @@ async fn malformed_requests_get_status_codes_and_the_node_stays_up() {
     }
     let ok = c.predict(good.clone()).await.unwrap().into_inner();
     assert_eq!(ok.indices, vec![3]);
-    // A retry with the same id returns the same answer.
+    // A retry with the same id returns the same answer, charged nothing this time.
     let again = c.predict(good).await.unwrap().into_inner();
-    assert_eq!(ok, again);
+    let replay = dpcotrain_federation::convert::answer_from_pb(ok.clone()).unwrap().as_replay();
+    assert_eq!(again, dpcotrain_federation::convert::answer_to_pb(&replay));
+    assert!(ok.charge.as_ref().is_some_and(|c| c.new_release && c.rho > 0.0));
     let hs = c
         .handshake(pb::HandshakeRequest {
             protocol_version: "dpcotrain.v0".into(),

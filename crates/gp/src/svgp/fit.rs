@@ -121,6 +121,12 @@ pub fn fit_svgp(
             if let Some(i) = cp.params.iter().chain(&cp.adam.m).chain(&cp.adam.v).position(|v| !v.is_finite()) {
                 return Err(GpError::invalid(format!("the checkpoint has a non-finite value (entry {i})")));
             }
+            if cp.step > opts.steps {
+                return Err(GpError::invalid(format!(
+                    "the checkpoint is at step {}, past the {} steps asked for: ask for at least {} steps",
+                    cp.step, opts.steps, cp.step
+                )));
+            }
             model.set_params(&cp.params);
             model.set_q(cp.q)?;
             source.seek(&cp.position)?;

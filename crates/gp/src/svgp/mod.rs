@@ -67,6 +67,22 @@ impl WhitenedQ {
         if self.h.iter().chain(self.precision.iter()).any(|v| !v.is_finite()) {
             return Err(GpError::invalid("q(u) has a non-finite natural parameter"));
         }
+        // Every natural-gradient path from the prior keeps Λ ⪰ I (a convex combination of I and
+        // I + AᵀA/σ²): a precision that is not symmetric, or not even ⪰ ½I, was not made by one.
+        let p = &self.precision;
+        let asym = (0..m)
+            .flat_map(|i| (0..i).map(move |j| (i, j)))
+            .map(|(i, j)| (p[(i, j)] - p[(j, i)]).abs())
+            .fold(0.0, f64::max);
+        let scale = p.iter().fold(1.0f64, |a, v| a.max(v.abs()));
+        if asym > 1e-8 * scale {
+            return Err(GpError::invalid(format!("q(u)'s precision is not symmetric (|Λ − Λᵀ| up to {asym:e})")));
+        }
+        if (p - DMatrix::identity(m, m) * 0.5).cholesky().is_none() {
+            return Err(GpError::invalid(
+                "q(u)'s precision is not ⪰ I (every natural-gradient step keeps it so): it was not written by a fit",
+            ));
+        }
         Ok(())
     }
 }

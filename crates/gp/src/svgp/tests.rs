@@ -171,6 +171,24 @@ fn resumed_fit_is_bit_identical() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("checkpoint"), "{err}");
+    // A checkpoint past the steps asked for is refused (it would report a fit never run).
+    let short = SvgpOptions { steps: 5, ..SvgpOptions::default() };
+    let err =
+        fit_svgp(&mut model(&x, 8), &mut sc, &short, Some(first[0].clone()), &mut |_| Ok(())).unwrap_err().to_string();
+    assert!(err.contains("step 10") && err.contains("past the 5 steps"), "{err}");
+    // A q(u) no fit can write (an all-zero or asymmetric precision) is refused, not predicted with.
+    for bad in [DMatrix::zeros(8, 8), {
+        let mut p = DMatrix::identity(8, 8) * 2.0;
+        p[(0, 1)] = 0.5;
+        p
+    }] {
+        let mut cp = first[0].clone();
+        cp.q.precision = bad;
+        let err = fit_svgp(&mut model(&x, 8), &mut sc, &SvgpOptions::default(), Some(cp), &mut |_| Ok(()))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("precision"), "{err}");
+    }
 }
 
 /// Stochastic training reaches the collapsed bound's neighbourhood: after the fit, with q set
