@@ -80,12 +80,12 @@ fn json(out: &Output) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-/// Two ports for test `k` (0 ≤ k < 13) of this test process: 26 per process in 20000–31699,
+/// Two ports for test `k` (0 ≤ k < 14) of this test process: 28 per process in 20000–31759,
 /// below Linux's ephemeral range (32768–60999), so that no outgoing connection of a parallel
 /// test can be holding one when a node binds it.
 fn ports(k: u16) -> (u16, u16) {
-    assert!(k < 13, "at most 13 port pairs per test process");
-    let base = 20000 + (std::process::id() % 450) as u16 * 26 + 2 * k;
+    assert!(k < 14, "at most 14 port pairs per test process");
+    let base = 20000 + (std::process::id() % 420) as u16 * 28 + 2 * k;
     (base, base + 1)
 }
 
@@ -797,4 +797,70 @@ fn a_half_open_flood_at_ulimit_1024_leaves_the_node_serving() {
     assert!(t.elapsed() < Duration::from_secs(5));
     json(&run(&dir, 1));
     drop(flood);
+}
+
+/// A node whose state went back (its log lost its last entry, as a restore of an older copy
+/// does) starts, but the orchestrator's head receipt stops it: `status` and `run` fail with
+/// DATA_LOSS and say how to recover. `node repair --adopt-witnessed --write` charges the spend
+/// the receipt proves; then the node serves again, its ledger counting at least what was spent.
+#[test]
+fn a_rolled_back_node_is_stopped_by_the_orchestrators_receipt_until_the_spend_is_adopted() {
+    let (pa, pb) = ports(13);
+    let dir = setup("rollback", pa, pb, |t| t);
+    let a = node(&dir, "party-a.toml");
+    let _b = node(&dir, "party-b.toml");
+    wait_up(&dir, &["A", "B"]);
+    json(&run(&dir, 1));
+    let spent = status_json(&dir, "A")["privacy_spent_total"]["rho"].as_f64().unwrap();
+    assert!(spent > 0.0);
+    assert!(dir.join("orchestrator-receipts.json").exists());
+    drop(a);
+    std::thread::sleep(Duration::from_millis(300));
+    // The last entry of A's log (its release to B) is lost.
+    let log = dir.join("state/A/state.log");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let cut = text[..text.len() - 1].rfind('\n').map_or(0, |i| i + 1);
+    std::fs::write(&log, &text[..cut]).unwrap();
+    let a = node(&dir, "party-a.toml");
+    let status =
+        || bin().args(["status", "--node", "A", "--config"]).arg(dir.join("federation.toml")).output().unwrap();
+    let start = Instant::now();
+    let out = loop {
+        let out = status();
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        if out.status.success() || err.contains("DataLoss") {
+            break out;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "A did not come up: {err}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "a rolled-back node passed the orchestrator's check: {err}");
+    assert!(err.contains("behind a receipt it signed") && err.contains("node repair"), "{err}");
+    let out = run(&dir, 2);
+    assert_eq!(out.status.code(), Some(1));
+    drop(a);
+    std::thread::sleep(Duration::from_millis(300));
+    let repair = bin()
+        .args(["node", "repair", "--adopt-witnessed", "--write", "--config"])
+        .arg(dir.join("party-a.toml"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&repair.stdout);
+    assert!(repair.status.success(), "{said}{}", String::from_utf8_lossy(&repair.stderr));
+    assert!(said.contains("adopted"), "{said}");
+    let _a = node(&dir, "party-a.toml");
+    let start = Instant::now();
+    loop {
+        let out = status();
+        if out.status.success() {
+            break;
+        }
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(start.elapsed() < Duration::from_secs(60), "A did not come up after the repair ({said}): {err}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    json(&run(&dir, 2));
+    let now = status_json(&dir, "A")["privacy_spent_total"]["rho"].as_f64().unwrap();
+    assert!(now >= spent * (1.0 - 1e-12), "the ledger counts {now}, less than the {spent} spent");
 }

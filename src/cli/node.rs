@@ -266,14 +266,20 @@ fn adopt_witnessed(config: &std::path::Path, dir: &std::path::Path, write: bool)
             let gap = r.rho - party.privacy_spent_total().0;
             floor = floor.max(r.seq);
             println!(
-                "  the orchestrator's receipt proves rho {:.6} in total over {} releases (entry {}); each requester's ledger is charged the gap {:.6}",
+                "  the orchestrator's receipt proves rho {:.6} in total over {} releases (entry {}); each configured peer's ledger is charged the gap {:.6}",
                 r.rho,
                 r.releases,
                 r.seq,
                 gap.max(0.0)
             );
             if gap > 0.0 {
-                for req in party.requesters() {
+                // Every party that may have received it: those with a ledger here, and every
+                // configured peer (a rollback can lose a requester's whole record).
+                let mut who = party.requesters();
+                who.extend(cfg.peers.iter().map(|p| p.name.clone()));
+                who.sort();
+                who.dedup();
+                for req in who {
                     let now = party.ledger(&req).map_or(0.0, dpcotrain_privacy::accountant::Ledger::rho_spent);
                     party.charge_missing(&req, now + gap, &id)?;
                 }
