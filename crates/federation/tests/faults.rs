@@ -15,7 +15,7 @@ use dpcotrain_cotrain::driver::{build_parties, evaluate, query_turn};
 use dpcotrain_cotrain::responder::{DpConfig, Party};
 use dpcotrain_cotrain::simulate::{SimConfig, simulate};
 use dpcotrain_federation::store::{StateStore, witnessed};
-use dpcotrain_federation::{Agreement, GrpcPeer, NodeService, PeerOptions, Retry};
+use dpcotrain_federation::{GrpcPeer, NodeService, Retry};
 use dpcotrain_privacy::sensitivity::LabelRange;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -32,23 +32,15 @@ fn parties() -> Vec<Arc<Mutex<Party>>> {
     build_parties(&sc, CombinerKind::Noisy, Uncertainty::Marginal, &dp, 3).unwrap()
 }
 
+/// `me`'s gRPC peer `name` at `addr`, giving up on an unreachable peer within a second.
 fn peer(me: &Arc<Mutex<Party>>, name: &str, addr: &str) -> GrpcPeer {
-    let p = me.lock().unwrap();
-    GrpcPeer::new(PeerOptions {
-        me: p.name.clone(),
-        name: name.into(),
-        address: addr.into(),
-        agreement: Agreement::of(&p, FED, 0.0, 1.0),
-        token: None,
-        tls: None,
-        retry: Retry {
-            call_timeout: Duration::from_secs(20),
-            first_backoff: Duration::from_millis(20),
-            max_backoff: Duration::from_millis(100),
-            give_up_after: Duration::from_millis(600),
-        },
-    })
-    .unwrap()
+    let retry = Retry {
+        call_timeout: Duration::from_secs(20),
+        first_backoff: Duration::from_millis(20),
+        max_backoff: Duration::from_millis(100),
+        give_up_after: Duration::from_millis(600),
+    };
+    common::peer(me, FED, name, addr, retry)
 }
 
 /// Open (and lock) `dir`, waiting for a stopped node's lock to go.

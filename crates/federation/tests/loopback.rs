@@ -30,19 +30,9 @@ async fn start(party: Arc<Mutex<Party>>) -> (String, tokio::sync::oneshot::Sende
     common::start(party, FED).await
 }
 
-/// `me`'s gRPC peer `name` at `addr` (no TLS, no token: these nodes run open).
+/// `me`'s gRPC peer `name` at `addr`.
 fn peer(me: &Arc<Mutex<Party>>, name: &str, addr: &str) -> GrpcPeer {
-    let p = me.lock().unwrap();
-    GrpcPeer::new(PeerOptions {
-        me: p.name.clone(),
-        name: name.into(),
-        address: addr.into(),
-        agreement: Agreement::of(&p, FED, 0.0, 1.0),
-        token: None,
-        tls: None,
-        retry: Retry::default(),
-    })
-    .unwrap()
+    common::peer(me, FED, name, addr, Retry::default())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

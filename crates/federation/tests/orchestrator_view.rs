@@ -11,7 +11,7 @@ use dpcotrain_cotrain::driver::build_parties;
 use dpcotrain_cotrain::responder::DpConfig;
 use dpcotrain_cotrain::simulate::{SimConfig, simulate};
 use dpcotrain_federation::pb::node_client::NodeClient;
-use dpcotrain_federation::{Agreement, GrpcPeer, NodeService, PeerOptions, Retry, pb};
+use dpcotrain_federation::{NodeService, Retry, pb};
 use dpcotrain_privacy::sensitivity::LabelRange;
 use prost::Message;
 
@@ -26,19 +26,7 @@ async fn orchestrator_view(shift: f64, share: bool) -> (Vec<Vec<u8>>, pb::Status
     let dp = DpConfig::honest(1.0, 1e-5, 10.0, LabelRange::new(-3.0, 3.0).unwrap(), 5);
     let ps = build_parties(&sc, CombinerKind::Noisy, Uncertainty::Marginal, &dp, 3).unwrap();
     let (addr_b, stop_b) = common::start(ps[1].clone(), FED).await;
-    let peer = {
-        let p = ps[0].lock().unwrap();
-        GrpcPeer::new(PeerOptions {
-            me: p.name.clone(),
-            name: "P2".into(),
-            address: addr_b,
-            agreement: Agreement::of(&p, FED, 0.0, 1.0),
-            token: None,
-            tls: None,
-            retry: Retry::default(),
-        })
-        .unwrap()
-    };
+    let peer = common::peer(&ps[0], FED, "P2", &addr_b, Retry::default());
     let svc = NodeService::new(ps[0].clone(), FED).with_peers(vec![peer]).with_shared_test_metrics(share);
     let (addr_a, stop_a) = common::start_service(svc).await;
     let mut c = NodeClient::connect(addr_a).await.unwrap();

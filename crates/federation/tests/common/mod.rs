@@ -1,7 +1,7 @@
 //! Shared by the federation's integration tests.
 
 use dpcotrain_cotrain::responder::Party;
-use dpcotrain_federation::{NodeService, serve};
+use dpcotrain_federation::{Agreement, GrpcPeer, NodeService, PeerOptions, Retry, serve};
 use std::sync::{Arc, Mutex};
 use tokio::net::TcpListener;
 
@@ -26,4 +26,21 @@ pub async fn start_service(svc: NodeService) -> (String, tokio::sync::oneshot::S
         .unwrap();
     });
     (addr, tx)
+}
+
+/// `me`'s gRPC peer `name` at `addr` in federation `fed` (no TLS, no token: these nodes run
+/// open), calling with `retry`.
+#[allow(dead_code)] // not every test crate that shares this module uses it
+pub fn peer(me: &Arc<Mutex<Party>>, fed: &str, name: &str, addr: &str, retry: Retry) -> GrpcPeer {
+    let p = me.lock().unwrap();
+    GrpcPeer::new(PeerOptions {
+        me: p.name.clone(),
+        name: name.into(),
+        address: addr.into(),
+        agreement: Agreement::of(&p, fed, 0.0, 1.0),
+        token: None,
+        tls: None,
+        retry,
+    })
+    .unwrap()
 }
