@@ -862,5 +862,9 @@ fn a_rolled_back_node_is_stopped_by_the_orchestrators_receipt_until_the_spend_is
     }
     json(&run(&dir, 2));
     let now = status_json(&dir, "A")["privacy_spent_total"]["rho"].as_f64().unwrap();
+    // `run`'s table shows each node's ε per requester and all requesters together.
+    let out = bin().args(["run", "--rounds", "2", "--config"]).arg(dir.join("federation.toml")).output().unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && table.lines().any(|l| l.starts_with("A ") && l.contains("; together ")), "{table}");
     assert!(now >= spent * (1.0 - 1e-12), "the ledger counts {now}, less than the {spent} spent");
 }
