@@ -438,7 +438,12 @@ fn svgp_resumes_from_its_checkpoint_bit_identically() {
         .collect::<Vec<_>>()
     };
     let run_s = |a: Vec<String>| json_of(&bin().args(&a).output().unwrap());
-    let straight = run_s(common("a.json", "40"));
+    // --resume with no checkpoint there yet starts from step 0, and says so.
+    let first = bin().args(common("a.json", "40")).output().unwrap();
+    let said = String::from_utf8_lossy(&first.stderr);
+    assert!(said.contains("no checkpoint at") && said.contains("starting from step 0"), "{said}");
+    let straight = json_of(&first);
+    assert!(straight["resumed_at"].is_null());
     let half = run_s(common("b.json", "20"));
     assert_eq!(half["steps"], 20);
     let rest = run_s(common("b.json", "40"));

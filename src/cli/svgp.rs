@@ -239,6 +239,11 @@ pub fn run(args: SvgpArgs) -> anyhow::Result<()> {
             }
             Some(file.checkpoint)
         }
+        (Some(p), true) => {
+            // Resume-if-present (a requeued job's first run has none yet), but never silently.
+            eprintln!("no checkpoint at {} yet: starting from step 0 (it will be written there)", p.display());
+            None
+        }
         _ => None,
     };
     let steps = args.steps.unwrap_or(((args.epochs * n as f64) / args.batch as f64).ceil() as u64).max(1);
