@@ -444,6 +444,10 @@ fn svgp_resumes_from_its_checkpoint_bit_identically() {
     assert!(said.contains("no checkpoint at") && said.contains("starting from step 0"), "{said}");
     let straight = json_of(&first);
     assert!(straight["resumed_at"].is_null());
+    // The bound at the final state over every row, beside the training's moving average.
+    assert!(straight["bound_per_row"].as_f64().is_some_and(f64::is_finite), "{straight}");
+    assert!(straight["bound_per_row_moving_average"].is_f64(), "{straight}");
+    assert_ne!(straight["bound_per_row"], straight["bound_per_row_moving_average"]);
     let half = run_s(common("b.json", "20"));
     assert_eq!(half["steps"], 20);
     let rest = run_s(common("b.json", "40"));

@@ -239,6 +239,27 @@ impl Svgp {
         Ok(())
     }
 
+    /// L₃ over every row of `source` at the current state, per row: Σ_i E_q[log p(y_i | f_i)]
+    /// − KL(q ‖ p), divided by N (one streamed pass, O(NM²); the training position is not
+    /// moved). The exact bound the fit ended at, where the training reports only a moving
+    /// average of minibatch estimates.
+    pub fn full_bound_per_row(&self, source: &mut dyn MinibatchSource) -> Result<f64, GpError> {
+        let (mut ell, mut kl, mut rows) = (0.0, 0.0, 0usize);
+        source.for_each_block(&mut |x, y| {
+            // With n_total = the block's own size, the scale is 1: the block's expected
+            // log-likelihood exactly.
+            let b = self.batch_bound(x, y, x.nrows(), false)?;
+            ell += b.expected_log_lik;
+            kl = b.kl;
+            rows += x.nrows();
+            Ok(())
+        })?;
+        if rows == 0 {
+            return Err(GpError::invalid("the bound of an empty data set"));
+        }
+        Ok((ell - kl) / rows as f64)
+    }
+
     /// Latent predictive at `xs`: μ* = a*ᵀm, var* = k** − ‖a*‖² + ‖L_Λ⁻¹a*‖², with
     /// a* = L⁻¹k_u(x*); the full covariance on request.
     pub fn predict(&self, xs: &DMatrix<f64>, full_cov: bool) -> Result<Prediction, GpError> {

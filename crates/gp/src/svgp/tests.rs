@@ -93,6 +93,14 @@ fn at_the_optimal_q_the_svgp_bound_is_the_collapsed_vfe_bound() {
     q.h[3] += 0.05;
     worse.set_q(q).unwrap();
     assert!(worse.batch_bound(x.as_view(), y.as_view(), 80, false).unwrap().value < svgp);
+    // The streamed bound at the final state is the full-batch bound (here the collapsed one),
+    // per row — also over several blocks (9,000 rows: three blocks of at most 4,096).
+    let full = gp.full_bound_per_row(&mut InMemory::new(x.clone(), y.clone(), 13, 0).unwrap()).unwrap();
+    assert!((full - collapsed / 80.0).abs() < 1e-10, "{full} vs {}", collapsed / 80.0);
+    let (xl, yl) = data(9000, 4);
+    let whole = gp.batch_bound(xl.as_view(), yl.as_view(), 9000, false).unwrap().value / 9000.0;
+    let streamed = gp.full_bound_per_row(&mut InMemory::new(xl, yl, 64, 1).unwrap()).unwrap();
+    assert!((streamed - whole).abs() < 1e-10 * whole.abs().max(1.0), "{streamed} vs {whole}");
 }
 
 /// Minibatches scaled by N/|B| are unbiased: over a partition of the rows their mean
