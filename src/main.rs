@@ -97,7 +97,10 @@ fn with_negative_numbers(cmd: clap::Command) -> clap::Command {
 }
 
 fn main() {
-    let matches = with_negative_numbers(Cli::command()).get_matches();
+    let matches = match with_negative_numbers(Cli::command()).try_get_matches() {
+        Ok(m) => m,
+        Err(e) => usage_error(&e),
+    };
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     init_logging(&cli);
     if !matches!(
@@ -128,6 +131,34 @@ fn main() {
         eprintln!("error: {}", error_line(&e));
         std::process::exit(1);
     }
+}
+
+/// A command line that does not parse: help and version as clap prints them; any other error
+/// as one line (clap's message without its usage block) and exit status 2, the usage-error
+/// convention (every other error exits 1).
+fn usage_error(e: &clap::Error) -> ! {
+    use clap::error::ErrorKind;
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion)
+        || e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    {
+        e.exit();
+    }
+    let text = e.to_string();
+    let parts: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        .filter(|l| !l.is_empty())
+        .collect();
+    let line = parts
+        .iter()
+        .enumerate()
+        .map(|(i, l)| if i > 0 && l.starts_with("tip:") { format!("; {l}") } else { format!(" {l}") })
+        .collect::<String>()
+        .trim()
+        .replace(":  ", ": ");
+    eprintln!("{} (--help lists the options)", line.trim_end_matches('.'));
+    std::process::exit(2);
 }
 
 /// Let a write to a closed pipe end the process the way other command-line tools end (`… |

@@ -312,7 +312,16 @@ fn bad_kernel_expressions_are_usage_errors() {
         assert_eq!(out.status.code(), Some(2), "{expr}");
         let err = stderr(&out);
         assert!(err.contains(needle) && !err.contains("panicked"), "{expr}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{expr}: {err}");
     }
+    // A missing required option: one line that names it, exit 2.
+    let out = run(&["gp", "svgp", "--train", train.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("--target") && err.trim().lines().count() == 1, "{err}");
+    // Help still prints in full and succeeds.
+    let out = run(&["gp", "fit", "--help"]);
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).lines().count() > 5);
 }
 
 /// A fit that stops on its iteration limit says so; an exact fit on a large file warns and
