@@ -174,7 +174,8 @@ impl PartyState {
         })
     }
 
-    /// Apply a delta made by [`PartyState::delta_to`].
+    /// Apply a delta made by [`PartyState::delta_to`]. A delta that does not fit is refused
+    /// before anything is changed (the store relies on it to keep the last proven state).
     pub fn apply(&mut self, d: &StateDelta) -> Result<(), CotrainError> {
         if d.turns_from > self.turns.len() {
             return Err(CotrainError::invalid(format!(

@@ -560,8 +560,8 @@ fn scan(dir: &Path) -> Result<Option<Scan>, StoreError> {
                         break;
                     }
                 };
-                let mut next = scan.state.clone();
-                if let Err(e) = next.apply(&delta) {
+                // `apply` refuses before it changes anything, so the state stays the proven one.
+                if let Err(e) = scan.state.apply(&delta) {
                     scan.problem = Some((line_no, e.to_string()));
                     scan.unproven_lines = lines.len() - n;
                     break;
@@ -569,7 +569,6 @@ fn scan(dir: &Path) -> Result<Option<Scan>, StoreError> {
                 if at > 0 {
                     scan.fragments.push((line_no, at));
                 }
-                scan.state = next;
                 prev = line.mac;
                 scan.seq = line.seq;
                 scan.applied += 1;
