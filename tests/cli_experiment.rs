@@ -302,7 +302,7 @@ fn merge_refuses_shards_of_different_grids_and_clears_an_earlier_report() {
     refused(merge(&["s0", "delta"], "m"), &["different grids", "delta is 0.00001", "but 0.000001"]);
     // A shard.json of an earlier version (no settings) is refused with what to do.
     let tag = std::fs::read_to_string(path("s1").join("shard.json")).unwrap();
-    let mut old: serde_json::Value = serde_json::from_str(&tag).unwrap();
+    let mut old: Value = serde_json::from_str(&tag).unwrap();
     old.as_object_mut().unwrap().remove("grid");
     std::fs::write(path("dp").join("shard.json"), old.to_string()).unwrap();
     refused(merge(&["s0", "dp"], "m"), &["no grid settings", "run that shard's command again"]);

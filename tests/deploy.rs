@@ -950,7 +950,7 @@ impl K8sSchemas {
 fn kubernetes_manifests_validate_against_the_api_schemas() {
     let schemas = K8sSchemas::load();
     let readme = std::fs::read_to_string(root().join("deploy/README.md")).unwrap();
-    let minor = schemas.version.rsplitn(2, '.').nth(1).unwrap().to_string();
+    let minor = schemas.version.rsplit_once('.').unwrap().0.to_string();
     assert!(readme.contains(&format!("Kubernetes {minor} or later")), "deploy/README.md states the minimum, {minor}");
     let mut errors = Vec::new();
     let mut seen = BTreeSet::new();
