@@ -263,3 +263,68 @@ fn resuming_with_other_grid_settings_is_refused() {
     let bad = run(&["--refit", "every=0"]);
     assert!(String::from_utf8_lossy(&bad.stderr).contains("every=K with K ≥ 1"));
 }
+
+/// `experiment merge` joins only the shards of one grid: shards that differ in any setting —
+/// the DP setting, r, a setting that is not part of a run's key (δ) — are refused naming the
+/// setting, as is a shard.json without the grid's settings; a merge into a used folder leaves
+/// none of the earlier report's files (a figure of another DP setting) and equals the unsharded
+/// folder file for file; --out may not be a shard's own folder.
+#[test]
+fn merge_refuses_shards_of_different_grids_and_clears_an_earlier_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name);
+    let grid = |extra: &[&str], out: &str| {
+        let mut a = vec!["experiment", "simulated", "--quick", "--ci", "no", "--masking", "yes", "--combiner", "noisy"];
+        a.extend(["--uncertainty", "none,full", "--rounds", "2"]);
+        a.extend(extra);
+        let o = bin().args(a).args(["--out", path(out).to_str().unwrap()]).output().unwrap();
+        assert!(o.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&o.stderr));
+    };
+    let merge = |dirs: &[&str], out: &str| {
+        let dirs: Vec<_> = dirs.iter().map(|d| path(d)).collect();
+        bin().args(["experiment", "merge", "--out", path(out).to_str().unwrap()]).args(dirs).output().unwrap()
+    };
+    let refused = |o: std::process::Output, what: &[&str]| {
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        assert!(!o.status.success(), "accepted; wanted {what:?}");
+        assert!(what.iter().all(|w| err.contains(w)), "{what:?} not in: {err}");
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+    };
+    let cal = ["--r", "0.9", "--dp", "calibrated", "--epsilon", "1"];
+    grid(&[&cal[..], &["--shard", "0/2"]].concat(), "s0");
+    grid(&[&cal[..], &["--shard", "1/2"]].concat(), "s1");
+    // Same size, another DP setting / another r / another δ (the runs' keys are the same).
+    grid(&["--r", "0.9", "--dp", "off", "--shard", "1/2"], "dp");
+    grid(&["--r", "0.5", "--dp", "calibrated", "--epsilon", "1", "--shard", "1/2"], "r");
+    grid(&[&cal[..], &["--delta", "1e-6", "--shard", "1/2"]].concat(), "delta");
+    refused(merge(&["s0", "dp"], "m"), &["different grids", "dp is calibrated", "but off"]);
+    refused(merge(&["s0", "r"], "m"), &["different grids", "r is 0.9", "but 0.5"]);
+    refused(merge(&["s0", "delta"], "m"), &["different grids", "delta is 0.00001", "but 0.000001"]);
+    // A shard.json of an earlier version (no settings) is refused with what to do.
+    let tag = std::fs::read_to_string(path("s1").join("shard.json")).unwrap();
+    let mut old: Value = serde_json::from_str(&tag).unwrap();
+    old.as_object_mut().unwrap().remove("grid");
+    std::fs::write(path("dp").join("shard.json"), old.to_string()).unwrap();
+    refused(merge(&["s0", "dp"], "m"), &["no grid settings", "run that shard's command again"]);
+    // A used folder: the earlier report's files go, other files stay.
+    std::fs::create_dir_all(path("m")).unwrap();
+    std::fs::write(path("m").join("rmse_rounds_simulated_thesis.svg"), "stale").unwrap();
+    std::fs::write(path("m").join("notes.txt"), "mine").unwrap();
+    let o = merge(&["s0", "s1"], "m");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!path("m").join("rmse_rounds_simulated_thesis.svg").exists(), "stale figure kept");
+    assert!(path("m").join("notes.txt").exists());
+    std::fs::remove_file(path("m").join("notes.txt")).unwrap();
+    grid(&cal, "whole");
+    let names = |d: &str| {
+        let mut v: Vec<String> =
+            std::fs::read_dir(path(d)).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(names("m"), names("whole"));
+    for f in names("whole") {
+        assert!(std::fs::read(path("m").join(&f)).unwrap() == std::fs::read(path("whole").join(&f)).unwrap(), "{f}");
+    }
+    refused(merge(&["s0", "s1"], "s1"), &["is the shard folder"]);
+}

@@ -1,8 +1,133 @@
 #!/bin/bash
-# Submit the sharded grid and its merge: the merge starts only when every array task succeeded.
-# Arguments are passed on to the grid (e.g. `deploy/slurm/submit.sh --dp calibrated --epsilon 1`).
+# Submit a sharded experiment grid to Slurm: a job array whose task k runs shard k/N of the grid
+# (experiment.sbatch), and a merge job (merge.sbatch) that starts once every task has ended —
+# whatever its outcome, so it never waits forever — checks every shard and merges them into
+# RESULTS/merged, or names the tasks that failed.
+#
+#   deploy/slurm/submit.sh [SUBMIT OPTIONS] [simulated|ccpp] [GRID OPTIONS]
+#
+# GRID OPTIONS are those of `dpcotrain experiment simulated|ccpp` (see its --help), e.g.
+#   deploy/slurm/submit.sh --dp calibrated --epsilon 1
+#   deploy/slurm/submit.sh --shards 8 --partition long ccpp --seeds 20
+# The grid defaults to simulated. Of the defaults below, each applies only where you gave no
+# value for that flag: --dp thesis --seeds 10. --shard and --out are set for each task (one
+# folder per shard under RESULTS); --fresh is refused (a requeued task resumes its runs.jsonl;
+# to start over, use another --results or delete it).
+#
+# SUBMIT OPTIONS (before the grid; `--opt VALUE` or `--opt=VALUE`):
+#   --shards N        tasks in the array, one shard each (default 4)
+#   --results DIR     folder every node sees (default: $RESULTS, else ./results); it gets
+#                     shard-K/, merged/, logs/ (each task's and the merge's output) and status/
+#   --partition P  --account A  --qos Q      passed to sbatch for both jobs
+#   --cpus N  --mem SIZE  --time LIMIT       per task (defaults: 2, 4G, 24:00:00)
+#   --merge-time LIMIT                       the merge job's limit (default 1:00:00)
+# Any other sbatch setting: sbatch's own SBATCH_* environment variables (e.g. SBATCH_CONSTRAINT),
+# which apply to both jobs.
+#
+# The binary: $DPCOTRAIN if set, else `dpcotrain` on PATH, resolved here to an absolute path that
+# every node must reach (a shared file system). Before anything is queued the grid options are
+# checked by that binary (an empty slice of the grid into a temporary folder), so a typo or a
+# bad value is reported here, not by every task.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-array=$(sbatch --parsable "$here/experiment.sbatch" "$@")
-sbatch --dependency="afterok:${array}" "$here/merge.sbatch"
-echo "grid: job ${array} (4 tasks); merge queued after it"
+die() {
+    echo "submit.sh: $*" >&2
+    exit 2
+}
+
+shards=4
+results=${RESULTS:-$PWD/results}
+common=() # sbatch options for both jobs
+grid_opts=()
+merge_time=1:00:00
+while (($#)); do
+    opt=$1 val=
+    case $opt in
+    --shards | --results | --partition | --account | --qos | --cpus | --mem | --time | --merge-time)
+        (($# >= 2)) || die "$opt needs a value"
+        val=$2
+        shift 2
+        ;;
+    --shards=* | --results=* | --partition=* | --account=* | --qos=* | --cpus=* | --mem=* | --time=* | --merge-time=*)
+        val=${opt#*=} opt=${opt%%=*}
+        shift
+        ;;
+    *) break ;;
+    esac
+    [[ -n $val ]] || die "$opt needs a value"
+    case $opt in
+    --shards) shards=$val ;;
+    --results) results=$val ;;
+    --partition | --account | --qos) common+=("$opt=$val") ;;
+    --cpus) grid_opts+=("--cpus-per-task=$val") ;;
+    --mem) grid_opts+=("--mem=$val") ;;
+    --time) grid_opts+=("--time=$val") ;;
+    --merge-time) merge_time=$val ;;
+    esac
+done
+[[ $shards =~ ^[1-9][0-9]*$ ]] || die "--shards must be a whole number ≥ 1, not '$shards'"
+
+grid=simulated
+case ${1:-} in
+simulated | ccpp)
+    grid=$1
+    shift
+    ;;
+-* | '') ;;
+*) die "'$1' is not a grid this script shards (simulated or ccpp)" ;;
+esac
+
+has() { # has FLAG ARGS…: whether ARGS give FLAG (as FLAG VALUE or FLAG=VALUE)
+    local flag=$1 a
+    shift
+    for a in "$@"; do
+        [[ $a == "$flag" || $a == "$flag="* ]] && return 0
+    done
+    return 1
+}
+for flag in --shard --out --fresh; do
+    if has "$flag" "$@"; then
+        die "$flag is not a grid option here: each task runs its own --shard into RESULTS/shard-K (use --shards N and --results DIR)"
+    fi
+done
+args=("$@")
+defaults=(--dp thesis --seeds 10)
+for ((i = 0; i < ${#defaults[@]}; i += 2)); do
+    has "${defaults[i]}" "$@" || args+=("${defaults[i]}" "${defaults[i + 1]}")
+done
+
+# The binary, as an absolute path the tasks can run.
+bin=${DPCOTRAIN:-dpcotrain}
+if ! path=$(command -v -- "$bin"); then
+    if [[ -n ${DPCOTRAIN:-} ]]; then
+        die "DPCOTRAIN=$DPCOTRAIN is not an executable file"
+    fi
+    die "dpcotrain is not on PATH: add the folder that holds it (e.g. target/release after cargo build --release) to PATH, or set DPCOTRAIN=/path/to/dpcotrain; every node must reach that path"
+fi
+[[ $path == /* ]] || path="$(cd "$(dirname "$path")" && pwd)/$(basename "$path")"
+command -v sbatch >/dev/null || die "sbatch not found: run this on a Slurm submit host"
+
+# The grid options, checked by the binary itself on an empty slice of the grid.
+check=$(mktemp -d)
+trap 'rm -rf "$check"' EXIT
+if ! "$path" experiment "$grid" "${args[@]}" --shard 999999999/1000000000 --out "$check/grid" >"$check/out" 2>&1; then
+    echo "submit.sh: the grid options are refused; nothing was submitted:" >&2
+    grep -v '^ *$' "$check/out" >&2 || true
+    exit 2
+fi
+runs=$(sed -n 's/^ *"grid_runs": *\([0-9]*\).*/\1/p' "$check/grid/shard.json")
+[[ -n $runs ]] || die "could not read the grid's size from $check/grid/shard.json"
+((shards <= runs)) || echo "submit.sh: note: $shards shards for $runs runs: shards ≥ $runs are empty" >&2
+
+mkdir -p "$results/logs" "$results/status" || die "cannot create $results"
+results=$(cd "$results" && pwd)
+array=$(sbatch --parsable "${common[@]}" "${grid_opts[@]}" --array="0-$((shards - 1))" \
+    --output="$results/logs/grid-%A_%a.out" \
+    "$here/experiment.sbatch" "$path" "$results" "$shards" "$grid" "${args[@]}")
+array=${array%%;*}
+merge=$(sbatch --parsable "${common[@]}" --time="$merge_time" --dependency="afterany:${array}" \
+    --output="$results/logs/merge-%j.out" \
+    "$here/merge.sbatch" "$path" "$results" "$shards" "$array")
+merge=${merge%%;*}
+echo "grid: job ${array} (${shards} tasks, ${runs} runs): dpcotrain experiment ${grid} ${args[*]}"
+echo "merge: job ${merge}, after every task has ended, into ${results}/merged (logs in ${results}/logs)"

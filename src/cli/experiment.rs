@@ -54,7 +54,9 @@ pub enum ExperimentCommand {
         out: PathBuf,
     },
     /// Merge the folders of a sharded grid (`--shard K/N` runs) into one folder with the same
-    /// runs.jsonl, tables and figures as an unsharded run; refuses overlapping or missing shards.
+    /// runs.jsonl, tables and figures as an unsharded run; refuses missing, repeated or
+    /// unfinished shards and shards of different grids (naming the setting that differs), and
+    /// clears the report files of an earlier report from --out.
     Merge {
         /// Shard folders (each with runs.jsonl and shard.json).
         #[arg(required = true)]
@@ -374,7 +376,7 @@ fn execute(grid: &Grid, a: &GridArgs) -> anyhow::Result<()> {
         }
         write_atomic(&settings_path, &settings)?;
         if let Some(shard) = a.shard {
-            let tag = ShardTag { shard, runs: keys.len(), grid_runs: all_keys.len() };
+            let tag = ShardTag { shard, runs: keys.len(), grid_runs: all_keys.len(), grid: Some(grid_spec(grid)) };
             write_atomic(&dir.join("shard.json"), &serde_json::to_string_pretty(&tag)?)?;
         }
         saved = load_runs(dir)?.into_iter().filter(|r| keys.contains(&r.key())).collect();
@@ -612,11 +614,139 @@ struct ShardTag {
     /// Runs in this shard and in the whole grid.
     runs: usize,
     grid_runs: usize,
+    /// Every setting of the grid ([`grid_spec`]): shards whose specs differ in any setting are
+    /// not slices of one grid. Absent in shard.json files of earlier versions.
+    #[serde(default)]
+    grid: Option<BTreeMap<String, String>>,
 }
 
-/// `experiment merge`: every shard 0..N of one grid present exactly once and complete; rows
-/// joined in canonical order; runs.jsonl, runs.csv, summary.md, tables.md and figures written
-/// as an unsharded run writes them.
+/// Every setting of a grid by name (the flag's name where there is one), as shard.json records
+/// it: data set and its levels, seeds, n_obs, masking, combiners, uncertainty modes, the whole
+/// DP setting (ε, δ, policy, label range), rounds, re-fit policy and readings.
+fn grid_spec(grid: &Grid) -> BTreeMap<String, String> {
+    fn list<T: std::fmt::Display>(v: &[T]) -> String {
+        v.iter().map(ToString::to_string).collect::<Vec<_>>().join(",")
+    }
+    let yes_no = |v: &[bool]| v.iter().map(|b| if *b { "yes" } else { "no" }).collect::<Vec<_>>().join(",");
+    let mut m = BTreeMap::new();
+    let mut put = |k: &str, v: String| {
+        m.insert(k.to_string(), v);
+    };
+    match &grid.dataset {
+        Dataset::Simulated { r, ci, n_pool, n_test } => {
+            put("dataset", "simulated".into());
+            put("r", list(r));
+            put("ci", yes_no(ci));
+            put("n_pool", n_pool.to_string());
+            put("n_test", n_test.to_string());
+        }
+        Dataset::Ccpp { n_pool, n_test } => {
+            put("dataset", "ccpp".into());
+            put("n_pool", n_pool.to_string());
+            put("n_test", n_test.to_string());
+        }
+    }
+    put("seeds", list(&grid.seeds));
+    put("nobs", list(&grid.nobs));
+    put("masking", yes_no(&grid.masking));
+    put("combiner", grid.combiners.iter().map(|c| c.name()).collect::<Vec<_>>().join(","));
+    put("uncertainty", grid.uncertainty.iter().map(|u| u.name()).collect::<Vec<_>>().join(","));
+    match &grid.dp {
+        DpSetting::Off => put("dp", "off".into()),
+        DpSetting::Thesis => put("dp", "thesis".into()),
+        DpSetting::Calibrated { epsilon, delta, policy, range } => {
+            put("dp", "calibrated".into());
+            put("epsilon", epsilon.to_string());
+            put("delta", delta.to_string());
+            put("policy", policy.name().into());
+            put("label_range", format!("{},{}", range.lo, range.hi));
+        }
+    }
+    put("rounds", grid.rounds.to_string());
+    put("refit", grid.refit.to_string());
+    put("readings", grid.readings.to_string());
+    m
+}
+
+/// The settings of [`grid_spec`] in the order a difference is reported.
+const SPEC_ORDER: [&str; 18] = [
+    "dataset",
+    "dp",
+    "epsilon",
+    "delta",
+    "policy",
+    "label_range",
+    "r",
+    "ci",
+    "n_pool",
+    "n_test",
+    "seeds",
+    "nobs",
+    "masking",
+    "combiner",
+    "uncertainty",
+    "rounds",
+    "refit",
+    "readings",
+];
+
+/// How two grid specs differ: the first setting that differs (in [`SPEC_ORDER`]) as "NAME is A
+/// in the first but B in the second" (a setting one of them lacks reads "(none)"), and the names
+/// of the others that differ. None when they are equal.
+fn spec_difference(a: &BTreeMap<String, String>, b: &BTreeMap<String, String>) -> Option<String> {
+    let none = "(none)".to_string();
+    let mut keys: Vec<&str> = SPEC_ORDER.to_vec();
+    for k in a.keys().chain(b.keys()) {
+        if !keys.contains(&k.as_str()) {
+            keys.push(k);
+        }
+    }
+    let differ: Vec<(&str, &String, &String)> = keys
+        .into_iter()
+        .map(|k| (k, a.get(k).unwrap_or(&none), b.get(k).unwrap_or(&none)))
+        .filter(|(_, x, y)| x != y)
+        .collect();
+    let (k, x, y) = differ.first()?;
+    let mut text = format!("{k} is {x} in the first but {y} in the second");
+    if differ.len() > 1 {
+        let others: Vec<&str> = differ[1..].iter().map(|d| d.0).collect();
+        text += &format!(" (and {} differ)", others.join(", "));
+    }
+    Some(text)
+}
+
+/// The report files of a grid folder (everything [`write_report`] and [`thesis_report`] write,
+/// and a shard's shard.json): what `experiment merge` clears from its --out before writing, so
+/// no figure of an earlier report stays behind.
+fn is_report_file(name: &str) -> bool {
+    matches!(name, "runs.jsonl" | "runs.csv" | "summary.md" | "tables.md" | "grid.json" | "shard.json" | "exchange.svg")
+        || (name.starts_with("rmse_rounds_") && name.ends_with(".svg"))
+}
+
+/// Remove the report files of an earlier report from `dir` (other files are left alone);
+/// returns how many were removed.
+fn clear_report(dir: &std::path::Path) -> anyhow::Result<usize> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => anyhow::bail!("cannot read {}: {e}", dir.display()),
+    };
+    let mut removed = 0;
+    for entry in entries {
+        let entry = entry.with_context(|| format!("cannot read {}", dir.display()))?;
+        let name = entry.file_name();
+        if name.to_str().is_some_and(is_report_file) && entry.file_type().is_ok_and(|t| t.is_file()) {
+            std::fs::remove_file(entry.path()).with_context(|| format!("cannot delete {}", entry.path().display()))?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
+/// `experiment merge`: every shard 0..N of one grid (the same settings, every one) present
+/// exactly once and complete; rows joined in canonical order; the report files of an earlier
+/// report in --out removed; runs.jsonl, runs.csv, summary.md, tables.md and figures written as
+/// an unsharded run writes them.
 fn merge(shards: &[PathBuf], out: &std::path::Path) -> anyhow::Result<()> {
     let mut tags: Vec<(ShardTag, &PathBuf)> = Vec::new();
     for d in shards {
@@ -638,6 +768,28 @@ fn merge(shards: &[PathBuf], out: &std::path::Path) -> anyhow::Result<()> {
                 tags[0].1.display(),
                 tags[0].0.shard,
                 grid_runs
+            );
+        }
+    }
+    // The same grid: every setting equal (the slices of different grids may have the same
+    // size, and their runs' keys need not even differ: rounds, δ, the readings…).
+    fn spec<'a>((t, d): &'a (ShardTag, &PathBuf)) -> anyhow::Result<&'a BTreeMap<String, String>> {
+        t.grid.as_ref().ok_or_else(|| {
+            anyhow::anyhow!(
+                "{} has no grid settings (written by an earlier version): run that shard's command again \
+                 (it resumes from its runs.jsonl and records them) before merging",
+                d.join("shard.json").display()
+            )
+        })
+    }
+    let first = spec(&tags[0])?;
+    for t in &tags[1..] {
+        if let Some(how) = spec_difference(first, spec(t)?) {
+            anyhow::bail!(
+                "{} and {} are shards of different grids: {how}; \
+                 merge only the shards of one grid (the same command with --shard 0/N … N-1/N)",
+                tags[0].1.display(),
+                t.1.display()
             );
         }
     }
@@ -679,6 +831,19 @@ fn merge(shards: &[PathBuf], out: &std::path::Path) -> anyhow::Result<()> {
         rows.extend(r);
     }
     sort_rows(&mut rows);
+    // --out must not be a shard's own folder (its runs.jsonl would be replaced), and nothing of
+    // an earlier report in it may stay (a figure of another DP setting, say).
+    let same = |a: &std::path::Path, b: &std::path::Path| match (a.canonicalize(), b.canonicalize()) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => false,
+    };
+    if let Some((_, d)) = tags.iter().find(|(_, d)| same(d, out)) {
+        anyhow::bail!("--out {} is the shard folder {}: merge into another folder", out.display(), d.display());
+    }
+    let stale = clear_report(out)?;
+    if stale > 0 {
+        eprintln!("removed {stale} files of an earlier report from {}", out.display());
+    }
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     write_atomic(&out.join("grid.json"), &settings[0])?;
     write_report(out, &rows)?;
