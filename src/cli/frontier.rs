@@ -9,7 +9,7 @@ use dpcotrain_cotrain::ccpp::RealData;
 use dpcotrain_cotrain::combiner::{AnswerForm, AnswerGuard, RefitTheta};
 use dpcotrain_cotrain::data::Scenario;
 use dpcotrain_cotrain::frontier::{
-    AnswerNoise, FrontierCell, FrontierConfig, FrontierData, FrontierMechanism, FrontierRow, ThetaChoice, run_frontier,
+    AnswerNoise, FrontierCell, FrontierConfig, FrontierData, FrontierMechanism, FrontierRow, ThetaChoice, TraceOracle, run_frontier, trace_run,
     summarise,
 };
 use dpcotrain_cotrain::release_model::PublicTheta;
@@ -91,6 +91,10 @@ pub struct FrontierArgs {
     /// private-only prediction gets its variance raised to that distance (0: off).
     #[arg(long, default_value_t = 0.0)]
     pub answer_check: f64,
+    /// Multiply every answer's variance by K ≥ 1 after reading it (each answer keeps 1/K of its
+    /// weight): the harm study's tempering switch.
+    #[arg(long, default_value_t = 1.0, value_name = "K")]
+    pub answer_temper: f64,
     /// The public θ of the release model under --thetas public, as
     /// SIGNAL_VARIANCE,LENGTHSCALE,NOISE_VARIANCE (standardised scale; queries keep 1,1,0.1).
     #[arg(long, value_delimiter = ',', default_value = "1,1,0.1")]
@@ -108,6 +112,15 @@ pub struct FrontierArgs {
     /// Print the aggregated cells as JSON lines.
     #[arg(long)]
     pub json: bool,
+    /// Instead of the cells, write each run's inside view to FILE (JSON lines: per party, every
+    /// test point's label and predictions alone and after, every answer read): the harm study's
+    /// diagnostics. Label-dependent; only for experiments.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["out", "json"])]
+    pub trace: Option<PathBuf>,
+    /// With --trace: what the re-read of each run knows from the true pool labels
+    /// (answer-error, level or own-calibration; docs/results.md).
+    #[arg(long, default_value = "answer-error", requires = "trace")]
+    pub trace_oracle: TraceOracle,
 }
 
 fn config(a: &FrontierArgs) -> anyhow::Result<FrontierConfig> {
@@ -208,6 +221,7 @@ fn config(a: &FrontierArgs) -> anyhow::Result<FrontierConfig> {
         refit_theta: a.refit_theta,
         answer_noise: a.answer_noise,
         answer_check: (a.answer_check > 0.0).then_some(a.answer_check),
+        answer_temper: a.answer_temper,
         views,
         release_theta: match a.release_theta[..] {
             [signal_variance, lengthscale, noise_variance] => {
@@ -233,6 +247,36 @@ fn config(a: &FrontierArgs) -> anyhow::Result<FrontierConfig> {
     Ok(cfg)
 }
 
+/// `--trace FILE`: one JSON line per job and cell (no DP, then each mechanism and ε).
+fn trace(cfg: &FrontierConfig, path: &Path, oracle: TraceOracle) -> anyhow::Result<()> {
+    use rayon::prelude::*;
+    let jobs = cfg.jobs();
+    let mut cells = vec![None];
+    for &m in &cfg.mechanisms {
+        for &e in &cfg.epsilons {
+            cells.push(Some((e, m)));
+        }
+    }
+    let lines: Vec<String> = jobs
+        .par_iter()
+        .with_max_len(1)
+        .flat_map_iter(|job| {
+            cells.iter().map(move |&cell| {
+                let v = match trace_run(cfg, job, cell, oracle) {
+                    Ok(t) => serde_json::json!({"data": job.data.name(), "nobs": job.nobs, "seed": job.seed,
+                        "epsilon": cell.map(|c| c.0), "mechanism": cell.map(|c| c.1.name()), "oracle": oracle.name(), "parties": t}),
+                    Err(e) => serde_json::json!({"data": job.data.name(), "nobs": job.nobs, "seed": job.seed,
+                        "epsilon": cell.map(|c| c.0), "error": e.to_string()}),
+                };
+                v.to_string()
+            })
+        })
+        .collect();
+    write_atomic(path, &(lines.join("\n") + "\n"))?;
+    eprintln!("wrote {} traces to {}", lines.len(), path.display());
+    Ok(())
+}
+
 /// The default of --data.
 fn default_data() -> Vec<String> {
     ["sim-masked", "sim-unmasked", "ccpp-masked"].iter().map(|s| (*s).to_string()).collect()
@@ -252,26 +296,34 @@ fn user_views(configs: &[PathBuf]) -> anyhow::Result<Scenario> {
     }
     let description =
         format!("your views: {}", configs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "));
-    let sc = Scenario { parties, description };
+    let sc = Scenario { parties, description, pool_labels: None };
     sc.validate().map_err(|e| anyhow::anyhow!("--views: {e}"))?;
     Ok(sc)
 }
 
 /// The settings that change a run's numbers but not its row key (JSON, one line).
 fn protocol_settings(cfg: &FrontierConfig) -> String {
-    serde_json::json!({
+    let mut v = serde_json::json!({
         "queries": cfg.queries, "delta": cfg.delta, "label_range": [cfg.range.lo, cfg.range.hi],
         "answers": format!("{:?}", cfg.answers), "cap": cfg.cap.name(), "rank": cfg.rank.name(),
         "guard": cfg.guard.name(), "refit_theta": cfg.refit_theta.name(),
         "answer_noise": cfg.answer_noise.name(), "answer_check": cfg.answer_check,
         "views": cfg.views.as_ref().map(|v| v.description.clone()),
         "release_theta": [cfg.release_theta.signal_variance, cfg.release_theta.lengthscale, cfg.release_theta.noise_variance],
-    })
-    .to_string()
+    });
+    // Settings added later are recorded only away from their default, so folders made before
+    // them still resume.
+    if cfg.answer_temper != 1.0 {
+        v["answer_temper"] = cfg.answer_temper.into();
+    }
+    v.to_string()
 }
 
 pub fn run(a: FrontierArgs) -> anyhow::Result<()> {
     let cfg = config(&a)?;
+    if let Some(path) = &a.trace {
+        return trace(&cfg, path, a.trace_oracle);
+    }
     let keys: HashSet<String> = cfg.jobs().iter().map(|j| j.key()).collect();
     let mut saved = Vec::new();
     let mut journal = None;

@@ -388,7 +388,7 @@ pub fn ccpp_views(
         "CCPP, full-data standardisation, unmasked, views {}, n_obs = {n_obs}, pool = {n_pool}, test = {n_test}, seed = {seed}",
         views.iter().map(|v| format!("[{}]", v.join(", "))).collect::<Vec<_>>().join(" ")
     );
-    let sc = Scenario { parties, description };
+    let sc = Scenario { parties, description, pool_labels: Some(labels(pool)) };
     sc.validate()?;
     Ok(sc)
 }
@@ -456,7 +456,7 @@ fn build(cfg: &CcppConfig, names: &[String], data: &DMatrix<f64>) -> Result<(Sce
         cfg.n_test,
         cfg.seed
     );
-    let scenario = Scenario { parties, description };
+    let scenario = Scenario { parties, description, pool_labels: Some(labels(&sel.pool)) };
     scenario.validate()?;
     Ok((scenario, sel))
 }

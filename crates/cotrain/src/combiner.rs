@@ -95,6 +95,11 @@ pub enum AnswerGuard {
     /// After each re-fit, answers are set aside (kept, unused) when they make the private rows'
     /// leave-one-out squared error larger than the private-only model's.
     Loo,
+    /// As `Loo`, but answers are set aside only when they make the private rows' leave-one-out
+    /// squared error larger beyond two standard errors of the change, paired over the rows: a
+    /// change the private rows cannot tell from noise (as where answers fall in regions without
+    /// private rows) keeps the answers.
+    LooTest,
 }
 
 impl AnswerGuard {
@@ -102,11 +107,12 @@ impl AnswerGuard {
         match self {
             AnswerGuard::Off => "off",
             AnswerGuard::Loo => "loo",
+            AnswerGuard::LooTest => "loo-test",
         }
     }
 }
 
-crate::named_enum!(AnswerGuard, "answer guard", [Off, Loo]);
+crate::named_enum!(AnswerGuard, "answer guard", [Off, Loo, LooTest]);
 
 /// Which GP a party fits to its private view (docs/decisions.md D21, D26).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -161,7 +167,11 @@ pub struct LooCheck {
     pub with_answers: f64,
     /// The same for the private-only model (its own fitted θ).
     pub alone: f64,
-    /// Whether the answers are used (`with_answers ≤ alone`).
+    /// The standard error of `with_answers − alone`, paired over the private rows.
+    #[serde(default)]
+    pub se: f64,
+    /// Whether the answers are used (`Loo`: `with_answers ≤ alone`; `LooTest`:
+    /// `with_answers − alone ≤ 2 se`).
     pub used: bool,
 }
 
@@ -294,6 +304,15 @@ pub struct CoModel {
     /// the answer as a label of *this* party's function also carries the responder's residual
     /// noise, which no answer reports. 0 by default.
     pub answer_extra_var: f64,
+    /// Variance of a bias shared by all answers of one peer (τ²): the answers are read as
+    /// f(x) + b + e with b ~ N(0, τ²) common to the peer's answers, so their common level
+    /// counts as one observation of variance τ² + v/q, not q independent ones; their
+    /// differences keep full weight (exact local model; 0: off).
+    pub answer_level_var: f64,
+    /// Factor on every answer's variance after it is read (the message's variance, the DP
+    /// noise included): 1 reads answers as reported, K > 1 gives each answer 1/K of its weight
+    /// (the harm study's tempering switch; 1 by default).
+    pub answer_var_scale: f64,
     /// When set, each re-fit first chooses `answer_extra_var` from these candidates by the
     /// augmented objective at the current θ (a profile marginal likelihood of the party's own
     /// rows and the answers together).
@@ -457,6 +476,8 @@ impl CoModel {
             refit_policy: RefitPolicy::Warm,
             refit_theta: RefitTheta::Augmented,
             answer_extra_var: 0.0,
+            answer_level_var: 0.0,
+            answer_var_scale: 1.0,
             answer_noise_grid: None,
             answer_check_z: None,
             refits: 0,
@@ -778,9 +799,20 @@ impl CoModel {
             off += nb;
         }
         self.psd_clipped += clipped;
+        if self.answer_var_scale != 1.0 {
+            v *= self.answer_var_scale;
+        }
         if self.answer_extra_var > 0.0 {
             for i in 0..q {
                 v[(i, i)] += self.answer_extra_var;
+            }
+        }
+        if self.answer_level_var > 0.0 && !self.is_sparse() {
+            let mut off = 0;
+            for b in &self.blocks {
+                let nb = b.indices.len();
+                v.view_mut((off, off), (nb, nb)).add_scalar_mut(self.answer_level_var);
+                off += nb;
             }
         }
         if let Some(z) = self.answer_check_z
@@ -886,17 +918,16 @@ impl CoModel {
         self.loo.is_none_or(|c| c.used)
     }
 
-    /// Mean leave-one-out squared residual of the first `n` rows of `gp` (R&W eq 5.12).
-    fn loo_mse(gp: &ExactGp, n: usize) -> Result<f64, CotrainError> {
+    /// Leave-one-out squared residuals of the first `n` rows of `gp` (R&W eq 5.12).
+    fn loo_squared(gp: &ExactGp, n: usize) -> Result<Vec<f64>, CotrainError> {
         let post = gp.posterior()?;
         let kinv = post.cholesky().inverse_lower();
         let alpha = post.alpha();
-        let sum: f64 = (0..n).map(|i| (alpha[i] / kinv[(i, i)]).powi(2)).sum();
-        let mse = sum / n as f64;
-        if !mse.is_finite() {
+        let r: Vec<f64> = (0..n).map(|i| (alpha[i] / kinv[(i, i)]).powi(2)).collect();
+        if r.iter().any(|v| !v.is_finite()) {
             return Err(CotrainError::invalid("leave-one-out residuals are not finite"));
         }
-        Ok(mse)
+        Ok(r)
     }
 
     /// The exact GP on the private rows alone with `kernel` and `noise`.
@@ -923,10 +954,19 @@ impl CoModel {
         let Built::Noisy(aug) = self.build()? else {
             return Err(CotrainError::invalid("the answer guard needs the noisy combiner's exact model"));
         };
-        let with_answers = Self::loo_mse(&aug, n)?;
-        let alone = Self::loo_mse(&self.private_only()?, n)?;
-        let used = with_answers <= alone;
-        self.loo = Some(LooCheck { with_answers, alone, used });
+        let with = Self::loo_squared(&aug, n)?;
+        let own = Self::loo_squared(&self.private_only()?, n)?;
+        let nf = n as f64;
+        let with_answers = with.iter().sum::<f64>() / nf;
+        let alone = own.iter().sum::<f64>() / nf;
+        let d: Vec<f64> = with.iter().zip(&own).map(|(a, b)| a - b).collect();
+        let dm = with_answers - alone;
+        let se = (d.iter().map(|x| (x - dm).powi(2)).sum::<f64>() / (nf - 1.0) / nf).sqrt();
+        let used = match self.guard {
+            AnswerGuard::LooTest => dm <= 2.0 * se,
+            _ => with_answers <= alone,
+        };
+        self.loo = Some(LooCheck { with_answers, alone, se, used });
         if !used && let Some(pre) = self.pre_params.clone() {
             self.set_params(&pre);
         }
@@ -1023,6 +1063,9 @@ impl CoModel {
                 let noise = match self.uncertainty {
                     _ if q == 0 => NoiseModel::Homoscedastic(s),
                     Uncertainty::None => NoiseModel::Homoscedastic(s),
+                    Uncertainty::Marginal if self.answer_level_var > 0.0 && self.sparse_z.is_none() => {
+                        NoiseModel::Block { sigma2: s, rows: (n..n + q).collect(), block: v }
+                    }
                     Uncertainty::Marginal => {
                         let mut extra = DVector::zeros(n + q);
                         extra.rows_mut(n, q).copy_from(&v.diagonal());

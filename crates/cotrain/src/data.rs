@@ -37,6 +37,10 @@ pub struct Scenario {
     pub parties: Vec<PartyData>,
     /// Human-readable description of how it was generated.
     pub description: String,
+    /// The pool entities' labels where the generator knows them (simulated and shipped data;
+    /// None for a user's views). Never given to a party: only the harm study's oracle
+    /// (`frontier::trace_run`) reads them.
+    pub pool_labels: Option<DVector<f64>>,
 }
 
 impl Scenario {

@@ -12,9 +12,10 @@
 //! random numbers: differences between cells are not noise-draw luck).
 
 use crate::CotrainError;
+use nalgebra::DMatrix;
 use crate::answer::Uncertainty;
 use crate::ccpp::{CcppConfig, RealData, ccpp};
-use crate::combiner::{AnswerForm, AnswerGuard, CombinerKind, RefitTheta};
+use crate::combiner::{AnswerForm, AnswerGuard, CombinerKind, PeerBlock, RefitTheta};
 use crate::data::Scenario;
 use crate::driver::{RunReport, block_on, build_parties, run_in_process};
 use crate::release_model::{PublicTheta, QueryPolicy, ReleaseForm, ThetaPolicy};
@@ -156,6 +157,8 @@ pub struct FrontierConfig {
     pub answer_noise: AnswerNoise,
     /// The answer check's threshold z (None: off; [`crate::combiner::CoModel::answer_check_z`]).
     pub answer_check: Option<f64>,
+    /// Factor on every answer's variance (`CoModel::answer_var_scale`; 1: as reported).
+    pub answer_temper: f64,
     /// The user's own views for [`FrontierData::Views`] (every party's data as its node reads it).
     pub views: Option<Scenario>,
     /// The public θ of the release model under θ policy `public` (queries keep the default).
@@ -186,6 +189,7 @@ fn subsample(views: &Scenario, nobs: usize, seed: u64) -> Result<Scenario, Cotra
     let sc = Scenario {
         parties,
         description: format!("{} ({nobs} labelled rows per party, seed {seed})", views.description),
+        pool_labels: views.pool_labels.clone(),
     };
     sc.validate()?;
     Ok(sc)
@@ -263,6 +267,7 @@ impl FrontierConfig {
             refit_theta: RefitTheta::Augmented,
             answer_noise: AnswerNoise::Reported,
             answer_check: None,
+            answer_temper: 1.0,
             views: None,
             release_theta: PublicTheta::default(),
         }
@@ -277,6 +282,12 @@ impl FrontierConfig {
         }
         if !(self.delta > 0.0 && self.delta < 1.0) {
             return Err(CotrainError::invalid(format!("frontier: δ = {} must lie in (0, 1)", self.delta)));
+        }
+        if !(self.answer_temper.is_finite() && self.answer_temper >= 1.0) {
+            return Err(CotrainError::invalid(format!(
+                "frontier: the answer temper {} must be a finite number ≥ 1",
+                self.answer_temper
+            )));
         }
         if self.queries == 0 {
             return Err(CotrainError::invalid("frontier: queries must be at least 1"));
@@ -407,6 +418,240 @@ impl FrontierRow {
 }
 
 fn run(sc: &Scenario, dp: &DpConfig, seed: u64, cfg: &FrontierConfig) -> Result<RunReport, CotrainError> {
+    let parties = configured_parties(sc, dp, seed, cfg)?;
+    block_on(run_in_process(&parties, 1))
+}
+
+/// The second counterfactual of a trace: how the same run is read again with one thing known
+/// from the true pool labels (the harm study's oracles, docs/results.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TraceOracle {
+    /// Each answer's message variance raised to its true squared error (less the querier's σ²).
+    AnswerError,
+    /// A bias shared by a peer's answers (`CoModel::answer_level_var`) with the variance of
+    /// their true mean error.
+    Level,
+    /// Every message variance divided by the querier's true own calibration at the queried
+    /// points (its squared error there, less σ², over its latent variance).
+    OwnCalibration,
+}
+
+impl TraceOracle {
+    pub fn name(self) -> &'static str {
+        match self {
+            TraceOracle::AnswerError => "answer-error",
+            TraceOracle::Level => "level",
+            TraceOracle::OwnCalibration => "own-calibration",
+        }
+    }
+}
+
+crate::named_enum!(TraceOracle, "trace oracle", [AnswerError, Level, OwnCalibration]);
+
+/// One party's run seen from inside (`experiment frontier --trace`): the harm study's
+/// diagnostics. Label-dependent: an experiment's view, never a node's.
+#[derive(Debug, Clone, Serialize)]
+pub struct PartyTrace {
+    pub party: String,
+    /// Per test point: y, alone mean, alone sd, after mean, after sd (latent sd); the mean of
+    /// the private-only fit given the true labels of the pool entities this party asked about
+    /// (as if every answer were a real label); the co-trained mean under the trace's
+    /// [`TraceOracle`]. The last two are NaN without pool labels.
+    pub test: Vec<[f64; 7]>,
+    /// Per answer: pool index, released mean, reported variance, DP noise variance, the
+    /// querier's private-only mean and latent sd there, the entity's true label (NaN without
+    /// pool labels).
+    pub answers: Vec<(usize, f64, f64, f64, f64, f64, f64)>,
+    /// The querier's fitted noise variance before and after the re-fit.
+    pub noise_before: f64,
+    pub noise_after: f64,
+    /// What the oracle used: the level variance or the own calibration (NaN otherwise).
+    pub oracle_value: f64,
+}
+
+fn lock_party(
+    p: &std::sync::Mutex<crate::responder::Party>,
+) -> Result<std::sync::MutexGuard<'_, crate::responder::Party>, CotrainError> {
+    p.lock().map_err(|_| CotrainError::invalid("party lock poisoned"))
+}
+
+/// The rows of `x` at `idx`.
+fn rows_at(x: &DMatrix<f64>, idx: &[usize]) -> DMatrix<f64> {
+    DMatrix::from_fn(idx.len(), x.ncols(), |r, c| x[(idx[r], c)])
+}
+
+/// Read a finished run's answers again under `oracle` (true pool labels `labels`), re-fit and
+/// predict at the party's test points. Returns the means and the oracle's value.
+fn reread(
+    p: &mut crate::responder::Party,
+    labels: &nalgebra::DVector<f64>,
+    oracle: TraceOracle,
+) -> Result<(nalgebra::DVector<f64>, f64), CotrainError> {
+    let s2 = p.model.noise.variance;
+    let mut value = f64::NAN;
+    // The message of an answer (docs/honest-dp.md): gain p/(p − v), variance v·g + s²·g².
+    let message = |b: &PeerBlock, k: usize| {
+        let p = b.prior.as_ref().map_or(1.0, |pr| pr[(k, k)]);
+        let nv = b.noise_vars[k].unwrap_or(0.0);
+        let v = (b.vars[k] - nv).clamp(0.0, p);
+        let g = p / (p - v).max(1e-12);
+        (v, g, v * g + nv * g * g)
+    };
+    // Set an answer's message variance to `target` through its noise variance (floored at 0).
+    let set = |b: &mut PeerBlock, k: usize, target: f64| {
+        let p = b.prior.as_ref().map_or(1.0, |pr| pr[(k, k)]);
+        let nv = b.noise_vars[k].unwrap_or(0.0);
+        let v = (b.vars[k] - nv).clamp(0.0, p);
+        let g = p / (p - v).max(1e-12);
+        let nv_new = ((target - v * g) / (g * g)).max(0.0);
+        b.noise_vars[k] = Some(nv_new);
+        b.vars[k] = v + nv_new;
+    };
+    match oracle {
+        TraceOracle::AnswerError => {
+            for b in &mut p.model.blocks {
+                for (k, &j) in b.indices.clone().iter().enumerate() {
+                    let (_, g, msg) = message(b, k);
+                    let err = (b.means[k] * g - labels[j]).powi(2) - s2;
+                    if err > msg {
+                        set(b, k, err);
+                    }
+                }
+            }
+        }
+        TraceOracle::Level => {
+            let (mut sum, mut vsum, mut n) = (0.0, 0.0, 0usize);
+            for b in &p.model.blocks {
+                for (k, &j) in b.indices.iter().enumerate() {
+                    sum += b.means[k] - labels[j];
+                    vsum += b.vars[k] + s2;
+                    n += 1;
+                }
+            }
+            let nf = n.max(1) as f64;
+            value = ((sum / nf).powi(2) - vsum / nf / nf).max(0.0);
+            p.model.answer_level_var = value;
+        }
+        TraceOracle::OwnCalibration => {
+            let asked = p.model.asked();
+            let xq = rows_at(p.model.x_pool(), &asked);
+            let own = p.model.predict_private(&xq, false)?;
+            let err: f64 = asked.iter().enumerate().map(|(k, &j)| (own.mean[k] - labels[j]).powi(2) - s2).sum();
+            let var: f64 = own.var.iter().map(|v| v.max(1e-12)).sum();
+            value = (err / var).max(0.05);
+            for b in &mut p.model.blocks {
+                for k in 0..b.indices.len() {
+                    let (_, _, msg) = message(b, k);
+                    set(b, k, msg / value);
+                }
+            }
+        }
+    }
+    p.model.version += 1;
+    p.model.refit()?;
+    let x = p.data.x_test.clone();
+    Ok((p.model.predict(&x, false)?.mean, value))
+}
+
+/// [`PartyTrace`] of every party of one run (the first θ policy of `cfg`, one round).
+pub fn trace_run(
+    cfg: &FrontierConfig,
+    job: &FrontierJob,
+    dp: Option<(f64, FrontierMechanism)>,
+    oracle: TraceOracle,
+) -> Result<Vec<PartyTrace>, CotrainError> {
+    let sc = job.data.scenario(cfg, job.nobs, job.seed)?;
+    let theta = *cfg.thetas.first().ok_or_else(|| CotrainError::invalid("frontier: no θ policy"))?;
+    let dpc = cfg.dp(dp, theta);
+    let parties = configured_parties(&sc, &dpc, job.seed, cfg)?;
+    let mut before = Vec::new();
+    for p in &parties {
+        let mut g = lock_party(p)?;
+        let x = g.data.x_test.clone();
+        let pred = g.model.predict(&x, false)?;
+        before.push((pred, g.model.noise.variance));
+    }
+    block_on(run_in_process(&parties, 1))?;
+    // The same run read again under the oracle (same seed: the same queries and noise draws).
+    let mut reread_means = Vec::new();
+    if let Some(labels) = &sc.pool_labels {
+        let again = configured_parties(&sc, &dpc, job.seed, cfg)?;
+        block_on(run_in_process(&again, 1))?;
+        for p in &again {
+            reread_means.push(reread(&mut *lock_party(p)?, labels, oracle)?);
+        }
+    }
+    let mut out = Vec::new();
+    for (i, (p, (alone, noise_before))) in parties.iter().zip(before).enumerate() {
+        let mut g = lock_party(p)?;
+        let x = g.data.x_test.clone();
+        let after = g.model.predict(&x, false)?;
+        let y = g.data.y_test.clone();
+        let nan = nalgebra::DVector::from_element(y.len(), f64::NAN);
+        // True labels at the asked entities, fitted as the party fits its own rows.
+        let with_labels = match &sc.pool_labels {
+            Some(labels) => {
+                let asked = g.model.asked();
+                let mut o = sc.clone();
+                let d = &mut o.parties[i];
+                let extra = rows_at(&d.x_pool, &asked);
+                let mut x_new = d.x_train.clone().resize_vertically(d.x_train.nrows() + asked.len(), 0.0);
+                x_new.rows_mut(d.x_train.nrows(), asked.len()).copy_from(&extra);
+                let mut y_new = d.y_train.clone().resize_vertically(d.y_train.len() + asked.len(), 0.0);
+                for (k, &j) in asked.iter().enumerate() {
+                    y_new[d.y_train.len() + k] = labels[j];
+                }
+                d.x_train = x_new;
+                d.y_train = y_new;
+                let op = build_parties(&o, CombinerKind::Noisy, Uncertainty::Marginal, &cfg.dp(None, theta), job.seed)?;
+                let mut og = lock_party(&op[i])?;
+                og.model.predict(&x, false)?.mean
+            }
+            None => nan.clone(),
+        };
+        let (reread_mean, oracle_value) = reread_means.get(i).cloned().unwrap_or((nan, f64::NAN));
+        let test = (0..y.len())
+            .map(|k| {
+                [
+                    y[k],
+                    alone.mean[k],
+                    alone.var[k].max(0.0).sqrt(),
+                    after.mean[k],
+                    after.var[k].max(0.0).sqrt(),
+                    with_labels[k],
+                    reread_mean[k],
+                ]
+            })
+            .collect();
+        let mut answers = Vec::new();
+        for b in &g.model.blocks.clone() {
+            let xq = rows_at(g.model.x_pool(), &b.indices);
+            let own = g.model.predict_private(&xq, false)?;
+            for (k, &j) in b.indices.iter().enumerate() {
+                let truth = sc.pool_labels.as_ref().map_or(f64::NAN, |l| l[j]);
+                let noise = b.noise_vars[k].unwrap_or(0.0);
+                answers.push((j, b.means[k], b.vars[k], noise, own.mean[k], own.var[k].max(0.0).sqrt(), truth));
+            }
+        }
+        out.push(PartyTrace {
+            party: g.data.name.clone(),
+            test,
+            answers,
+            noise_before,
+            noise_after: g.model.noise.variance,
+            oracle_value,
+        });
+    }
+    Ok(out)
+}
+
+/// The in-process parties of one run, with the frontier's querier options applied.
+fn configured_parties(
+    sc: &Scenario,
+    dp: &DpConfig,
+    seed: u64,
+    cfg: &FrontierConfig,
+) -> Result<Vec<std::sync::Arc<std::sync::Mutex<crate::responder::Party>>>, CotrainError> {
     let parties = build_parties(sc, CombinerKind::Noisy, Uncertainty::Marginal, dp, seed)?;
     fn lock(
         p: &std::sync::Mutex<crate::responder::Party>,
@@ -421,6 +666,7 @@ fn run(sc: &Scenario, dp: &DpConfig, seed: u64, cfg: &FrontierConfig) -> Result<
         p.model.set_guard(cfg.guard)?;
         p.model.refit_theta = cfg.refit_theta;
         p.model.answer_check_z = cfg.answer_check;
+        p.model.answer_var_scale = cfg.answer_temper;
         p.model.answer_extra_var = match cfg.answer_noise {
             AnswerNoise::Reported => 0.0,
             AnswerNoise::Fixed(x) => x,
@@ -435,7 +681,7 @@ fn run(sc: &Scenario, dp: &DpConfig, seed: u64, cfg: &FrontierConfig) -> Result<
             }
         };
     }
-    block_on(run_in_process(&parties, 1))
+    Ok(parties)
 }
 
 /// Every cell of one job.
@@ -717,6 +963,58 @@ mod tests {
             error: None,
             se_vs_alone: se,
             mean_baseline: (cell == "alone").then_some(1.0),
+        }
+    }
+
+    /// The trace sees the same run as the frontier's rows: its alone and after columns give the
+    /// rows' RMSEs exactly; the oracles' columns are filled where the pool labels are known, and
+    /// the true labels at the asked entities are the pool's.
+    #[test]
+    fn a_trace_is_the_frontiers_run_seen_from_inside() {
+        let mut cfg = FrontierConfig::full();
+        cfg.data = vec![FrontierData::Simulated { r: 0.9, masked: true }];
+        cfg.nobs = vec![25];
+        cfg.seeds = vec![3];
+        cfg.epsilons = vec![1.0];
+        cfg.mechanisms = vec![FrontierMechanism::FiniteCap];
+        cfg.thetas = vec![ThetaChoice::Public];
+        let job = cfg.jobs()[0];
+        let rows = run_job(&cfg, &job);
+        let sc = job.data.scenario(&cfg, job.nobs, job.seed).unwrap();
+        let labels = sc.pool_labels.clone().expect("simulated data know their pool labels");
+        let rmse = |t: &PartyTrace, k: usize| {
+            (t.test.iter().map(|p| (p[0] - p[k]).powi(2)).sum::<f64>() / t.test.len() as f64).sqrt()
+        };
+        for (cell, dp) in [("no-dp", None), ("dp", Some((1.0, FrontierMechanism::FiniteCap)))] {
+            for oracle in [TraceOracle::AnswerError, TraceOracle::Level, TraceOracle::OwnCalibration] {
+                let traces = trace_run(&cfg, &job, dp, oracle).unwrap();
+                assert_eq!(traces.len(), 2);
+                for t in &traces {
+                    let want = |c: &str| rows.iter().find(|r| r.party == t.party && r.cell == c).unwrap().rmse;
+                    assert!((rmse(t, 1) - want("alone")).abs() < 1e-12, "{cell} {}", t.party);
+                    assert!((rmse(t, 3) - want(cell)).abs() < 1e-12, "{cell} {}", t.party);
+                    assert!(rmse(t, 5).is_finite() && rmse(t, 6).is_finite());
+                    assert_eq!(t.answers.len(), cfg.queries);
+                    for a in &t.answers {
+                        assert_eq!(a.6, labels[a.0]);
+                    }
+                    match oracle {
+                        TraceOracle::AnswerError => assert!(t.oracle_value.is_nan()),
+                        _ => assert!(t.oracle_value >= 0.0, "{oracle:?}: {}", t.oracle_value),
+                    }
+                }
+            }
+        }
+        // A user's views carry no pool labels: the oracles' columns are NaN, the rest is filled.
+        let mut views = sc.clone();
+        views.pool_labels = None;
+        let mut user = cfg.clone();
+        user.data = vec![FrontierData::Views];
+        user.views = Some(views);
+        let job = user.jobs()[0];
+        for t in trace_run(&user, &job, None, TraceOracle::AnswerError).unwrap() {
+            assert!(t.test.iter().all(|p| p[5].is_nan() && p[6].is_nan() && p[3].is_finite()));
+            assert!(t.answers.iter().all(|a| a.6.is_nan()));
         }
     }
 

@@ -145,7 +145,8 @@ pub fn simulate(cfg: &SimConfig) -> Result<Scenario, CotrainError> {
         cfg.n_test,
         cfg.seed
     );
-    let scenario = Scenario { parties, description };
+    let pool_labels = Some(DVector::from_iterator(pool.len(), pool.iter().map(|row| row[0])));
+    let scenario = Scenario { parties, description, pool_labels };
     scenario.validate()?;
     Ok(scenario)
 }

@@ -1,7 +1,8 @@
 //! The leave-one-out answer guard (`AnswerGuard::Loo`): answers that agree with the private
 //! labels are used, answers that contradict them are set aside (and the model is then exactly
 //! the private-only one), a new answer is judged afresh, the verdict is recorded in the turn,
-//! and the guard is refused where it is not defined.
+//! and the guard is refused where it is not defined; its paired-test form (`LooTest`), and the
+//! harm study's reading switches (tempered answers, a shared level).
 
 use dpcotrain_cotrain::answer::{Answer, Uncertainty};
 use dpcotrain_cotrain::combiner::{AnswerGuard, CoModel, CombinerKind};
@@ -115,4 +116,84 @@ fn guard_is_refused_where_it_is_not_defined() {
     assert!(e.contains("exact local model"), "{e}");
     assert!("sometimes".parse::<AnswerGuard>().is_err());
     assert_eq!("loo".parse::<AnswerGuard>().unwrap(), AnswerGuard::Loo);
+}
+
+/// A pool of 30 points on [4, 7], beyond every private row: answers there move the model only
+/// where the private rows cannot see.
+fn model_with_far_pool(guard: AnswerGuard) -> CoModel {
+    let (x, y, _) = data();
+    let pool = DMatrix::from_fn(30, 1, |i, _| 4.0 + 3.0 * i as f64 / 29.0);
+    let k: Box<dyn Kernel> = Box::new(SquaredExponential::isotropic(1.0, 1.0));
+    let mut m =
+        CoModel::new(CombinerKind::Noisy, Uncertainty::Marginal, k, NoiseVariance::new(0.05), x, y, pool).unwrap();
+    m.set_guard(guard).unwrap();
+    m.fit_private().unwrap();
+    m
+}
+
+fn far_answer(offset: f64) -> Answer {
+    let pool: Vec<f64> = (0..30).map(|i| 4.0 + 3.0 * i as f64 / 29.0).collect();
+    let idx: Vec<usize> = (0..30).step_by(3).collect();
+    let mean = idx.iter().map(|&i| truth(pool[i]) + offset).collect();
+    Answer::marginal("B", idx, mean, vec![0.01; 10])
+}
+
+#[test]
+fn the_loo_test_sets_aside_only_what_the_private_rows_can_tell_from_noise() {
+    // Contradicting answers inside the private rows' range: a change far beyond its paired
+    // standard error, set aside like `Loo` does.
+    let mut m = model(AnswerGuard::LooTest);
+    m.absorb(&answer((0..30).step_by(2).collect(), 1.5)).unwrap();
+    m.refit().unwrap();
+    let c = m.loo_check().expect("the guard ran");
+    assert!(!c.used && c.with_answers - c.alone > 2.0 * c.se, "{c:?}");
+    // Answers where the private rows have nothing to say: whatever the sign of the tiny change
+    // in their leave-one-out error, it is within its standard error and the answers are used.
+    let mut t = model_with_far_pool(AnswerGuard::LooTest);
+    t.absorb(&far_answer(0.0)).unwrap();
+    t.refit().unwrap();
+    let c = t.loo_check().expect("the guard ran");
+    assert!(c.used && c.se > 0.0 && (c.with_answers - c.alone) <= 2.0 * c.se, "{c:?}");
+    assert_eq!("loo-test".parse::<AnswerGuard>().unwrap(), AnswerGuard::LooTest);
+}
+
+#[test]
+fn tempered_answers_keep_their_shape_and_lose_their_weight() {
+    let pool = DMatrix::from_fn(30, 1, |i, _| 4.0 + 3.0 * i as f64 / 29.0);
+    let fit = |scale: f64| {
+        let mut m = model_with_far_pool(AnswerGuard::Off);
+        m.refit_theta = dpcotrain_cotrain::combiner::RefitTheta::Own;
+        m.answer_var_scale = scale;
+        m.absorb(&far_answer(0.0)).unwrap();
+        m.refit().unwrap();
+        m.predict(&pool, false).unwrap().mean
+    };
+    let private = private_only_prediction(&model_with_far_pool(AnswerGuard::Off), &pool);
+    let err = |p: &DVector<f64>| (0..30).map(|i| (p[i] - truth(pool[(i, 0)])).powi(2)).sum::<f64>();
+    let (full, tempered, gone) = (fit(1.0), fit(10.0), fit(1e12));
+    // Exact answers where the private model knows nothing: full weight helps most, a tempered
+    // reading less, a weightless one not at all (the private-only model to round-off).
+    assert!(err(&full) < err(&tempered) && err(&tempered) < err(&private), "{} {} {}", err(&full), err(&tempered), err(&private));
+    assert!((&gone - &private).amax() < 1e-6, "{}", (&gone - &private).amax());
+}
+
+#[test]
+fn a_shared_level_counts_once() {
+    // Answers all 0.5 above the truth: read as independent they pull the whole region up by
+    // nearly 0.5; with a shared bias of variance 1 their common level counts as one noisy
+    // observation, so the pull falls, while their shape (the differences) is kept.
+    let pool = DMatrix::from_fn(30, 1, |i, _| 4.0 + 3.0 * i as f64 / 29.0);
+    let fit = |level: f64| {
+        let mut m = model_with_far_pool(AnswerGuard::Off);
+        m.refit_theta = dpcotrain_cotrain::combiner::RefitTheta::Own;
+        m.answer_level_var = level;
+        m.absorb(&far_answer(0.5)).unwrap();
+        m.refit().unwrap();
+        m.predict(&pool, false).unwrap().mean
+    };
+    let (independent, shared) = (fit(0.0), fit(1.0));
+    let idx: Vec<usize> = (0..30).step_by(3).collect();
+    let bias = |p: &DVector<f64>| idx.iter().map(|&i| p[i] - truth(pool[(i, 0)])).sum::<f64>() / idx.len() as f64;
+    assert!(bias(&independent) > 0.4, "{}", bias(&independent));
+    assert!(bias(&shared).abs() < 0.5 * bias(&independent), "{} {}", bias(&shared), bias(&independent));
 }
