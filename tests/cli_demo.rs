@@ -225,3 +225,43 @@ fn demo_options_and_errors() {
         }
     }
 }
+
+/// `data split-ccpp`: the demo's 400 rows by default, party folders already there refused
+/// (named) unless --force, and the three-party example's data regenerate byte for byte from
+/// the command its configs document.
+#[test]
+fn split_ccpp_writes_views_and_refuses_to_overwrite() {
+    let out = tmp("split");
+    let split = |extra: &[&str]| bin().args(["data", "split-ccpp", "--out"]).arg(&out).args(extra).output().unwrap();
+    let first = split(&[]);
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    let train = std::fs::read_to_string(out.join("party-a/train.csv")).unwrap();
+    assert_eq!(train.lines().count(), 401, "a header and the demo's 400 rows");
+    let again = split(&["--seed", "1"]);
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert_eq!(again.status.code(), Some(1), "{err}");
+    assert!(err.contains("party-a, party-b") && err.contains("--force") && err.trim().lines().count() == 1, "{err}");
+    assert_eq!(std::fs::read_to_string(out.join("party-a/train.csv")).unwrap(), train, "nothing was overwritten");
+    let forced = split(&["--seed", "1", "--force"]);
+    assert!(forced.status.success());
+    assert_ne!(std::fs::read_to_string(out.join("party-a/train.csv")).unwrap(), train);
+
+    // The three-party example, as its party configs say it was written.
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc = std::fs::read_to_string(root.join("examples/three-party/party-a.toml")).unwrap();
+    let cmd: String = doc.lines().take(3).map(|l| l.trim_start_matches('#').trim()).collect::<Vec<_>>().join(" ");
+    let args = cmd.split("`dpcotrain ").nth(1).and_then(|c| c.split('`').next()).expect("the documented command");
+    let three = tmp("three");
+    let args: Vec<&str> = args.split_whitespace().collect();
+    let out_at = args.iter().position(|a| *a == "--out").unwrap();
+    let mut args: Vec<std::ffi::OsString> = args.iter().map(Into::into).collect();
+    args[out_at + 1] = three.clone().into();
+    let made = bin().args(&args).output().unwrap();
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    for party in ["party-a", "party-b", "party-c"] {
+        for file in ["train.csv", "pool.csv", "test.csv"] {
+            let shipped = std::fs::read(root.join("examples/three-party/data").join(party).join(file)).unwrap();
+            assert!(std::fs::read(three.join(party).join(file)).unwrap() == shipped, "{party}/{file} differs");
+        }
+    }
+}

@@ -338,6 +338,41 @@ fn long_or_unconverged_fits_are_not_silent() {
     let out = run(&["gp", "fit", "--train", train.to_str().unwrap(), "--json"]);
     assert!(!String::from_utf8_lossy(&out.stderr).contains("without converging"));
 
+    // The default sparse strategy (reinit-retrain) ends in a final joint phase; raising
+    // --max-iters gives that phase room too, so the advice in the warning is worth following
+    // (1,500 CCPP rows, 60 greedy points: the final phase stops on its limit at 200 and 400).
+    let ccpp = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crates/cotrain/data/ccpp.csv"))
+        .unwrap();
+    let small = test_dir("ccpp1500.csv");
+    std::fs::write(&small, ccpp.lines().take(1501).collect::<Vec<_>>().join("\n") + "\n").unwrap();
+    let fit = |n: &str| {
+        let out = run(&[
+            "gp",
+            "fit",
+            "--train",
+            small.to_str().unwrap(),
+            "--model",
+            "vfe",
+            "--inducing",
+            "greedy:60",
+            "--max-iters",
+            n,
+            "--json",
+        ]);
+        let v = json_of(&out);
+        (
+            v["training"]["iterations"].as_u64().unwrap(),
+            v["objective"].as_f64().unwrap(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let ((i200, o200, w200), (i400, o400, _)) = (fit("200"), fit("400"));
+    assert!(w200.contains("raise --max-iters"), "{w200}");
+    assert!(
+        i400 >= i200 + 50 && o400 > o200,
+        "--max-iters 400 gave {i400} iterations ({o400}) against {i200} ({o200})"
+    );
+
     let mut big = String::from("a,y\n");
     for i in 0..3001 {
         let x = i as f64 / 300.0;

@@ -16,12 +16,18 @@ pub struct SplitArgs {
     /// two views {AT, V} and {AP, RH}). More than two views need `--masking no`.
     #[arg(long = "view")]
     pub views: Vec<String>,
-    #[arg(long, default_value_t = 25)]
+    /// Labelled rows per party (the demo's 400).
+    #[arg(long, default_value_t = 400)]
     pub n_obs: usize,
+    /// yes: each party's labelled rows come from one of two k-means clusters (Thomas §4.5);
+    /// no: from anywhere.
     #[arg(long, default_value = "yes")]
     pub masking: String,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Replace party folders already in --out (otherwise they are refused).
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// Write each CCPP party's private view (standardised, D18) as CSV files.
@@ -52,8 +58,25 @@ pub fn split_ccpp(a: SplitArgs) -> anyhow::Result<()> {
         anyhow::bail!("at most 26 views (party-a … party-z)");
     }
     let dirs: Vec<String> = (0..sc.parties.len()).map(|i| format!("party-{}", (b'a' + i as u8) as char)).collect();
+    if !a.force {
+        let taken: Vec<String> = dirs.iter().filter(|d| a.out.join(d).exists()).cloned().collect();
+        if !taken.is_empty() {
+            anyhow::bail!(
+                "{} already holds {}: choose another --out, or add --force to replace them",
+                a.out.display(),
+                taken.join(", ")
+            );
+        }
+    }
     write_views(&sc, &a.out, &dirs.iter().map(String::as_str).collect::<Vec<_>>(), RESPONSE)?;
-    eprintln!("wrote {}", a.out.display());
+    eprintln!(
+        "wrote {} ({}: {} labelled rows each, pool {}, test {})",
+        a.out.display(),
+        dirs.join(", "),
+        a.n_obs,
+        sc.parties[0].x_pool.nrows(),
+        sc.parties[0].x_test.nrows()
+    );
     Ok(())
 }
 

@@ -9,8 +9,8 @@ use dpcotrain_cotrain::ccpp::RealData;
 use dpcotrain_cotrain::combiner::{AnswerForm, AnswerGuard, RefitTheta};
 use dpcotrain_cotrain::data::Scenario;
 use dpcotrain_cotrain::frontier::{
-    AnswerNoise, FrontierCell, FrontierConfig, FrontierData, FrontierMechanism, FrontierRow, ThetaChoice, TraceOracle, run_frontier, trace_run,
-    summarise,
+    AnswerNoise, FrontierCell, FrontierConfig, FrontierData, FrontierMechanism, FrontierRow, ThetaChoice, TraceOracle,
+    run_frontier, summarise, trace_run,
 };
 use dpcotrain_cotrain::release_model::PublicTheta;
 use dpcotrain_federation::config::{PartyConfig, data_from_config, load};

@@ -86,7 +86,8 @@ pub struct FitArgs {
     /// Random restarts of the optimiser in addition to the warm start.
     #[arg(long, default_value_t = 0)]
     pub restarts: usize,
-    /// L-BFGS iterations per run.
+    /// L-BFGS iterations per run (the reinit strategies: of the re-selection phase, and
+    /// max(100, N/2) for their final phase).
     #[arg(long, default_value_t = 200)]
     pub max_iters: usize,
     /// CSV of test inputs (every column is an input).
@@ -335,8 +336,20 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
             let strategy = match (args.fix_inducing, args.strategy) {
                 (true, _) | (_, Some(StrategyArg::Fixed)) => SgprStrategy::FixedZ,
                 (_, Some(StrategyArg::Joint)) => SgprStrategy::Joint,
-                (_, Some(StrategyArg::Reinit)) => SgprStrategy::REINIT,
-                (_, Some(StrategyArg::ReinitRetrain)) | (_, None) => SgprStrategy::REINIT_RETRAIN,
+                // The final phase gets max(100, --max-iters/2) iterations, so raising
+                // --max-iters beyond the default 200 gives it room too.
+                (_, Some(StrategyArg::Reinit)) => match SgprStrategy::REINIT {
+                    SgprStrategy::Reinit { every, max_worse, tail } => {
+                        SgprStrategy::Reinit { every, max_worse, tail: tail.max(args.max_iters / 2) }
+                    }
+                    other => other,
+                },
+                (_, Some(StrategyArg::ReinitRetrain)) | (_, None) => match SgprStrategy::REINIT_RETRAIN {
+                    SgprStrategy::ReinitRetrain { every, max_worse, tail } => {
+                        SgprStrategy::ReinitRetrain { every, max_worse, tail: tail.max(args.max_iters / 2) }
+                    }
+                    other => other,
+                },
             };
             let (report, ordinary) = match (args.fixed, multiscale) {
                 (true, ms) => {

@@ -12,7 +12,6 @@
 //! random numbers: differences between cells are not noise-draw luck).
 
 use crate::CotrainError;
-use nalgebra::DMatrix;
 use crate::answer::Uncertainty;
 use crate::ccpp::{CcppConfig, RealData, ccpp};
 use crate::combiner::{AnswerForm, AnswerGuard, CombinerKind, PeerBlock, RefitTheta};
@@ -26,6 +25,7 @@ use dpcotrain_privacy::finite::CapRule;
 use dpcotrain_privacy::gaussian::{gdp_epsilon, gdp_mu_for};
 use dpcotrain_privacy::low_rank::RankRule;
 use dpcotrain_privacy::sensitivity::LabelRange;
+use nalgebra::DMatrix;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;

@@ -173,7 +173,13 @@ fn tempered_answers_keep_their_shape_and_lose_their_weight() {
     let (full, tempered, gone) = (fit(1.0), fit(10.0), fit(1e12));
     // Exact answers where the private model knows nothing: full weight helps most, a tempered
     // reading less, a weightless one not at all (the private-only model to round-off).
-    assert!(err(&full) < err(&tempered) && err(&tempered) < err(&private), "{} {} {}", err(&full), err(&tempered), err(&private));
+    assert!(
+        err(&full) < err(&tempered) && err(&tempered) < err(&private),
+        "{} {} {}",
+        err(&full),
+        err(&tempered),
+        err(&private)
+    );
     assert!((&gone - &private).amax() < 1e-6, "{}", (&gone - &private).amax());
 }
 

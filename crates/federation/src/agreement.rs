@@ -120,7 +120,14 @@ impl Agreement {
             return Err(format!("federation {} is not {:?}", crate::clip(&r.federation_id), self.federation_id));
         }
         if r.pool_hash != self.pool_hash {
-            return Err(format!("pool {} is not ours ({})", crate::clip(&r.pool_hash), self.pool_hash));
+            // The hash ends in the pool's size: say that in rows where it is the difference.
+            let rows = |h: &str| h.rsplit_once(':').and_then(|(_, n)| n.parse::<usize>().ok());
+            return Err(match (rows(&r.pool_hash), rows(&self.pool_hash)) {
+                (Some(there), Some(here)) if there != here => format!(
+                    "the pool has {there} rows there and {here} here: every party's pool.csv must list the same entities in the same order"
+                ),
+                _ => format!("pool {} is not ours ({})", crate::clip(&r.pool_hash), self.pool_hash),
+            });
         }
         let same = |a: f64, b: f64| a == b || (a - b).abs() <= 1e-12 * a.abs().max(b.abs());
         if !same(r.y_mean, self.y_mean) || !same(r.y_scale, self.y_scale) {
@@ -203,5 +210,17 @@ mod tests {
             let e = ours.check(&r).unwrap_err();
             assert!(e.contains(what), "{e}");
         }
+    }
+
+    #[test]
+    fn a_pool_of_another_size_is_named_in_rows() {
+        let ours = a();
+        let mut r = ours.to_pb("B");
+        r.pool_hash = pool_hash(240);
+        let e = ours.check(&r).unwrap_err();
+        assert!(e.contains("240 rows there and 250 here") && e.contains("pool.csv") && !e.contains("fnv1a64"), "{e}");
+        // The same size but another index list (not one this version makes): the hashes.
+        r.pool_hash = "fnv1a64:0000000000000000:250".into();
+        assert!(ours.check(&r).unwrap_err().contains("is not ours"));
     }
 }

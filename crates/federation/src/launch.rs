@@ -273,10 +273,15 @@ pub async fn drive(
     for round in start..target {
         for (i, rmse) in per_round.iter_mut().enumerate() {
             let r = orch.run_round(i, round).await.map_err(|e| {
-                LaunchError::Drive(format!(
-                    "{e}. Rounds before {round} are done{}; run again to retry round {round}",
-                    if failures.is_empty() { String::new() } else { format!(" ({} exchanges failed)", failures.len()) }
-                ))
+                let failed =
+                    if failures.is_empty() { String::new() } else { format!(" ({} exchanges failed)", failures.len()) };
+                LaunchError::Drive(if e.is_transient() {
+                    format!("{e}. Rounds before {round} are done{failed}; run again to retry round {round}")
+                } else {
+                    format!(
+                        "{e}. Rounds before {round} are done{failed}; running again will not help until the configurations agree"
+                    )
+                })
             })?;
             on_turn(round, i, &r);
             rmse.push(r.test_rmse.unwrap_or(f64::NAN));

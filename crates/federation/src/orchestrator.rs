@@ -146,7 +146,8 @@ impl Orchestrator {
     }
 
     /// Ask node `i` to take its turn in `round`.
-    pub async fn run_round(&self, i: usize, round: u32) -> Result<pb::RunRoundResponse, String> {
+    /// Run `round` on node `i`; a failure keeps its gRPC code (whether running again can help).
+    pub async fn run_round(&self, i: usize, round: u32) -> Result<pb::RunRoundResponse, RoundFailure> {
         let n = &self.nodes[i];
         self.retry
             .run(&format!("round {round} on {}", n.name), || {
@@ -155,7 +156,42 @@ impl Orchestrator {
                 async move { c.run_round(req.map_err(Status::invalid_argument)?).await.map(|r| r.into_inner()) }
             })
             .await
-            .map_err(|s| format!("round {round} on {} ({}): {:?}: {}", n.name, n.address, s.code(), s.message()))
+            .map_err(|s| RoundFailure {
+                code: s.code(),
+                text: format!("round {round} on {} ({}): {:?}: {}", n.name, n.address, s.code(), s.message()),
+            })
+    }
+}
+
+/// A round a node did not complete: its gRPC code and the whole message.
+#[derive(Debug, Clone)]
+pub struct RoundFailure {
+    pub code: tonic::Code,
+    pub text: String,
+}
+
+impl RoundFailure {
+    /// Whether running the same command again can succeed (a node or peer down, a full disk,
+    /// a deadline), as opposed to a disagreement in the configurations, which it cannot fix.
+    pub fn is_transient(&self) -> bool {
+        use tonic::Code;
+        matches!(
+            self.code,
+            Code::Unavailable
+                | Code::DeadlineExceeded
+                | Code::Internal
+                | Code::DataLoss
+                | Code::ResourceExhausted
+                | Code::Aborted
+                | Code::Unknown
+                | Code::Cancelled
+        )
+    }
+}
+
+impl std::fmt::Display for RoundFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
     }
 }
 
@@ -167,5 +203,22 @@ pub fn orchestrator_retry() -> Retry {
         first_backoff: Duration::from_millis(100),
         max_backoff: Duration::from_secs(2),
         give_up_after: Duration::from_secs(120),
+    }
+}
+
+#[cfg(test)]
+mod round_failure_tests {
+    use super::RoundFailure;
+    use tonic::Code;
+
+    #[test]
+    fn only_failures_that_can_pass_are_transient() {
+        let f = |code| RoundFailure { code, text: String::new() };
+        for c in [Code::Unavailable, Code::DeadlineExceeded, Code::Internal, Code::DataLoss, Code::ResourceExhausted] {
+            assert!(f(c).is_transient(), "{c:?}");
+        }
+        for c in [Code::FailedPrecondition, Code::InvalidArgument, Code::PermissionDenied, Code::Unauthenticated] {
+            assert!(!f(c).is_transient(), "{c:?}");
+        }
     }
 }
