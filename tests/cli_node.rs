@@ -180,7 +180,7 @@ fn two_party_example_runs_over_mutual_tls() {
         (
             "uncertainty = \"marginal\"",
             "uncertainty = \"marginal\"\nguard = \"sometimes\"",
-            "answer guard \"sometimes\" is not off or loo",
+            "answer guard \"sometimes\" is not off, loo or loo-test",
         ),
         // Enum settings are checked where the file is parsed: file, line, column and the names.
         ("combiner = \"noisy\"", "combiner = \"noisey\"", "combiner \"noisey\" is not blocky, noisy or hybrid"),
@@ -223,6 +223,16 @@ fn two_party_example_runs_over_mutual_tls() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("in use by another running node"), "{err}");
+    // Its port, with a state directory of its own: refused with the address (bound before the
+    // private fit, so a large view does not make the user wait for this error).
+    let text = std::fs::read_to_string(dir.join("party-a.toml"))
+        .unwrap()
+        .replace("state_dir = \"state/A\"", "state_dir = \"state/port\"");
+    std::fs::write(dir.join("port.toml"), &text).unwrap();
+    let out = bin().args(["node", "serve", "--config"]).arg(dir.join("port.toml")).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("cannot listen on 127.0.0.1:") && err.to_lowercase().contains("in use"), "{err}");
     // SIGTERM: the node shuts down gracefully (exit status 0) and its state is on disk.
     #[cfg(unix)]
     {
@@ -458,6 +468,7 @@ fn node_check_refuses_what_serve_refuses() {
             cfg.replace("budget_epsilon", "x").replace("epsilon = 1.0", "epsilon = 1.0\nbudget_epsilon = 0.5"),
             "every release would be refused",
         ),
+        (cfg.replace("target = \"PE\"", "target = \"PX\""), "[data] target = \"PX\": "),
         (cfg.replace("target = \"PE\"", "target = \"PX\""), "no column named \"PX\""),
         (cfg.replace(&train_ok, &nan.display().to_string()), "line 3, column \"AT\" (1)"),
         (cfg.replace(&test_ok, &renamed.display().to_string()), "missing \"V\"; unexpected \"RH\""),
@@ -526,7 +537,10 @@ fn a_turn_that_did_not_happen_fails_the_run_and_is_not_consumed() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("round 0: A's turn did not happen (nothing recorded)"), "{err}");
-    assert!(err.contains("run again to retry round 0"), "{err}");
+    // A disagreement in the configurations: running again cannot help until it is fixed.
+    assert!(err.contains("the pool has 249 rows there and 250 here"), "{err}");
+    assert!(err.contains("running again will not help until the configurations agree"), "{err}");
+    assert!(!err.contains("run again to retry"), "{err}");
     assert_eq!(status_json(&dir, "A")["rounds"], 0, "the failed round is not recorded as done");
     // Fix A's pool and restart it: the same round now runs.
     drop(a);

@@ -149,6 +149,6 @@ mod tests {
         assert_eq!(serde_json::to_string(&ReleasePolicy::ReleaseOnce).unwrap(), "\"release-once\"");
         assert_eq!(serde_json::from_str::<Uncertainty>("\"full\"").unwrap(), Uncertainty::Full);
         let e = serde_json::from_str::<AnswerGuard>("\"sometimes\"").unwrap_err().to_string();
-        assert!(e.contains("answer guard \"sometimes\" is not off or loo"), "{e}");
+        assert!(e.contains("answer guard \"sometimes\" is not off, loo or loo-test"), "{e}");
     }
 }

@@ -467,7 +467,14 @@ pub struct NodeSettings {
 pub fn data_from_config(cfg: &PartyConfig, path: &Path) -> Result<PartyData, ConfigError> {
     let train = Table::read(&rel(path, &cfg.data.train))?;
     train.require_rows(2, "training data")?;
-    let (x_train, y_train, columns, _) = train.split_target(Some(&cfg.data.target))?;
+    // A target the file does not have is the config's mistake: name its key as well as the file.
+    let target_key = |e: TableError| match e {
+        e @ (TableError::UnknownTarget { .. } | TableError::TargetIndexOutOfRange { .. }) => {
+            bad(path, format!("[data] target = {:?}: {e}", cfg.data.target))
+        }
+        e => e.into(),
+    };
+    let (x_train, y_train, columns, _) = train.split_target(Some(&cfg.data.target)).map_err(target_key)?;
     let pool = Table::read(&rel(path, &cfg.data.pool))?;
     let x_pool = pool.select_columns(&columns, "pool view", "the training inputs")?;
     let test = Table::read(&rel(path, &cfg.data.test))?;

@@ -7,7 +7,7 @@
 use crate::auth::{Auth, ORCHESTRATOR};
 use crate::config::{
     ConfigError, FederationConfig, PartyConfig, SecurityConfig, check_name, orchestrator_token, pair_token,
-    party_from_config, read_token, rel,
+    party_from_config, read_token, rel, settings_from_config,
 };
 use crate::orchestrator::{Orchestrator, orchestrator_retry};
 use crate::store::{StateStore, StoreError};
@@ -102,7 +102,7 @@ pub struct Launched {
 }
 
 /// Everything `node serve` does before serving: validate the config, make or load secrets,
-/// lock the state directory, fit the private model, resume from saved state, bind.
+/// lock the state directory, bind, fit the private model, resume from saved state.
 pub async fn launch(cfg: &PartyConfig, path: &Path) -> Result<Launched, LaunchError> {
     cfg.validate(path)?;
     match crate::conn_limits::raise_open_files_limit() {
@@ -123,7 +123,24 @@ pub async fn launch(cfg: &PartyConfig, path: &Path) -> Result<Launched, LaunchEr
             });
         }
     }
+    // The settings' own checks (privacy, combiner, guard) need no data: before the port.
+    settings_from_config(cfg, path)?;
     let store = StateStore::open(&cfg.state_dir(path))?;
+    // Bind before the private fit (which can take minutes on a large view): a port in use is
+    // reported at once. Connections wait in the backlog until the node serves.
+    let listener = tokio::net::TcpListener::bind(&cfg.listen).await.map_err(|source| LaunchError::Bind {
+        addr: cfg.listen.clone(),
+        ops: false,
+        source,
+    })?;
+    let ops = match &cfg.ops_listen {
+        Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.map_err(|source| LaunchError::Bind {
+            addr: addr.clone(),
+            ops: true,
+            source,
+        })?),
+        None => None,
+    };
     let mut auth = Auth::open();
     let mut server_tls = None;
     let mut peer_sec: Vec<(Option<String>, Option<ClientTlsConfig>)> = vec![(None, None); cfg.peers.len()];
@@ -187,19 +204,6 @@ pub async fn launch(cfg: &PartyConfig, path: &Path) -> Result<Launched, LaunchEr
             cfg.name
         );
     }
-    let listener = tokio::net::TcpListener::bind(&cfg.listen).await.map_err(|source| LaunchError::Bind {
-        addr: cfg.listen.clone(),
-        ops: false,
-        source,
-    })?;
-    let ops = match &cfg.ops_listen {
-        Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.map_err(|source| LaunchError::Bind {
-            addr: addr.clone(),
-            ops: true,
-            source,
-        })?),
-        None => None,
-    };
     Ok(Launched { service, listener, tls: server_tls, ops })
 }
 
