@@ -414,6 +414,18 @@ fn python_client(dir: &Path) {
     assert_eq!(ans["mean"].as_array().unwrap().len(), 3);
     // B's one release happened during the run; this answer is post-processing.
     assert_eq!(ans["new_release"], false);
+    // An index never released to B needs a new release, which B's spent budget refuses: one
+    // line naming the code and the node's reason, exit status 1 (not a traceback).
+    let fresh = (0..250).find(|i| !saved.requesters["B"].answered.contains(i)).unwrap();
+    let out = Command::new("python3")
+        .arg(&script)
+        .args(["--as", "B", "--indices", &fresh.to_string(), "--config"])
+        .arg(dir.join("party-a.toml"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.starts_with("error: ") && err.trim().lines().count() == 1, "{err}");
 }
 
 /// `node check` runs every validation `node serve` runs (one code path), except binding the

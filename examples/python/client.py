@@ -151,5 +151,14 @@ def main():
                       "budget_rho_left": ans.budget_rho_left if ans.HasField("budget_rho_left") else None}))
 
 
+def run():
+    """main(), with a refused or failed call as one line on stderr and exit status 1 (a node's
+    refusal, such as a spent budget, is an answer, not a crash)."""
+    try:
+        main()
+    except grpc.RpcError as e:
+        sys.exit(f"error: {e.code().name}: {e.details()}")
+
+
 if __name__ == "__main__":
-    main()
+    run()
