@@ -575,13 +575,28 @@ fn run_refuses_a_node_of_another_federation() {
     std::fs::write(dir.join("party-a.toml"), a_cfg.replace("\"ccpp-two-party\"", "\"another-federation\"")).unwrap();
     let _a = node(&dir, "party-a.toml");
     let _b = node(&dir, "party-b.toml");
-    wait_up(&dir, &["A", "B"]);
+    wait_up(&dir, &["B"]);
+    // A is up once `status` gets far enough to see its federation.
+    let start = Instant::now();
+    while !String::from_utf8_lossy(
+        &bin().args(["status", "--node", "A", "--config"]).arg(dir.join("federation.toml")).output().unwrap().stderr,
+    )
+    .contains("serves federation")
+    {
+        assert!(start.elapsed() < Duration::from_secs(60), "node A did not come up");
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let out = run(&dir, 1);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("serves federation \"another-federation\""), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
-    assert_eq!(status_json(&dir, "A")["rounds"], 0);
+    // `status` with this federation.toml refuses A the same way (exit 1, one line).
+    let out =
+        bin().args(["status", "--json", "--node", "A", "--config"]).arg(dir.join("federation.toml")).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("serves federation \"another-federation\"") && err.trim().lines().count() == 1, "{err}");
     assert_eq!(status_json(&dir, "B")["rounds"], 0);
 }
 

@@ -137,6 +137,25 @@ pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
     let mut orch = orch;
     orch.retry.give_up_after = std::time::Duration::from_secs(2);
     let st = orch.status_unchecked(i).await.map_err(anyhow::Error::msg)?;
+    // With a federation.toml, the node must be that federation's party of that name.
+    if let (Some(p), Some(f)) = (&a.config, &orch.federation_id) {
+        if &st.federation_id != f {
+            anyhow::bail!(
+                "{} serves federation {:?}, not {f:?} of {}: wrong federation.toml, or the wrong address",
+                a.node,
+                st.federation_id,
+                p.display()
+            );
+        }
+        if st.party != orch.nodes[i].name {
+            anyhow::bail!(
+                "the node at {} is party {:?}, not {:?}",
+                orch.nodes[i].address,
+                st.party,
+                orch.nodes[i].name
+            );
+        }
+    }
     if a.json {
         println!("{}", party_json(&st));
     } else {
