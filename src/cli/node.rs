@@ -84,6 +84,10 @@ pub fn check(a: CheckArgs) -> anyhow::Result<()> {
     cfg.validate(&a.config)?;
     settings_from_config(&cfg, &a.config)?;
     let f = a.config.display();
+    let ignored = dpcotrain_federation::config::ignored_privacy_settings_at(&a.config);
+    if !ignored.is_empty() {
+        eprintln!("warning: {f}: privacy.mode = \"off\" ignores {}", ignored.join(", "));
+    }
     let port_of = |addr: &str, what: &str| -> anyhow::Result<(String, u16)> {
         let hp = addr.split("://").last().unwrap_or(addr);
         let (h, p) = hp.rsplit_once(':').ok_or_else(|| anyhow::anyhow!("{f}: {what} {addr:?} has no :port"))?;

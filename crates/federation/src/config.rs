@@ -55,6 +55,28 @@ pub enum ConfigError {
     Serialize(#[from] toml::ser::Error),
 }
 
+/// Settings a party config gives that its privacy mode ignores: under `mode = "off"` every
+/// `[privacy]` key but `mode` and `share_test_metrics` (the warning `node check` and
+/// `node serve` print, so that a config switched off for a comparison does not look private).
+pub fn ignored_privacy_settings(toml_text: &str) -> Vec<String> {
+    let Ok(value) = toml_text.parse::<toml::Table>() else { return Vec::new() };
+    let Some(privacy) = value.get("privacy").and_then(toml::Value::as_table) else { return Vec::new() };
+    if privacy.get("mode").and_then(toml::Value::as_str) != Some("off") {
+        return Vec::new();
+    }
+    privacy
+        .keys()
+        .filter(|k| !matches!(k.as_str(), "mode" | "share_test_metrics"))
+        .map(|k| format!("privacy.{k}"))
+        .collect()
+}
+
+/// [`ignored_privacy_settings`] of the file at `path` (empty if it cannot be read: loading it
+/// reports that).
+pub fn ignored_privacy_settings_at(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path).map(|t| ignored_privacy_settings(&t)).unwrap_or_default()
+}
+
 fn bad(path: &Path, message: String) -> ConfigError {
     ConfigError::Invalid { path: path.to_path_buf(), message }
 }
@@ -769,5 +791,16 @@ mod readings_tests {
         cfg.model.readings.blocky_theta = BlockyTheta::Querier;
         let err = party_from_config(&cfg, &path).unwrap_err().to_string();
         assert!(err.contains("model.readings.blocky_theta"), "{err}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn privacy_settings_that_mode_off_ignores_are_named() {
+        let off = "name = \"A\"\n[privacy]\nmode = \"off\"\nepsilon = 1.0\nshare_test_metrics = true\nlabel_range = [-3.0, 3.0]\n";
+        assert_eq!(super::ignored_privacy_settings(off), vec!["privacy.epsilon", "privacy.label_range"]);
+        assert!(super::ignored_privacy_settings(&off.replace("\"off\"", "\"calibrated\"")).is_empty());
+        assert!(super::ignored_privacy_settings("[privacy]\nmode = \"off\"\n").is_empty());
     }
 }

@@ -125,6 +125,10 @@ pub async fn launch(cfg: &PartyConfig, path: &Path) -> Result<Launched, LaunchEr
     }
     // The settings' own checks (privacy, combiner, guard) need no data: before the port.
     settings_from_config(cfg, path)?;
+    let ignored = crate::config::ignored_privacy_settings_at(path);
+    if !ignored.is_empty() {
+        tracing::warn!("{}: privacy.mode = \"off\" ignores {}", path.display(), ignored.join(", "));
+    }
     let store = StateStore::open(&cfg.state_dir(path))?;
     // Bind before the private fit (which can take minutes on a large view): a port in use is
     // reported at once. Connections wait in the backlog until the node serves.
