@@ -58,3 +58,50 @@ fn every_party_setting_is_in_the_readme() {
     let missing = undocumented(&value);
     assert!(missing.is_empty(), "party.toml keys missing from README.md: {missing:?}");
 }
+
+/// Papers cited by author and year carry the same year everywhere (code comments and docs):
+/// one paper each of these authors is cited, so another year is a mistake.
+#[test]
+fn each_cited_paper_has_one_year() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let papers = [("Hughes-Hallett", "2022"), ("Titsias", "2009"), ("Walder", "2008"), ("Bauer", "2016")];
+    let mut files = Vec::new();
+    let mut stack = vec![root.join("crates"), root.join("src"), root.join("docs")];
+    files.extend(["README.md", "ARCHITECTURE.md"].map(|f| root.join(f)));
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs" || x == "md") {
+                files.push(p);
+            }
+        }
+    }
+    let mut wrong = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap_or_default();
+        for (author, year) in papers {
+            for (at, _) in text.match_indices(author) {
+                // The first year within the next 30 characters ("Walder, Kim & Schölkopf 2008").
+                // (up to the next ';', '|' or line end: another citation may follow)
+                let after: String =
+                    text[at + author.len()..].chars().take_while(|c| !matches!(c, ';' | '|' | '\n')).take(30).collect();
+                let found = after.as_bytes().windows(4).map(|w| String::from_utf8_lossy(w).into_owned()).find(|w| {
+                    w.len() == 4
+                        && (w.starts_with("19") || w.starts_with("20"))
+                        && w.chars().all(|c| c.is_ascii_digit())
+                });
+                if let Some(y) = found
+                    && y != year
+                {
+                    wrong.push(format!(
+                        "{}: {author} {y} (the paper is {year})",
+                        f.strip_prefix(root).unwrap().display()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}

@@ -19,7 +19,7 @@ pub enum ArcCosineOrder {
 }
 
 /// Arc-cosine kernel (Cho & Saul 2009, eqs 1–3; GPflow's `ArcCosine` form, used for step
-/// functions by Hughes-Hallett 2017 §3.2)
+/// functions by Hughes-Hallett 2022 §3.2)
 ///
 /// k(x, x') = s² (1/π) ‖x‖~ⁿ ‖x'‖~ⁿ J_n(θ),   cos θ = ⟨x, x'⟩~ / (‖x‖~ ‖x'‖~),
 ///

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 const KIND: &str = "polynomial";
 
-/// Polynomial kernel (GPflow's form; Hughes-Hallett 2017 §2.1.3 uses degree 3)
+/// Polynomial kernel (GPflow's form; Hughes-Hallett 2022 §2.1.3 uses degree 3)
 ///
 /// k(x, x') = (Σ_d w_d x_d x'_d + c)^p,
 ///

@@ -2,7 +2,7 @@
 //!
 //! Grammar (whitespace ignored): `expr = term ('+' term)*`, `term = atom ('*' atom)*`,
 //! `atom = name | '(' expr ')'`, with the names of [`BaseKernel`]. Sums and products of the
-//! base kernels are the ones Hughes-Hallett (2017, §2.1.3) compares ("a broader prior, a harder
+//! base kernels are the ones Hughes-Hallett (2022, §2.1.3) compares ("a broader prior, a harder
 //! optimisation").
 
 use super::{
