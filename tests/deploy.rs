@@ -8,6 +8,17 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use yaml_rust2::{Yaml, YamlLoader};
 
+/// A compose service's volumes, by mount point: target → source.
+fn mounts_of(service: &Yaml) -> BTreeMap<String, String> {
+    list(&service["volumes"])
+        .iter()
+        .map(|v| {
+            let parts: Vec<&str> = v.as_str().unwrap().split(':').collect();
+            (parts[1].to_string(), parts[0].to_string())
+        })
+        .collect()
+}
+
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -103,13 +114,7 @@ fn compose_file_agrees_with_the_node_configs() {
         }
         assert_eq!(cmd, ["node", "serve", "--config", "/config/party.toml"]);
         assert_eq!(s(&svc["build"]["dockerfile"]), "deploy/Dockerfile");
-        let mounts: BTreeMap<String, String> = list(&svc["volumes"])
-            .iter()
-            .map(|v| {
-                let parts: Vec<&str> = v.as_str().unwrap().split(':').collect();
-                (parts[1].to_string(), parts[0].to_string())
-            })
-            .collect();
+        let mounts: BTreeMap<String, String> = mounts_of(&svc);
         let cfg = dir.join(&mounts["/config/party.toml"]);
         let c = node_check(&cfg);
         let port = c["listen_port"].as_u64().unwrap();
@@ -142,13 +147,7 @@ fn compose_file_agrees_with_the_node_configs() {
     }
     // The orchestrator: every node, by service and port, with its certificate and tokens.
     let orch = merged(&compose["services"]["orchestrator"]);
-    let mounts: BTreeMap<String, String> = list(&orch["volumes"])
-        .iter()
-        .map(|v| {
-            let parts: Vec<&str> = v.as_str().unwrap().split(':').collect();
-            (parts[1].to_string(), parts[0].to_string())
-        })
-        .collect();
+    let mounts: BTreeMap<String, String> = mounts_of(&orch);
     let cmd: Vec<String> = list(&orch["command"]).iter().map(s).collect();
     let config = &cmd[cmd.iter().position(|a| a == "--config").expect("run --config") + 1];
     let fed: toml::Value = toml::from_str(&std::fs::read_to_string(dir.join(&mounts[config])).unwrap()).unwrap();
@@ -1259,13 +1258,7 @@ fn compose_file_runs_on_compose_v1_and_v2() {
     let orch = merged(&compose["services"]["orchestrator"]);
     let cmd: Vec<String> = list(&orch["command"]).iter().map(s).collect();
     let config = &cmd[cmd.iter().position(|a| a == "--config").unwrap() + 1];
-    let mounts: BTreeMap<String, String> = list(&orch["volumes"])
-        .iter()
-        .map(|v| {
-            let parts: Vec<&str> = v.as_str().unwrap().split(':').collect();
-            (parts[1].to_string(), parts[0].to_string())
-        })
-        .collect();
+    let mounts: BTreeMap<String, String> = mounts_of(&orch);
     let volume = &mounts[&parent(config)];
     assert!(
         compose["volumes"].as_hash().unwrap().contains_key(&Yaml::String(volume.clone())),

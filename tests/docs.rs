@@ -40,22 +40,22 @@ fn undocumented(value: &toml::Value) -> Vec<String> {
     all.into_iter().filter(|k| !named(k)).collect()
 }
 
+/// The keys of the example config at `file` (as serialised: every field, defaults included)
+/// that README.md does not name.
+fn undocumented_keys<T: serde::de::DeserializeOwned + serde::Serialize>(file: &str) -> Vec<String> {
+    let cfg: T = load(&Path::new(env!("CARGO_MANIFEST_DIR")).join(file)).unwrap();
+    undocumented(&toml::Value::try_from(&cfg).unwrap())
+}
+
 #[test]
 fn every_federation_setting_is_in_the_readme() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let cfg: FederationConfig = load(&root.join("examples/two-party/federation.toml")).unwrap();
-    // Serialised, the config lists every field, defaults included.
-    let value = toml::Value::try_from(&cfg).unwrap();
-    let missing = undocumented(&value);
+    let missing = undocumented_keys::<FederationConfig>("examples/two-party/federation.toml");
     assert!(missing.is_empty(), "federation.toml keys missing from README.md: {missing:?}");
 }
 
 #[test]
 fn every_party_setting_is_in_the_readme() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let cfg: PartyConfig = load(&root.join("examples/two-party/party-a.toml")).unwrap();
-    let value = toml::Value::try_from(&cfg).unwrap();
-    let missing = undocumented(&value);
+    let missing = undocumented_keys::<PartyConfig>("examples/two-party/party-a.toml");
     assert!(missing.is_empty(), "party.toml keys missing from README.md: {missing:?}");
 }
 

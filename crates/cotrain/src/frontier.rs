@@ -489,7 +489,8 @@ fn reread(
 ) -> Result<(nalgebra::DVector<f64>, f64), CotrainError> {
     let s2 = p.model.noise.variance;
     let mut value = f64::NAN;
-    // The message of an answer (docs/honest-dp.md): gain p/(p − v), variance v·g + s²·g².
+    // An answer's message (docs/honest-dp.md): latent variance v, gain g = p/(p − v), and
+    // variance v·g + s²·g².
     let message = |b: &PeerBlock, k: usize| {
         let p = b.prior.as_ref().map_or(1.0, |pr| pr[(k, k)]);
         let nv = b.noise_vars[k].unwrap_or(0.0);
@@ -499,10 +500,7 @@ fn reread(
     };
     // Set an answer's message variance to `target` through its noise variance (floored at 0).
     let set = |b: &mut PeerBlock, k: usize, target: f64| {
-        let p = b.prior.as_ref().map_or(1.0, |pr| pr[(k, k)]);
-        let nv = b.noise_vars[k].unwrap_or(0.0);
-        let v = (b.vars[k] - nv).clamp(0.0, p);
-        let g = p / (p - v).max(1e-12);
+        let (v, g, _) = message(b, k);
         let nv_new = ((target - v * g) / (g * g)).max(0.0);
         b.noise_vars[k] = Some(nv_new);
         b.vars[k] = v + nv_new;
@@ -653,15 +651,10 @@ fn configured_parties(
     cfg: &FrontierConfig,
 ) -> Result<Vec<std::sync::Arc<std::sync::Mutex<crate::responder::Party>>>, CotrainError> {
     let parties = build_parties(sc, CombinerKind::Noisy, Uncertainty::Marginal, dp, seed)?;
-    fn lock(
-        p: &std::sync::Mutex<crate::responder::Party>,
-    ) -> Result<std::sync::MutexGuard<'_, crate::responder::Party>, CotrainError> {
-        p.lock().map_err(|_| CotrainError::invalid("party lock poisoned"))
-    }
     let fitted_noise: Vec<f64> =
-        parties.iter().map(|p| lock(p).map(|g| g.model.noise.variance)).collect::<Result<_, _>>()?;
+        parties.iter().map(|p| lock_party(p).map(|g| g.model.noise.variance)).collect::<Result<_, _>>()?;
     for (i, p) in parties.iter().enumerate() {
-        let mut p = lock(p)?;
+        let mut p = lock_party(p)?;
         p.model.set_answer_form(cfg.answers)?;
         p.model.set_guard(cfg.guard)?;
         p.model.refit_theta = cfg.refit_theta;
