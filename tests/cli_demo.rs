@@ -160,6 +160,36 @@ fn the_default_demo_shows_parties_helped_beyond_the_mean() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
+/// One round, read as a statistician would (issue 37, item 8): "1 round", one minus sign
+/// (U+2212) throughout, both oracles explained, and a plot whose x axis counts rounds (0 and 1,
+/// never 0.5) with the ±2 SE bar of the change at the last round.
+#[test]
+fn one_round_report_reads_right() {
+    let out = tmp("one-round");
+    let run = bin().args(["demo", "--rounds", "1", "--n-obs", "100", "--out"]).arg(&out).output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
+    assert!(run.status.success(), "{stderr}");
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("**1 round**") && !md.contains("1 rounds"), "{md}");
+    assert!(!stderr.contains("1 rounds") && !stdout.contains("1 rounds"), "{stderr}");
+    // A hyphen-minus before a digit (" -0.011", "(-3") would sit beside "−0.079".
+    let ascii_minus = |t: &str| {
+        t.as_bytes()
+            .windows(3)
+            .any(|w| matches!(w[0], b' ' | b'(' | b'[' | b'|') && w[1] == b'-' && w[2].is_ascii_digit())
+    };
+    assert!(!ascii_minus(&md) && !ascii_minus(&stdout), "{md}\n{stdout}");
+    assert!(
+        md.contains("**Centralised oracle**") && md.contains("**Yu oracle**") && md.contains("Yu et al. 2008"),
+        "{md}"
+    );
+    let svg = std::fs::read_to_string(out.join("rmse.svg")).unwrap();
+    let x_tick = |t: &str| svg.contains(&format!(r#"text-anchor="middle">{t}</text>"#));
+    assert!(x_tick("0") && x_tick("1") && !x_tick("0.5"), "x ticks must be whole rounds");
+    assert!(svg.contains("±2 SE of the change from alone"), "the error bar is named");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
 #[test]
 fn demo_options_and_errors() {
     let out = tmp("sim");

@@ -551,3 +551,76 @@ fn svgp_reports_test_rmse_and_refuses_bad_columns() {
     let e = stderr(&run(&["gp", "svgp", "--train", train.to_str().unwrap(), "--target", "y", "--natgrad", "2"]));
     assert!(e.contains("--natgrad"), "{e}");
 }
+
+/// One fitting path (issue 37, item 9): a node's private-only model ("alone") is `gp fit
+/// --model exact --restarts 3 --prior-mean 0` on its train.csv. The node's files are in the
+/// public standardisation of y, so its GP's prior mean is the public mean (0); `gp fit`'s
+/// default centres y at the training mean, which on a masked (regional) sample such as party
+/// A's is far from the test set's, so far from its rows the two predictions differ.
+#[test]
+fn gp_fit_with_prior_mean_zero_is_the_nodes_private_fit() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let cfg_path = root.join("examples/two-party/party-a.toml");
+    let cfg: dpcotrain_federation::config::PartyConfig = dpcotrain_federation::config::load(&cfg_path).unwrap();
+    let mut party = dpcotrain_federation::config::party_from_config(&cfg, &cfg_path).unwrap();
+    let node_alone = dpcotrain_cotrain::driver::evaluate(&mut party).unwrap().rmse;
+
+    let data = root.join("examples/two-party/data/party-a");
+    let test = std::fs::read_to_string(data.join("test.csv")).unwrap();
+    let mut lines = test.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let target = header.iter().position(|h| *h == "PE").unwrap();
+    let (mut inputs, mut y) = (String::new(), Vec::new());
+    inputs += &header.iter().enumerate().filter(|(j, _)| *j != target).map(|(_, h)| *h).collect::<Vec<_>>().join(",");
+    inputs.push('\n');
+    for l in lines {
+        let v: Vec<&str> = l.split(',').collect();
+        y.push(v[target].parse::<f64>().unwrap());
+        inputs += &v.iter().enumerate().filter(|(j, _)| *j != target).map(|(_, s)| *s).collect::<Vec<_>>().join(",");
+        inputs.push('\n');
+    }
+    let inputs = tmp("test-inputs.csv", &inputs);
+    let rmse = |prior_mean: &str| {
+        let out_csv = test_dir(&format!("pred-{prior_mean}.csv"));
+        let train = data.join("train.csv");
+        let out = run(&[
+            "gp",
+            "fit",
+            "--train",
+            train.to_str().unwrap(),
+            "--target",
+            "PE",
+            "--restarts",
+            "3",
+            "--prior-mean",
+            prior_mean,
+            "--predict",
+            inputs.to_str().unwrap(),
+            "--output",
+            out_csv.to_str().unwrap(),
+            "--json",
+        ]);
+        let fit = json_of(&out);
+        let pred = std::fs::read_to_string(&out_csv).unwrap();
+        let means: Vec<f64> = pred.lines().skip(1).map(|l| l.split(',').next().unwrap().parse().unwrap()).collect();
+        assert_eq!(means.len(), y.len());
+        let mse = means.iter().zip(&y).map(|(m, t)| (m - t).powi(2)).sum::<f64>() / y.len() as f64;
+        (mse.sqrt(), fit["y_mean"].as_f64().unwrap())
+    };
+    let (zero, m0) = rmse("0");
+    assert_eq!(m0, 0.0);
+    assert!((zero - node_alone).abs() < 1e-3, "gp fit --prior-mean 0: {zero}, the node's alone: {node_alone}");
+    let (train_mean, m) = rmse("train");
+    assert!(m > 0.5, "party A's labelled rows sit high: training mean {m}");
+    assert!(train_mean > node_alone + 0.2, "centred at the training mean: {train_mean} against {node_alone}");
+    // README quotes these figures (the doc-number check for this paragraph).
+    let readme =
+        std::fs::read_to_string(root.join("README.md")).unwrap().split_whitespace().collect::<Vec<_>>().join(" ");
+    let quoted = format!(
+        "training mean of {m:.2} against the test set's −{:.2}, and `gp fit` alone predicts its test set with RMSE {train_mean:.3}, `--prior-mean 0` with {zero:.3}, the node's figure",
+        -(y.iter().sum::<f64>() / y.len() as f64)
+    );
+    assert!(readme.contains(&quoted), "README.md should say: {quoted}");
+    let bad = run(&["gp", "fit", "--train", "x.csv", "--prior-mean", "middle"]);
+    assert!(stderr(&bad).contains("neither `train` nor a finite number"), "{}", stderr(&bad));
+}

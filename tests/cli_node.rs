@@ -349,6 +349,33 @@ fn three_party_example_completes_a_run() {
     let skipped = v["skipped"].as_array().unwrap();
     assert_eq!(skipped.len(), 12, "{skipped:?}");
     assert!(skipped.iter().all(|s| s.as_str().unwrap().contains("budget")));
+    // The same figures as text, as a statistician reads them: one verdict per party (helped,
+    // HURT or no clear change, against 2 paired SE), the ε of all requesters together, and a
+    // line for every party no better than predicting the public mean.
+    let out = bin().args(["run", "--rounds", "3", "--config"]).arg(dir.join("federation.toml")).output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    for p in parties {
+        let name = p["party"].as_str().unwrap();
+        let verdict = text.lines().find(|l| l.starts_with(&format!("{name}: "))).unwrap_or_else(|| panic!("{text}"));
+        let (alone, after) = (p["rmse_before"].as_f64().unwrap(), p["rmse_after"].as_f64().unwrap());
+        let two_se = 2.0 * p["rmse_change_se"].as_f64().unwrap();
+        let expect = if after - alone > two_se {
+            "HURT"
+        } else if alone - after > two_se {
+            "helped"
+        } else {
+            "no clear change"
+        };
+        assert!(verdict.contains(expect), "{name}: {verdict}");
+        assert!(!verdict.contains('-'), "one minus sign (U+2212): {verdict}");
+        let row = text.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap();
+        let together = p["privacy_spent_total"]["epsilon"].as_f64().unwrap();
+        assert!(together > 1.0 && row.contains(&format!("together {together:.3}")), "{row}");
+        let baseline = p["rmse_mean_baseline"].as_f64().unwrap();
+        let flagged = text.lines().any(|l| l.starts_with(&format!("{name}: alone")));
+        assert_eq!(flagged, alone >= baseline, "{name}: alone {alone} vs mean {baseline}\n{text}");
+    }
 
     // Replay across requesters: C, with its own certificate and its A–C token, asks A under the
     // request id of B's answer. It must not receive B's answer (nor be charged for it).

@@ -30,6 +30,7 @@ use dpcotrain_federation::config::{
 use dpcotrain_federation::launch::launch;
 use dpcotrain_federation::launch::{drive, orchestrator};
 use dpcotrain_federation::serve;
+use dpcotrain_report::numbers::{minus, signed};
 use dpcotrain_report::svg::{Figure, LineChart, Marker, Series};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -266,7 +267,7 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
     let fed: FederationConfig = load(&fed_path)?;
     let orch = orchestrator(&fed, &fed_path)?;
 
-    eprintln!("[3/4] {} rounds of co-training ({} + {}, DP {})…", a.rounds, a.combiner, a.uncertainty, a.dp);
+    eprintln!("[3/4] {} of co-training ({} + {}, DP {})…", rounds_text(a.rounds), a.combiner, a.uncertainty, a.dp);
     let bar = indicatif::ProgressBar::new(a.rounds as u64 * names.len() as u64);
     bar.set_style(
         indicatif::ProgressStyle::with_template("      {bar:30} {pos}/{len} turns  {msg}")
@@ -421,6 +422,30 @@ fn references(a: &DemoArgs, sc: &Scenario, kind: CombinerKind, unc: Uncertainty)
     Ok((evaluate(&mut p)?.rmse, yu))
 }
 
+/// "1 round", "5 rounds".
+fn rounds_text(n: u32) -> String {
+    format!("{n} round{}", if n == 1 { "" } else { "s" })
+}
+
+/// What the two reference lines are: neither is private, neither is something the protocol
+/// could compute; they bound what pooling would give.
+fn oracle_note(r: &Value) -> String {
+    let yu = r["yu_oracle_rmse"].as_f64().unwrap_or(f64::NAN);
+    let central = r["oracle_rmse"].as_f64().unwrap_or(f64::NAN);
+    let pooled = if r["dataset"].as_str() == Some("ccpp") {
+        "one GP with an ARD squared-exponential kernel fitted to every column and every party's labels at once"
+    } else {
+        "here (the simulated data: a party's labelled entities have no other-view covariates to pool) the Yu oracle"
+    };
+    format!(
+        "\nTwo references, neither private nor computable by the protocol:\n\n\
+         - **Centralised oracle** ({central:.4}): {pooled} — what handing all the data to one place would give.\n\
+         - **Yu oracle** ({yu:.4}): Thomas 2017's baseline (§4.1.3, eq. 4.4), Yu et al. 2008's Bayesian co-training \
+         kernel K_c = [Σ_v (K_v + σ_v² I)⁻¹]⁻¹ built from each party's own view kernel and θ, conditioned on every \
+         party's labels, where a party's labelled rows are seen in its own view only.\n\n"
+    )
+}
+
 /// Whether co-training changed a party's test RMSE by more than the test set's noise: two
 /// standard errors of the change, paired over the same test points (the node computes it by
 /// the delta method from per-point errors; `Status.rmse_change_se`). A ±0.015 change that is
@@ -436,11 +461,11 @@ pub fn verdict(alone: f64, after: f64, se: Option<f64>, n_test: Option<usize>) -
     }
     let two = 2.0 * se;
     if d < -two {
-        format!("helped: {alone:.3} → {after:.3} (−{:.3}; 2 SE = {two:.3}{over})", -d)
+        format!("helped: {alone:.3} → {after:.3} ({}; 2 SE = {two:.3}{over})", signed(d, 3))
     } else if d > two {
-        format!("HURT: {alone:.3} → {after:.3} (+{d:.3}; 2 SE = {two:.3}{over})")
+        format!("HURT: {alone:.3} → {after:.3} ({}; 2 SE = {two:.3}{over})", signed(d, 3))
     } else {
-        format!("no clear change: {d:+.3} is within 2 SE = {two:.3}{over}")
+        format!("no clear change: {} is within 2 SE = {two:.3}{over}", signed(d, 3))
     }
 }
 
@@ -513,29 +538,52 @@ pub fn recovered_lines(r: &Value) -> Vec<String> {
         out.push(match p["gain_recovered"].as_f64() {
             Some(x) => {
                 small |= x < 0.25;
-                format!("  {name}: {:.0}% of its non-private gain ({alone:.3} alone, {no_dp:.3} without DP)", 100.0 * x)
+                format!(
+                    "  {name}: {}% of its non-private gain ({alone:.3} alone, {no_dp:.3} without DP)",
+                    minus(100.0 * x, 0)
+                )
             }
             None => format!(
-                "  {name}: no gain to recover — without DP co-training changes its RMSE by {:+.3}{}",
-                no_dp - alone,
+                "  {name}: no gain to recover — without DP co-training changes its RMSE by {}{}",
+                signed(no_dp - alone, 3),
                 se.map(|s| format!(", not beyond 2 SE = {:.3}", 2.0 * s)).unwrap_or_default()
             ),
         });
     }
     let sd = r["parties"].as_array().into_iter().flatten().filter_map(|p| p["noise_sd"].as_f64()).reduce(f64::max);
     if let (true, "calibrated", Some(sd)) = (small, dp, sd) {
-        out.push(format!(
-            "  where a share is small: the answers carry the noise ε = {eps} needs (sd up to {sd:.3} per released \
-             mean, on labels of sd 1); a larger ε or more labelled rows per party shrink it (the frontier, \
-             docs/results.md)"
-        ));
+        out.push(why_small(r["policy"].as_str().unwrap_or(""), eps, sd));
     }
     out
 }
 
+/// Why a party recovered little of its gain, from this run's policy and noise: under `batches`
+/// the noise a finite release needs at this ε, against the labels' scale; under the earlier
+/// function-space policies the GP-prior noise that erases the gain (README, "Earlier settings").
+fn why_small(policy: &str, eps: f64, sd: f64) -> String {
+    let scale = if sd > 6.0 {
+        format!("{}× the whole clipped label range of 6", minus(sd / 6.0, 1))
+    } else {
+        "on labels of sd 1".to_string()
+    };
+    match policy {
+        "batches" => format!(
+            "  where a share is small: the answers carry the noise ε = {eps} needs, sd up to {sd:.3} per released \
+             mean ({scale}); the noise sd falls as 1/ε, and the release's sensitivity falls with more labelled rows \
+             per party (the frontier, docs/results.md)"
+        ),
+        _ => format!(
+            "  why so little: policy {policy} releases the posterior-mean function with GP-prior noise scaled to its \
+             RKHS sensitivity (Hall et al. 2013), sd up to {sd:.3} per released mean ({scale}), so each answer is \
+             mostly noise whatever the ε; the default policy batches releases a capped finite vector instead \
+             (docs/honest-dp.md)"
+        ),
+    }
+}
+
 /// Where a party's model, alone or after co-training, is no better than predicting the public
 /// mean (the constant that needs no label): a gain over a useless model is no gain.
-fn baseline_lines(r: &Value) -> Vec<String> {
+pub fn baseline_lines(r: &Value) -> Vec<String> {
     let mut out = Vec::new();
     for p in r["parties"].as_array().into_iter().flatten() {
         let name = p["party"].as_str().unwrap_or("?");
@@ -637,8 +685,19 @@ fn write_report(a: &DemoArgs, sc: &Scenario, r: &Value) -> anyhow::Result<()> {
         }
         let name = p["party"].as_str().unwrap_or("?");
         let no_dp = p["rmse_no_dp"].as_f64().unwrap_or(f64::NAN);
+        // The last round carries ±2 paired SE of the change from alone: where the bar reaches
+        // round 0's level, the change is no result (and the y range always shows the bar).
+        let mut bars = vec![f64::NAN; pts.len()];
+        if let (Some(last), Some(se)) = (bars.last_mut(), p["rmse_change_se"].as_f64()) {
+            *last = 2.0 * se;
+        }
         let chart = LineChart::new(format!("party {name}"), "round", "test RMSE (standardised y)")
-            .with_series(Series::new("co-trained", pts, i).markers(Marker::Circle))
+            .integer_x()
+            .with_series(
+                Series::new("co-trained (bar: ±2 SE of the change from alone)", pts, i)
+                    .markers(Marker::Circle)
+                    .with_errors(bars),
+            )
             .with_ref_line(no_dp, format!("without DP {no_dp:.3}"))
             .with_ref_line(oracle, format!("central oracle {oracle:.3}"));
         fig = fig.with_panel(chart);
@@ -677,12 +736,12 @@ fn write_report(a: &DemoArgs, sc: &Scenario, r: &Value) -> anyhow::Result<()> {
     md += "# dpcotrain demo report\n\n";
     md += &format!(
         "Two parties co-trained Gaussian processes over real gRPC with mutual TLS: dataset **{}** \
-         (masked views), **{} + {}**, **{} rounds**, label DP **{}** (ε = {} per release, δ = {}, policy {}, \
+         (masked views), **{} + {}**, **{}**, label DP **{}** (ε = {} per release, δ = {}, policy {}, \
          ε budget per requester {}). Wall time {:.1} s.\n\n",
         a.dataset,
         a.combiner,
         a.uncertainty,
-        a.rounds,
+        rounds_text(a.rounds),
         a.dp,
         a.epsilon,
         a.delta,
@@ -714,12 +773,7 @@ fn write_report(a: &DemoArgs, sc: &Scenario, r: &Value) -> anyhow::Result<()> {
     for line in verdict_lines(r).into_iter().chain(baseline_lines(r)).chain(clipped_line(r)) {
         md += &format!("- {line}\n");
     }
-    md += &format!(
-        "\nThe centralised oracle is one GP on every party's columns and labels (for the simulated data, \
-         Yu et al.'s co-training kernel, the thesis's baseline): what pooling everything would give, not \
-         something the protocol could compute. The thesis's Yu oracle here: {:.4}.\n\n",
-        r["yu_oracle_rmse"].as_f64().unwrap_or(f64::NAN)
-    );
+    md += &oracle_note(r);
     md += "![RMSE per round](rmse.svg)\n\n![Queried points](queried.svg)\n\n";
     md += &format!(
         "`run.json` holds every number above. The nodes' configs, data views, throw-away certificates and \
@@ -729,4 +783,33 @@ fn write_report(a: &DemoArgs, sc: &Scenario, r: &Value) -> anyhow::Result<()> {
     );
     write_atomic(&a.out.join("report.md"), &md)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(policy: &str, sd: f64, after: f64) -> Value {
+        json!({"dp": "calibrated", "epsilon": 1.0, "delta": 1e-5, "policy": policy, "parties": [
+            {"party": "P1", "rmse_before": 0.6, "rmse_after": after, "rmse_no_dp": 0.4,
+             "rmse_no_dp_change_se": 0.01, "noise_sd": sd,
+             "gain_recovered": share_recovered(0.6, after, 0.4, Some(0.01))}]})
+    }
+
+    #[test]
+    fn why_small_follows_the_policy_and_the_noise() {
+        // batches, small share: the finite release's noise at this ε, on the labels' scale.
+        let b = recovered_lines(&run("batches", 0.957, 0.58)).join("\n");
+        assert!(b.contains("10% of its non-private gain") && b.contains("(on labels of sd 1)"), "{b}");
+        assert!(b.contains("falls as 1/ε") && !b.contains("RKHS"), "{b}");
+        // release-once: the README's account (the function-space noise erases the gain), never
+        // "more labelled rows shrink it".
+        let r = recovered_lines(&run("release-once", 28.461, 0.595)).join("\n");
+        assert!(r.contains("RKHS sensitivity") && r.contains("4.7× the whole clipped label range"), "{r}");
+        assert!(!r.contains("labelled rows") && r.contains("policy batches"), "{r}");
+        // A large share needs no explanation; a negative share prints with U+2212.
+        assert_eq!(recovered_lines(&run("batches", 0.5, 0.45)).len(), 2);
+        let neg = recovered_lines(&run("batches", 0.5, 0.7)).join("\n");
+        assert!(neg.contains("−50% of its non-private gain"), "{neg}");
+    }
 }

@@ -83,6 +83,12 @@ pub struct FitArgs {
     /// standardised units; predictions are mapped back to data units).
     #[arg(long)]
     pub standardize: bool,
+    /// The GP's constant prior mean: `train` (default: the training labels' mean) or a number,
+    /// e.g. `0` for files already in a public standardisation of y, as a node's are: its
+    /// private fit reverts to the public mean far from its labelled rows, where the training
+    /// mean of a masked (regional) sample can be far off.
+    #[arg(long, value_name = "train|VALUE", default_value = "train", value_parser = parse_prior_mean)]
+    pub prior_mean: PriorMean,
     /// Random restarts of the optimiser in addition to the warm start.
     #[arg(long, default_value_t = 0)]
     pub restarts: usize,
@@ -217,17 +223,37 @@ struct Fitted {
     multiscale: Option<(DMatrix<f64>, Option<TrainReport>)>,
 }
 
+/// `--prior-mean`: the training labels' mean, or a given constant.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum PriorMean {
+    Train,
+    Value(f64),
+}
+
+fn parse_prior_mean(s: &str) -> Result<PriorMean, String> {
+    if s.eq_ignore_ascii_case("train") {
+        return Ok(PriorMean::Train);
+    }
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() => Ok(PriorMean::Value(v)),
+        _ => Err(format!("{s:?} is neither `train` nor a finite number")),
+    }
+}
+
 pub fn run(args: FitArgs) -> anyhow::Result<()> {
     let table = Table::read(&args.train)?;
     table.require_rows(2, "training data")?;
     let (x_raw, y_raw, input_names, target_name) = table.split_target(args.target.as_deref())?;
     let n = x_raw.nrows();
-    let std = if args.standardize {
+    let mut std = if args.standardize {
         Standardizer::fit(&x_raw, &y_raw)?
     } else {
         // Centre y only: the GP has a zero prior mean.
         Standardizer { y_mean: y_raw.mean(), ..Standardizer::identity(x_raw.ncols()) }
     };
+    if let PriorMean::Value(m) = args.prior_mean {
+        std.y_mean = m;
+    }
     let x = std.transform_x(&x_raw)?;
     let y = std.transform_y(&y_raw);
     let kernel = build_kernel(&args, &x, &y)?;

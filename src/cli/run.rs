@@ -153,6 +153,9 @@ pub async fn run(a: RunArgs) -> anyhow::Result<()> {
                 crate::cli::demo::verdict(alone, after, r["rmse_change_se"].as_f64(), None)
             );
         }
+        for line in crate::cli::demo::baseline_lines(&serde_json::json!({ "parties": rows })) {
+            println!("{line}");
+        }
         if !skipped.is_empty() {
             println!(
                 "{} peer requests not sent: each peer's budget for the querier was already spent (its one release was made)",

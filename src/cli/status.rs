@@ -42,7 +42,7 @@ fn status_table(st: &pb::StatusResponse) -> String {
         let _ = writeln!(o, "  (restricted view: you are a peer; you see your own spend only)");
     } else {
         let num = |v: Option<f64>, signed: bool| match v {
-            Some(x) if signed => format!("{x:+.4}"),
+            Some(x) if signed => dpcotrain_report::numbers::signed(x, 4),
             Some(x) => format!("{x:.4}"),
             None => "—".to_string(),
         };

@@ -54,17 +54,21 @@ impl Retry {
         let start = Instant::now();
         let mut backoff = self.first_backoff;
         let mut tries = 0u32;
+        let mut warned = WarnEvery::new(WARN_EVERY);
         loop {
             tries += 1;
             match call().await {
                 Ok(v) => return Ok(v),
                 Err(s) if is_transient(&s) && start.elapsed() + backoff < self.give_up_after => {
-                    tracing::warn!(
-                        "{what}: try {tries} failed ({:?}: {}); retrying for up to {:.0} s more",
-                        s.code(),
-                        s.message(),
-                        (self.give_up_after.saturating_sub(start.elapsed())).as_secs_f64()
-                    );
+                    if warned.due(start.elapsed()) {
+                        tracing::warn!(
+                            "{what}: try {tries} failed ({:?}: {}); retrying for up to {:.0} s more{}",
+                            s.code(),
+                            s.message(),
+                            (self.give_up_after.saturating_sub(start.elapsed())).as_secs_f64(),
+                            not_running_hint(&s)
+                        );
+                    }
                     // ±25 % jitter so retrying peers do not stampede together.
                     let j = 0.75 + 0.5 * rand::random::<f64>();
                     tokio::time::sleep(backoff.mul_f64(j)).await;
@@ -74,15 +78,51 @@ impl Retry {
                     return Err(Status::new(
                         s.code(),
                         format!(
-                            "{what}: still failing after {tries} tries over {:.1} s: {}",
+                            "{what}: still failing after {tries} tries over {:.1} s: {}{}",
                             start.elapsed().as_secs_f64(),
-                            s.message()
+                            s.message(),
+                            not_running_hint(&s)
                         ),
                     ));
                 }
                 Err(s) => return Err(s),
             }
         }
+    }
+}
+
+/// How often a retry loop says it is still failing: the first failure at once, then one line
+/// per interval (a node that is down for the whole 120 s wait gives 6 lines, not 64).
+const WARN_EVERY: Duration = Duration::from_secs(20);
+
+/// Due once at the first failure, then whenever `every` has passed since the last line.
+#[derive(Debug)]
+struct WarnEvery {
+    every: Duration,
+    last: Option<Duration>,
+}
+
+impl WarnEvery {
+    fn new(every: Duration) -> Self {
+        WarnEvery { every, last: None }
+    }
+    fn due(&mut self, elapsed: Duration) -> bool {
+        let due = self.last.is_none_or(|l| elapsed >= l + self.every);
+        if due {
+            self.last = Some(elapsed);
+        }
+        due
+    }
+}
+
+/// For a connection that cannot be made at all, what is most likely wrong.
+fn not_running_hint(s: &Status) -> &'static str {
+    let refused = s.code() == Code::Unavailable
+        && ["connect", "refused", "dns", "resolve"].iter().any(|w| s.message().to_ascii_lowercase().contains(w));
+    if refused {
+        " (is the node running — `dpcotrain node serve --config its party.toml` — and is the address right?)"
+    } else {
+        ""
     }
 }
 
@@ -253,5 +293,47 @@ impl Peer for GrpcPeer {
             }
             Ok(a)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_wait_warns_a_few_times_not_at_every_try() {
+        // The retry loop's schedule: 50 ms doubling to 2 s, for 120 s (64 tries).
+        let (mut t, mut b, mut w, mut lines, mut tries) =
+            (Duration::ZERO, Duration::from_millis(50), WarnEvery::new(WARN_EVERY), 0, 0);
+        while t < Duration::from_secs(120) {
+            tries += 1;
+            lines += usize::from(w.due(t));
+            t += b;
+            b = (b * 2).min(Duration::from_secs(2));
+        }
+        assert!(tries > 60, "{tries}");
+        assert_eq!(lines, 6, "one line at once, then one per 20 s");
+    }
+
+    #[test]
+    fn an_unreachable_node_is_named_as_perhaps_not_running() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let retry = Retry {
+            call_timeout: Duration::from_millis(10),
+            first_backoff: Duration::from_millis(1),
+            max_backoff: Duration::from_millis(2),
+            give_up_after: Duration::from_millis(30),
+        };
+        let err = rt
+            .block_on(retry.run("status of B", || async {
+                Err::<(), _>(Status::unavailable("tcp connect error: Connection refused"))
+            }))
+            .unwrap_err();
+        assert!(err.message().contains("still failing") && err.message().contains("is the node running"), "{err:?}");
+        // A node that answers but is overloaded is running: no such hint.
+        let err = rt
+            .block_on(retry.run("status of B", || async { Err::<(), _>(Status::unavailable("server overloaded")) }))
+            .unwrap_err();
+        assert!(!err.message().contains("is the node running"), "{err:?}");
     }
 }

@@ -95,13 +95,14 @@ fn row_line(label: &str, s: &CellStats, t: Cell, n_thesis: usize) -> (String, f6
     let z = welch_z(s, t, n_thesis);
     (
         format!(
-            "| {label} | {} | {:.3} | {:.3} | {:.1}% | {:.3} ± {:.3} | {z:+.2} |\n",
+            "| {label} | {} | {:.3} | {:.3} | {:.1}% | {:.3} ± {:.3} | {} |\n",
             s.n,
             s.mean,
             s.median,
             100.0 * s.tail,
             t.0,
-            t.1
+            t.1,
+            crate::numbers::signed(z, 2)
         ),
         z,
     )
@@ -116,8 +117,9 @@ fn combined(md: &mut String, zs: &[f64]) {
     let (z, p) = stouffer(zs);
     let _ = writeln!(
         md,
-        "\nCombined (Stouffer, {} cells): z = {z:+.2}, p = {p:.3}.\n",
-        zs.iter().filter(|z| z.is_finite()).count()
+        "\nCombined (Stouffer, {} cells): z = {}, p = {p:.3}.\n",
+        zs.iter().filter(|z| z.is_finite()).count(),
+        crate::numbers::signed(z, 2)
     );
 }
 
@@ -338,7 +340,14 @@ mod tests {
         let v: Vec<&RunRow> = rows.iter().filter(|r| r.ci == Some(false)).collect();
         let z_no = welch_z(&cell_stats(&v, |r| r.rmse_after), thesis::T4_5[0][1], 1440);
         assert!(md.contains("### Table 4.5 (conditional independence)"), "{md}");
-        assert!(md.contains(&format!("| CI no | 2 | 0.500 | 0.500 | 0.0% | 0.562 ± 0.280 | {z_no:+.2} |")), "{md}");
+        assert!(
+            md.contains(&format!(
+                "| CI no | 2 | 0.500 | 0.500 | 0.0% | 0.562 ± 0.280 | {} |",
+                crate::numbers::signed(z_no, 2)
+            )),
+            "{md}"
+        );
+        assert!(z_no < 0.0 && md.contains("| −"), "a negative z prints with U+2212: {md}");
         assert!(md.contains("| CI yes | 2 | 0.800 |"), "{md}");
         assert!(md.contains("### Table 4.6 (masking × CI, Noisy)"), "{md}");
         assert!(md.contains("| mask no CI yes | 2 | 0.800 | 0.800 | 0.0% | 0.557 ± 0.288 |"), "{md}");

@@ -45,12 +45,28 @@ pub struct Series {
     pub name: String,
     pub points: Vec<(f64, f64)>,
     pub style: Style,
+    /// Error-bar half-widths, one per point (a bar from y − e to y + e); empty, or a non-finite
+    /// or non-positive entry, draws none.
+    pub errors: Vec<f64>,
 }
 
 impl Series {
     /// Solid series without markers in palette colour `color`.
     pub fn new(name: impl Into<String>, points: Vec<(f64, f64)>, color: usize) -> Self {
-        Series { name: name.into(), points, style: Style { color, ..Style::default() } }
+        Series { name: name.into(), points, style: Style { color, ..Style::default() }, errors: vec![] }
+    }
+    /// Draw an error bar of half-width `errors[i]` at point `i` (see [`Series::errors`]).
+    pub fn with_errors(mut self, errors: Vec<f64>) -> Self {
+        self.errors = errors;
+        self
+    }
+    /// The points' (y − e, y + e) ends of their drawable error bars.
+    fn bar_ends(&self) -> impl Iterator<Item = (f64, f64, f64)> + '_ {
+        self.points
+            .iter()
+            .zip(&self.errors)
+            .filter(|((x, y), e)| x.is_finite() && y.is_finite() && e.is_finite() && **e > 0.0)
+            .map(|(&(x, y), &e)| (x, y - e, y + e))
     }
     /// Draw the line dashed.
     pub fn dashed(mut self) -> Self {
@@ -87,13 +103,29 @@ pub struct LineChart {
     pub ref_lines: Vec<RefLine>,
     pub width: f64,
     pub height: f64,
+    /// The x axis counts something (rounds): ticks at whole numbers only, at least two.
+    pub integer_x: bool,
 }
 
 impl LineChart {
     /// Empty 640×400 chart.
     pub fn new(title: impl Into<String>, x_label: impl Into<String>, y_label: impl Into<String>) -> Self {
         let (title, x_label, y_label) = (title.into(), x_label.into(), y_label.into());
-        LineChart { title, x_label, y_label, series: vec![], ref_lines: vec![], width: 640.0, height: 400.0 }
+        LineChart {
+            title,
+            x_label,
+            y_label,
+            series: vec![],
+            ref_lines: vec![],
+            width: 640.0,
+            height: 400.0,
+            integer_x: false,
+        }
+    }
+    /// Ticks on the x axis at whole numbers only (rounds, counts): never "0.5 rounds".
+    pub fn integer_x(mut self) -> Self {
+        self.integer_x = true;
+        self
     }
     /// Add a series.
     pub fn with_series(mut self, s: Series) -> Self {
@@ -111,8 +143,10 @@ impl LineChart {
     }
     fn frame(&self) -> Frame {
         let pts = self.series.iter().flat_map(|s| s.points.iter().copied());
-        let ys: Vec<f64> = pts.clone().map(|p| p.1).chain(self.ref_lines.iter().map(|r| r.y)).collect();
-        Frame::new(self.width, self.height, pts.map(|p| p.0).collect(), ys, legend_size(&self.legend_items()).0)
+        let bars = self.series.iter().flat_map(|s| s.bar_ends().flat_map(|(_, lo, hi)| [lo, hi]));
+        let ys: Vec<f64> = pts.clone().map(|p| p.1).chain(self.ref_lines.iter().map(|r| r.y)).chain(bars).collect();
+        let legend_w = legend_size(&self.legend_items()).0;
+        Frame::new(self.width, self.height, pts.map(|p| p.0).collect(), ys, legend_w, self.integer_x)
     }
     fn legend_items(&self) -> Vec<(Swatch, &str)> {
         self.series
@@ -138,6 +172,14 @@ impl LineChart {
             }
             if let Some(m) = s.style.marker {
                 finite(&s.points).for_each(|&(x, y)| marker(&mut lines, m, f.px(x), f.py(y), c));
+            }
+            for (x, lo, hi) in s.bar_ends() {
+                let (px, attrs) = (f.px(x), format!(r#"stroke="{c}" stroke-width="1.5""#));
+                line(&mut lines, (px, f.py(lo)), (px, f.py(hi)), &attrs);
+                for y in [lo, hi] {
+                    line(&mut lines, (px - 5.0, f.py(y)), (px + 5.0, f.py(y)), &attrs);
+                }
+                occupied.extend([(px, f.py(lo)), (px, f.py(hi))]);
             }
         }
         // Reference lines go under the series; each label sits at whichever end/side of its line is least crowded.
@@ -225,7 +267,7 @@ impl ExchangePanel {
         let pts: Vec<(f64, f64)> =
             curves.chain(self.train.iter().copied()).chain(self.queried.iter().copied()).collect();
         let ys: Vec<f64> = pts.iter().map(|p| p.1).filter(|y| y.is_finite()).collect();
-        Frame::new(self.width, self.height, pts.iter().map(|p| p.0).collect(), ys, legend_w)
+        Frame::new(self.width, self.height, pts.iter().map(|p| p.0).collect(), ys, legend_w, false)
     }
     fn render(&self, out: &mut String) {
         let runs = self.band_runs();
@@ -366,6 +408,10 @@ pub fn ticks(lo: f64, hi: f64, max_ticks: usize) -> Vec<f64> {
 
 /// Compact tick labels: fixed decimals matching the step, or exponent form ("2e5", "1.5e-6") for large/tiny axes.
 fn tick_labels(t: &[f64]) -> Vec<String> {
+    tick_labels_ascii(t).into_iter().map(|s| s.replace('-', "−")).collect()
+}
+
+fn tick_labels_ascii(t: &[f64]) -> Vec<String> {
     let step = if t.len() > 1 { t[1] - t[0] } else { 1.0 };
     let step_exp = (step.abs().log10() + 1e-9).floor();
     let big = t.iter().map(|v| v.abs()).fold(0.0, f64::max);
@@ -399,8 +445,9 @@ struct Frame {
 }
 
 impl Frame {
-    /// `legend_w`: width kept free right of the plot area for the legend (0 for none).
-    fn new(panel_w: f64, panel_h: f64, xs: Vec<f64>, ys: Vec<f64>, legend_w: f64) -> Frame {
+    /// `legend_w`: width kept free right of the plot area for the legend (0 for none);
+    /// `integer_x`: x ticks at whole numbers only (a step of at least 1, at least two ticks).
+    fn new(panel_w: f64, panel_h: f64, xs: Vec<f64>, ys: Vec<f64>, legend_w: f64, integer_x: bool) -> Frame {
         let (left, top, bottom) = (64.0, 36.0, 48.0);
         let right = if legend_w > 0.0 { 16.0 + legend_w + 8.0 } else { 16.0 };
         let (w, h) = ((panel_w - left - right).max(10.0), (panel_h - top - bottom).max(10.0));
@@ -409,7 +456,12 @@ impl Frame {
             let (lo, hi) = v.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x)));
             if v.is_empty() { ticks(0.0, 1.0, max) } else { ticks(lo, hi, max) }
         };
-        let xt = range(xs, ((w / 80.0) as usize).clamp(3, 10));
+        let mut xt = range(xs, ((w / 80.0) as usize).clamp(3, 10));
+        if integer_x && xt.len() > 1 && (xt[1] - xt[0] < 1.0 || xt.iter().any(|x| x.fract() != 0.0)) {
+            let (a, b) = (xt[0].ceil(), xt[xt.len() - 1].floor());
+            let (a, b) = if b > a { (a, b) } else { (a.floor(), a.floor() + 1.0) };
+            xt = (0..=(b - a) as i64).map(|i| a + i as f64).collect();
+        }
         let yt = range(ys, ((h / 45.0) as usize).clamp(3, 8));
         Frame { left, top, w, h, xt, yt, panel_w, panel_h }
     }
@@ -707,8 +759,47 @@ mod tests {
             ["0", "0.1", "0.2", "0.3", "0.4", "0.5", "0.6", "0.7", "0.8", "0.9", "1.0"]
         );
         assert_eq!(tick_labels(&ticks(0.0, 1e6, 6)), ["0", "2e5", "4e5", "6e5", "8e5", "1e6"]);
-        assert_eq!(tick_labels(&ticks(1e-6, 2e-6, 3)), ["1e-6", "1.5e-6", "2e-6"]);
-        assert_eq!(tick_labels(&ticks(-20.0, 20.0, 5)), ["-20", "-10", "0", "10", "20"]);
+        assert_eq!(tick_labels(&ticks(1e-6, 2e-6, 3)), ["1e−6", "1.5e−6", "2e−6"]);
+        assert_eq!(tick_labels(&ticks(-20.0, 20.0, 5)), ["−20", "−10", "0", "10", "20"]);
+    }
+
+    /// The x-axis tick labels of a standalone chart (the texts anchored "middle" below the plot).
+    fn x_tick_texts(svg: &str) -> Vec<String> {
+        svg.lines()
+            .filter(|l| l.starts_with("<text ") && l.contains(r#"text-anchor="middle">"#))
+            .map(|l| l[l.find('>').unwrap() + 1..l.find("</text>").unwrap()].to_string())
+            .collect()
+    }
+
+    #[test]
+    fn one_round_has_whole_number_ticks_and_its_error_bar_sets_the_range() {
+        // Round 0 (alone) and round 1: the x axis says 0 and 1, never 0.5.
+        let plain = LineChart::new("p", "round", "RMSE")
+            .with_series(Series::new("co-trained", vec![(0.0, 0.609), (1.0, 0.588)], 0).markers(Marker::Circle));
+        let ticks_x =
+            |c: &LineChart| x_tick_texts(&c.to_svg()).into_iter().filter(|t| t != "round").collect::<Vec<_>>();
+        assert!(ticks_x(&plain).contains(&"0.5".to_string()), "the unmarked chart would print 0.5");
+        assert_eq!(ticks_x(&plain.clone().integer_x()), ["0", "1"]);
+        let many = LineChart::new("p", "round", "RMSE").integer_x().with_series(Series::new(
+            "s",
+            (0..=25).map(|r| (r as f64, 1.0)).collect(),
+            0,
+        ));
+        assert_eq!(ticks_x(&many), ["0", "5", "10", "15", "20", "25"], "steps ≥ 1 are kept");
+        // An error bar of ±0.05 at round 1 draws a bar with two caps, and the y axis covers it.
+        let bar = plain.clone().integer_x();
+        let mut bar = bar;
+        bar.series[0] = bar.series[0].clone().with_errors(vec![f64::NAN, 0.05]);
+        let svg = bar.to_svg();
+        clean(&svg);
+        let lines_before = plain.clone().integer_x().to_svg().matches("<line ").count();
+        assert_eq!(svg.matches("<line ").count(), lines_before + 3 + 1, "bar, two caps (and one more grid line)");
+        let f = bar.frame();
+        assert!(f.yt[0] <= 0.538 && f.yt[f.yt.len() - 1] >= 0.638, "{:?}", f.yt);
+        // Non-positive or non-finite half-widths draw nothing.
+        let mut none = plain.clone();
+        none.series[0] = none.series[0].clone().with_errors(vec![0.0, f64::INFINITY]);
+        assert_eq!(none.to_svg(), plain.to_svg());
     }
 
     #[test]

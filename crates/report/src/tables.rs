@@ -39,7 +39,7 @@ fn cell(v: &[f64], t: Option<Cell>, anchor: bool, fails: &mut Vec<String>, label
     let mut out = format!("{m:.3} ± {s:.3}");
     if let Some(t) = t {
         let dag = if t.2 { "†" } else { "" };
-        let _ = write!(out, " ({:.3}{dag}; {:+.3})", t.0, m - t.0);
+        let _ = write!(out, " ({:.3}{dag}; {})", t.0, crate::numbers::signed(m - t.0, 3));
         if anchor {
             if within(m, t) {
                 out += " ✓";

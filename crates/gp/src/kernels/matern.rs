@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 /// Smoothness ν of a [`Matern`] kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum MaternNu {
-    /// ν = 1/2: s² e^{−r} (exponential / Ornstein–Uhlenbeck kernel).
+    /// ν = 1/2: s² e^{−r} (exponential / Ornstein–Uhlenbeck kernel; GPflow's `Matern12`,
+    /// whereas GPflow's `Exponential` is s² e^{−r/2}).
     Half,
     /// ν = 3/2: s² (1 + √3 r) e^{−√3 r}.
     ThreeHalves,

@@ -17,7 +17,9 @@ pub enum BaseKernel {
     Se,
     /// `se-ard`: squared exponential with one length-scale per input.
     SeArd,
-    /// `matern12` (alias `exponential`), `matern32`, `matern52`: ARD Matérn.
+    /// `matern12` (alias `exponential`), `matern32`, `matern52`: ARD Matérn. Our `exponential`
+    /// is s² e^{−r/ℓ}, GPflow's `Matern12`; GPflow's own `Exponential` is s² e^{−r/(2ℓ)}, the
+    /// same kernel at twice the length-scale (compare fitted ℓ accordingly).
     Matern(MaternNu),
     /// `linear`: Σ_d σ_d² x_d x'_d.
     Linear,
@@ -327,6 +329,14 @@ mod tests {
         use BaseKernel::*;
         assert_eq!(parse("se-ard"), KernelSpec::Base(SeArd));
         assert_eq!(parse("Exponential"), KernelSpec::Base(Matern(MaternNu::Half)));
+        // `exponential` is GPflow's Matern12, s² e^{−r/ℓ}: GPflow's `Exponential`, s² e^{−r/(2ℓ)},
+        // matches it at half our length-scale (the README says so).
+        let k = parse("exponential").build(&KernelInit { variance: 1.5, lengthscales: vec![0.8] }).unwrap();
+        let (a, b) = (DMatrix::from_row_slice(1, 1, &[0.3]), DMatrix::from_row_slice(1, 1, &[1.5]));
+        let r = (1.5f64 - 0.3).abs();
+        let ours = k.k(a.as_view(), b.as_view())[(0, 0)];
+        assert!((ours - 1.5 * (-r / 0.8).exp()).abs() < 1e-14, "Matern12 at ℓ = 0.8: {ours}");
+        assert!((ours - 1.5 * (-0.5 * r / 0.4).exp()).abs() < 1e-14, "GPflow Exponential at ℓ = 0.4");
         assert_eq!(
             parse("arccos0 + poly3"),
             KernelSpec::Sum(vec![KernelSpec::Base(ArcCosine(ArcCosineOrder::Zero)), KernelSpec::Base(Polynomial(3))])
