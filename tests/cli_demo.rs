@@ -160,7 +160,7 @@ fn the_default_demo_shows_parties_helped_beyond_the_mean() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
-/// One round, read as a statistician would (issue 37, item 8): "1 round", one minus sign
+/// One round, read as a statistician would: "1 round", one minus sign
 /// (U+2212) throughout, both oracles explained, and a plot whose x axis counts rounds (0 and 1,
 /// never 0.5) with the ±2 SE bar of the change at the last round.
 #[test]

@@ -552,7 +552,7 @@ fn svgp_reports_test_rmse_and_refuses_bad_columns() {
     assert!(e.contains("--natgrad"), "{e}");
 }
 
-/// One fitting path (issue 37, item 9): a node's private-only model ("alone") is `gp fit
+/// One fitting path: a node's private-only model ("alone") is `gp fit
 /// --model exact --restarts 3 --prior-mean 0` on its train.csv. The node's files are in the
 /// public standardisation of y, so its GP's prior mean is the public mean (0); `gp fit`'s
 /// default centres y at the training mean, which on a masked (regional) sample such as party

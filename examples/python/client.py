@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A dpcotrain client in Python that uses nothing but the protocol file.
 
-It compiles crates/federation/proto/dpcotrain/v2/node.proto with grpcio-tools at start-up, connects to a running
+It compiles proto/dpcotrain/v2/node.proto with grpcio-tools at start-up, connects to a running
 node over mutual TLS with a bearer token, and
   * as the orchestrator (default): prints the node's Status;
   * with --as PEER: handshakes as that peer (agreeing on the pool hash, y standardisation and
@@ -26,7 +26,7 @@ import grpc
 from grpc_tools import protoc
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-PROTO = ROOT / "crates" / "federation" / "proto"
+PROTO = ROOT / "proto"
 
 
 def stubs():

@@ -11,8 +11,8 @@
 //! computed in-process.
 
 use crate::cli::data::write_views;
-use crate::cli::experiment::write_atomic;
-use crate::cli::run::party_json;
+use crate::cli::files::write_atomic;
+use crate::cli::party_figures::{baseline_lines, party_json, verdict};
 use anyhow::Context;
 use clap::Args;
 use dpcotrain_cotrain::answer::Uncertainty;
@@ -446,29 +446,6 @@ fn oracle_note(r: &Value) -> String {
     )
 }
 
-/// Whether co-training changed a party's test RMSE by more than the test set's noise: two
-/// standard errors of the change, paired over the same test points (the node computes it by
-/// the delta method from per-point errors; `Status.rmse_change_se`). A ±0.015 change that is
-/// within that is not a result.
-pub fn verdict(alone: f64, after: f64, se: Option<f64>, n_test: Option<usize>) -> String {
-    let d = after - alone;
-    let over = n_test.map(|n| format!(" over {n} test points")).unwrap_or_default();
-    let Some(se) = se.filter(|s| s.is_finite() && *s > 0.0) else {
-        return format!("{alone:.3} → {after:.3} (no standard error available)");
-    };
-    if !d.is_finite() {
-        return "no verdict (RMSE not finite)".into();
-    }
-    let two = 2.0 * se;
-    if d < -two {
-        format!("helped: {alone:.3} → {after:.3} ({}; 2 SE = {two:.3}{over})", signed(d, 3))
-    } else if d > two {
-        format!("HURT: {alone:.3} → {after:.3} ({}; 2 SE = {two:.3}{over})", signed(d, 3))
-    } else {
-        format!("no clear change: {} is within 2 SE = {two:.3}{over}", signed(d, 3))
-    }
-}
-
 /// The largest noise sd of this party's releases of label values (label units), if it released
 /// anything (a θ vote's σ is in votes, not labels, and is left out).
 fn largest_noise_sd(p: &Value) -> Option<f64> {
@@ -579,31 +556,6 @@ fn why_small(policy: &str, eps: f64, sd: f64) -> String {
              (docs/honest-dp.md)"
         ),
     }
-}
-
-/// Where a party's model, alone or after co-training, is no better than predicting the public
-/// mean (the constant that needs no label): a gain over a useless model is no gain.
-pub fn baseline_lines(r: &Value) -> Vec<String> {
-    let mut out = Vec::new();
-    for p in r["parties"].as_array().into_iter().flatten() {
-        let name = p["party"].as_str().unwrap_or("?");
-        let Some(b) = p["rmse_mean_baseline"].as_f64() else { continue };
-        let alone = p["rmse_before"].as_f64().unwrap_or(f64::NAN);
-        let after = p["rmse_after"].as_f64().unwrap_or(f64::NAN);
-        match (alone >= b, after >= b) {
-            (true, true) => out.push(format!(
-                "{name}: alone ({alone:.3}) and after co-training ({after:.3}) no better than predicting the public mean ({b:.3})"
-            )),
-            (true, false) => out.push(format!(
-                "{name}: alone ({alone:.3}) no better than predicting the public mean ({b:.3}); after co-training {after:.3} beats it"
-            )),
-            (false, true) => out.push(format!(
-                "{name}: after co-training ({after:.3}) no better than predicting the public mean ({b:.3}), though alone ({alone:.3}) beat it"
-            )),
-            (false, false) => {}
-        }
-    }
-    out
 }
 
 /// "labels clipped by the releases: P1 3 of 400, P2 0 of 400" (calibrated DP only).

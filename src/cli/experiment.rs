@@ -1,5 +1,7 @@
 //! `dpcotrain experiment floors | simulated | ccpp`: the thesis's grids (Thomas 2017 §4.3, §4.5).
 
+use crate::cli::files::{load_jsonl, write_atomic};
+use crate::cli::summary::mean_sd;
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use dpcotrain_cotrain::answer::Uncertainty;
@@ -319,26 +321,6 @@ fn load_runs(dir: &std::path::Path) -> anyhow::Result<Vec<RunRow>> {
     load_jsonl(&dir.join("runs.jsonl"))
 }
 
-/// Every row of a JSON-lines journal; a missing file is empty, and a torn last line (a crash
-/// mid-write) is skipped with a note. Any other bad line is an error naming file and line.
-pub(crate) fn load_jsonl<T: serde::de::DeserializeOwned>(path: &std::path::Path) -> anyhow::Result<Vec<T>> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
-        Err(e) => anyhow::bail!("cannot read {}: {e}", path.display()),
-    };
-    let lines: Vec<&str> = text.lines().collect();
-    let mut rows = Vec::new();
-    for (i, line) in lines.iter().enumerate() {
-        match serde_json::from_str::<T>(line) {
-            Ok(r) => rows.push(r),
-            Err(_) if i + 1 == lines.len() => eprintln!("{}: ignoring a torn last line", path.display()),
-            Err(e) => anyhow::bail!("{} line {}: {e}", path.display(), i + 1),
-        }
-    }
-    Ok(rows)
-}
-
 fn execute(grid: &Grid, a: &GridArgs) -> anyhow::Result<()> {
     let all_keys = job_keys(grid);
     // This invocation's runs: the whole grid, or its shard.
@@ -503,25 +485,6 @@ Each cell: our mean ± sd (the thesis's value; our difference). Anchor \
     }
     write_atomic(&dir.join("tables.md"), &md)?;
     Ok(fails)
-}
-
-/// Median of the finite values (the upper median for an even count; NaN when there are none).
-pub(crate) fn median(v: &[f64]) -> f64 {
-    let mut v: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
-/// Mean and sample sd of the finite values (NaN, NaN when there are none).
-pub(crate) fn mean_sd(v: &[f64]) -> (f64, f64) {
-    let v: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
-    let n = v.len() as f64;
-    if n == 0.0 {
-        return (f64::NAN, f64::NAN);
-    }
-    let m = v.iter().sum::<f64>() / n;
-    let s = if n > 1.0 { (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0)).sqrt() } else { 0.0 };
-    (m, s)
 }
 
 /// Mean ± sd of the after-co-training RMSE by combiner × uncertainty (pooling both parties,
@@ -850,13 +813,6 @@ fn merge(shards: &[PathBuf], out: &std::path::Path) -> anyhow::Result<()> {
     thesis_report(out, &rows)?;
     eprintln!("merged {n} shards: {} runs, {} party-rows into {}", seen.len(), rows.len(), out.display());
     Ok(())
-}
-
-/// Write a report file durably ([`dpcotrain_federation::durable::write_atomic`]), so a crash
-/// never leaves a half-written report.
-pub(crate) fn write_atomic(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
-    use dpcotrain_federation::durable::{Access, write_atomic};
-    write_atomic(path, text.as_bytes(), Access::Public).with_context(|| format!("cannot write {}", path.display()))
 }
 
 #[cfg(test)]

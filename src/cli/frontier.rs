@@ -2,7 +2,7 @@
 //! (docs/honest-dp.md): test RMSE alone / co-trained without DP / co-trained at each ε for each
 //! release mechanism and θ policy, the share of the non-private gain recovered, and a figure.
 
-use crate::cli::experiment::{load_jsonl, write_atomic};
+use crate::cli::files::{load_jsonl, write_atomic};
 use anyhow::Context as _;
 use clap::Args;
 use dpcotrain_cotrain::ccpp::RealData;

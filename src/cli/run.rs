@@ -1,11 +1,11 @@
 //! `dpcotrain run`: drive co-training rounds across running nodes (federation.toml), and the
 //! orchestration loop the demo shares.
 
+use crate::cli::party_figures::party_json;
 use clap::Args;
 use dpcotrain_federation::config::{FederationConfig, load};
 use dpcotrain_federation::launch::{Drove, drive, orchestrator};
 use dpcotrain_federation::orchestrator::Orchestrator;
-use dpcotrain_federation::pb;
 use std::path::PathBuf;
 
 #[derive(Debug, Args)]
@@ -18,34 +18,6 @@ pub struct RunArgs {
     pub rounds: Option<u32>,
     #[arg(long)]
     pub json: bool,
-}
-
-/// A node's status as JSON (what `status --json` and `run --json` print per party).
-pub fn party_json(st: &pb::StatusResponse) -> serde_json::Value {
-    let spent: Vec<serde_json::Value> = st
-        .spend
-        .iter()
-        .map(|s| {
-            let log: Vec<serde_json::Value> = s
-                .release_log
-                .iter()
-                .map(|r| {
-                    serde_json::json!({"id": r.id, "mechanism": r.mechanism, "sigma": r.sigma,
-                                       "sensitivity": r.sensitivity, "rho": r.rho, "guaranteed": r.guaranteed})
-                })
-                .collect();
-            serde_json::json!({"peer": s.peer, "rho": s.rho, "epsilon": s.epsilon, "releases": s.releases,
-                                    "rho_budget": s.rho_budget, "release_log": log})
-        })
-        .collect();
-    serde_json::json!({"party": st.party, "rmse_before": st.test_rmse_alone, "rmse_after": st.test_rmse,
-                       "rmse_change_se": st.rmse_change_se,
-                       "rmse_mean_baseline": st.test_rmse_mean_baseline, "labels_clipped": st.labels_clipped,
-                       "rounds": st.rounds_done, "model_version": st.model_version,
-                       "rmse_per_round": st.rmse_per_round, "privacy_spent": spent,
-                       "answers_set_aside": st.answers_set_aside,
-                       "restricted": st.restricted, "federation_id": st.federation_id,
-                       "privacy_spent_total": {"rho": st.rho_total, "epsilon": st.epsilon_total}})
 }
 
 /// "A at round 3, B at 4" (or "both at round 3").
@@ -150,10 +122,10 @@ pub async fn run(a: RunArgs) -> anyhow::Result<()> {
             println!(
                 "{}: {}",
                 r["party"].as_str().unwrap_or(""),
-                crate::cli::demo::verdict(alone, after, r["rmse_change_se"].as_f64(), None)
+                crate::cli::party_figures::verdict(alone, after, r["rmse_change_se"].as_f64(), None)
             );
         }
-        for line in crate::cli::demo::baseline_lines(&serde_json::json!({ "parties": rows })) {
+        for line in crate::cli::party_figures::baseline_lines(&serde_json::json!({ "parties": rows })) {
             println!("{line}");
         }
         if !skipped.is_empty() {

@@ -1,6 +1,6 @@
 //! `dpcotrain status`: a running node's model version, rounds and privacy spent.
 
-use crate::cli::run::party_json;
+use crate::cli::party_figures::party_json;
 use clap::Args;
 use dpcotrain_federation::config::{FederationConfig, load};
 use dpcotrain_federation::launch::orchestrator;

@@ -13,6 +13,7 @@ use crate::blocky::{BlockyModel, BlockyPredictor};
 use crate::hybrid::{HybridModel, HybridPredictor};
 use crate::psd::project_psd;
 use crate::readings::{FitStarts, Readings, SelectionVariance};
+pub use crate::settings::{AnswerGuard, CombinerKind};
 use dpcotrain_gp::exact::ExactPosterior;
 use dpcotrain_gp::inducing::greedy_variance;
 use dpcotrain_gp::kernels::Kernel;
@@ -22,29 +23,6 @@ use dpcotrain_gp::train::{SgprStrategy, TrainOptions, train, train_from, train_s
 use dpcotrain_gp::{ExactGp, NoiseModel, NoiseVariance, Objective, Prediction, SparseGp, SparseKind};
 use nalgebra::{DMatrix, DVector};
 use serde::{Deserialize, Serialize};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum CombinerKind {
-    Blocky,
-    Noisy,
-    Hybrid,
-}
-
-crate::named_enum!(CombinerKind, "combiner", [Blocky, Noisy, Hybrid]);
-
-impl CombinerKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            CombinerKind::Blocky => "blocky",
-            CombinerKind::Noisy => "noisy",
-            CombinerKind::Hybrid => "hybrid",
-        }
-    }
-    /// Whether the combiner needs the responder's prior covariance rows.
-    pub fn needs_prior(self) -> bool {
-        !matches!(self, CombinerKind::Noisy)
-    }
-}
 
 /// How the Noisy combiner reads an answer (docs/honest-dp.md, "reading an answer").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -85,34 +63,6 @@ impl AnswerForm {
         Ok(())
     }
 }
-
-/// Whether a querier checks answers against its own labels before using them
-/// ([`CoModel::set_guard`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum AnswerGuard {
-    /// Answers are always folded in.
-    Off,
-    /// After each re-fit, answers are set aside (kept, unused) when they make the private rows'
-    /// leave-one-out squared error larger than the private-only model's.
-    Loo,
-    /// As `Loo`, but answers are set aside only when they make the private rows' leave-one-out
-    /// squared error larger beyond two standard errors of the change, paired over the rows: a
-    /// change the private rows cannot tell from noise (as where answers fall in regions without
-    /// private rows) keeps the answers.
-    LooTest,
-}
-
-impl AnswerGuard {
-    pub fn name(self) -> &'static str {
-        match self {
-            AnswerGuard::Off => "off",
-            AnswerGuard::Loo => "loo",
-            AnswerGuard::LooTest => "loo-test",
-        }
-    }
-}
-
-crate::named_enum!(AnswerGuard, "answer guard", [Off, Loo, LooTest]);
 
 /// Which GP a party fits to its private view (docs/decisions.md D21, D26).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

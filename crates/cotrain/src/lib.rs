@@ -32,6 +32,7 @@ pub mod readings;
 pub mod release_model;
 pub mod responder;
 pub mod select;
+pub mod settings;
 pub mod simulate;
 pub mod state;
 pub mod table;

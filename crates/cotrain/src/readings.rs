@@ -14,8 +14,7 @@
 //! | `selection_variance` | `clamped` | `raw` | the variance uncertainty sampling ranks (§4.2.1) |
 
 use crate::CotrainError;
-use crate::combiner::CombinerKind;
-use crate::responder::{DpConfig, DpMode, ReleasePolicy};
+use crate::settings::{CombinerKind, DpConfig, DpMode, ReleasePolicy};
 use serde::{Deserialize, Serialize};
 
 /// Which model a responder answers a per-query request from.

@@ -14,7 +14,7 @@
 //! new RPC therefore cannot forget to authenticate, and a handler reached without the layer
 //! fails closed (`INTERNAL`), never open.
 
-use crate::ops::Metrics;
+use crate::metrics::Metrics;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -179,7 +179,7 @@ where
             }
             Err(status) => {
                 let out: Result<(), Status> = Err(status.clone());
-                crate::ops::log_rpc(&self.metrics, method_name(req.uri().path()), "-", "-", started, &out, None);
+                crate::metrics::log_rpc(&self.metrics, method_name(req.uri().path()), "-", "-", started, &out, None);
                 Box::pin(async move { Ok(status.into_http()) })
             }
         }
@@ -296,7 +296,7 @@ mod tests {
 
     #[test]
     fn every_rpc_of_the_proto_has_its_own_metrics_name() {
-        let proto = include_str!("../proto/dpcotrain/v2/node.proto");
+        let proto = include_str!("../../../proto/dpcotrain/v2/node.proto");
         let mut rpcs: Vec<&str> = proto
             .lines()
             .filter_map(|l| l.trim().strip_prefix("rpc "))

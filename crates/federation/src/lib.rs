@@ -1,6 +1,6 @@
 //! # dpcotrain-federation — gRPC nodes
 //!
-//! The protocol (`proto/dpcotrain/v2/node.proto` in this crate, compiled in `build.rs` with protox), a node
+//! The protocol (`proto/dpcotrain/v2/node.proto` at the repository's top level, compiled in `build.rs` with protox), a node
 //! server that exposes a [`Party`](dpcotrain_cotrain::responder::Party)'s release path over
 //! gRPC, and [`GrpcPeer`], the gRPC implementation of the co-training
 //! [`Peer`](dpcotrain_cotrain::peer::Peer) trait — so the round logic of `dpcotrain-cotrain` is
@@ -26,6 +26,7 @@ pub mod convert;
 pub mod durable;
 pub mod error;
 pub mod launch;
+pub mod metrics;
 pub mod ops;
 pub mod orchestrator;
 pub mod peer;

@@ -15,7 +15,7 @@ use crate::agreement::Agreement;
 use crate::auth::{Auth, AuthLayer, Principal, principal};
 use crate::conn_limits::{ConnLimits, GuardedListener};
 use crate::error::NodeError;
-use crate::ops::{Metrics, log_rpc};
+use crate::metrics::{Metrics, log_rpc};
 use crate::pb::node_server::{Node, NodeServer};
 use crate::store::StateStore;
 use crate::{GrpcPeer, convert, pb, receipt};

@@ -1,4 +1,4 @@
-//! Exact GP regression [Thomas eqs 1.17–1.18; Worksheet §1; R&W eq 5.9].
+//! Exact GP regression [Thomas 2017 eqs 1.17–1.18; Rasmussen & Williams 2006, Algorithm 2.1 and eq 5.9].
 //!
 //! ```text
 //! K_y = K_ff + Σ_noise (+ εI from the jitter ladder, if needed)

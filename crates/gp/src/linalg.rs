@@ -5,7 +5,8 @@
 //! views (both are column-major). This is the only module that talks to faer, so faer's API churn
 //! between minor versions stays here.
 //!
-//! Stable forms follow [Worksheet §1]: K = LLᵀ, log|K| = 2 Σ log L_ii, quadratic forms through
+//! Stable forms follow Rasmussen & Williams (2006, Algorithm 2.1 and §A.4): K = LLᵀ,
+//! log|K| = 2 Σ log L_ii, quadratic forms through
 //! z = L⁻¹y. No explicit inverse is formed, except [`Cholesky::inverse`], which the exact-GP
 //! gradient needs (W = ααᵀ − K⁻¹ is inherently an N×N matrix).
 

@@ -113,7 +113,7 @@ mod tests {
         // The analytic σ is tight: δ(σ) ≤ δ and a 0.1% smaller σ violates it.
         assert!(gdp_delta(1.0 / a.sigma, 1.0) <= 1e-5);
         assert!(gdp_delta(1.0 / (a.sigma * 0.999), 1.0) > 1e-5);
-        // σ(ε=4) = 1.0812 (notes §1a).
+        // σ(ε=4) = 1.0812 (the analytic Gaussian mechanism of Balle & Wang 2018 at ε = 4, δ = 1e-5).
         let s4 = calibrate(Mechanism::Analytic, 4.0, 1e-5, 1.0).unwrap().sigma;
         assert!((s4 - 1.0812).abs() < 5e-4, "{s4}");
         // Linear in Δ.

@@ -1,5 +1,5 @@
 //! Our runs against the thesis's published cells as a two-sample test rather than a fixed
-//! tolerance (issue 16): per cell our mean (stratified over the n_obs levels present, equal
+//! tolerance: per cell our mean (stratified over the n_obs levels present, equal
 //! weight per level as in the thesis's balanced design), median, tail fraction (share of runs
 //! that end worse than twice their before-co-training RMSE) and Welch's z against the thesis's
 //! mean ± sd with its run count; per table Stouffer's combined z; for Table C.1 a sign test.
@@ -295,7 +295,7 @@ mod tests {
 
     #[test]
     fn tests_give_textbook_values() {
-        // 19 of 22 positive (issue 16's count): two-sided p = 2·P(X ≤ 3 | n = 22) = 0.00086.
+        // 19 of 22 positive (Table C.1's count in docs/results.md): two-sided p = 2·P(X ≤ 3 | n = 22) = 0.00086.
         assert!((sign_test(19, 3) - 0.000_858).abs() < 1e-5, "{}", sign_test(19, 3));
         assert_eq!(sign_test(5, 5), 1.0);
         let (z, p) = stouffer(&[1.0, 1.0, 1.0, 1.0]);

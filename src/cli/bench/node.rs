@@ -1,4 +1,5 @@
-//! `dpcotrain bench node`: the speed of the federation on this machine (issue 4's targets).
+//! `dpcotrain bench node`: the speed of the federation on this machine: a Predict
+//! answer and a whole round, against the in-process work they wrap.
 //!
 //! 1. A node whose private view has `--rows` rows (VFE local model) answers Predict for 25
 //!    indices with full covariance and prior rows, over loopback gRPC with mutual TLS, and with

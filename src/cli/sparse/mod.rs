@@ -210,7 +210,7 @@ fn clusters(z: &DMatrix<f64>, tol: f64) -> usize {
 
 /// Write `name` into `out` durably and say so.
 pub(crate) fn write(out: &Path, name: &str, text: &str) -> anyhow::Result<()> {
-    crate::cli::experiment::write_atomic(&out.join(name), text)?;
+    crate::cli::files::write_atomic(&out.join(name), text)?;
     eprintln!("wrote {}", out.join(name).display());
     Ok(())
 }

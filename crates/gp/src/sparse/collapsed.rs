@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 const LN_2PI: f64 = 1.8378770664093453;
 /// Entries per block of the passes over K_uf (default 2²⁰ ≈ 8 MB: K_uf's block, evaluated into
 /// a buffer, and ∂/∂K_uf's block stay in cache between the kernel, the GEMM and the contraction;
-/// 2²² ran the GEMM at 40 GFLOP/s instead of 58 on the 2026-11-22 machine).
+/// 2²² ran the GEMM at 40 GFLOP/s instead of 58 on a 2-core AMD EPYC without AVX-512).
 static BLOCK_ENTRIES: AtomicUsize = AtomicUsize::new(1 << 20);
 
 /// Change the column-block size (entries) of the blocked passes over K_uf. Results do not
