@@ -189,6 +189,16 @@ pub struct ModelConfig {
     /// D25); every key defaults to the project's reading.
     #[serde(default, skip_serializing_if = "Readings::is_default")]
     pub readings: Readings,
+    /// A variance (in the labels' public standardisation) added to every received answer's
+    /// reported variance before it is folded in: an answer predicts the peer's E[y | its view],
+    /// not ours, and this discounts it for that mismatch. 0 (default) reads the answers as
+    /// reported; docs/results.md ("The fourth pass") measures 3 and 10.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub answer_extra_variance: f64,
+}
+
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
 }
 
 fn auto_local() -> LocalModel {
@@ -221,6 +231,7 @@ impl Default for ModelConfig {
             local: auto_local(),
             inducing: None,
             readings: Readings::default(),
+            answer_extra_variance: 0.0,
         }
     }
 }
@@ -530,6 +541,11 @@ pub fn party_from_config(cfg: &PartyConfig, path: &Path) -> Result<Party, Config
     party.model.set_answer_form(answers).map_err(|e| bad(path, format!("model.answers: {e}")))?;
     party.model.set_guard(guard).map_err(|e| bad(path, format!("model.guard: {e}")))?;
     party.model.refit_policy = cfg.model.refit;
+    let extra = cfg.model.answer_extra_variance;
+    if !(extra.is_finite() && extra >= 0.0) {
+        return Err(bad(path, format!("model.answer_extra_variance must be a finite variance ≥ 0, got {extra}")));
+    }
+    party.model.answer_extra_var = extra;
     Ok(party)
 }
 
@@ -791,6 +807,24 @@ mod readings_tests {
         cfg.model.readings.blocky_theta = BlockyTheta::Querier;
         let err = party_from_config(&cfg, &path).unwrap_err().to_string();
         assert!(err.contains("model.readings.blocky_theta"), "{err}");
+    }
+
+    #[test]
+    fn answer_extra_variance_reaches_the_model_and_bad_values_are_refused() {
+        let m: ModelConfig = toml::from_str("answer_extra_variance = 3.0\n").unwrap();
+        assert_eq!(m.answer_extra_variance, 3.0);
+        let m: ModelConfig = toml::from_str("combiner = \"noisy\"\n").unwrap();
+        assert_eq!(m.answer_extra_variance, 0.0);
+        assert!(!toml::to_string(&m).unwrap().contains("answer_extra_variance"), "the default is not written");
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/two-party/party-a.toml");
+        let mut cfg: PartyConfig = load(&path).unwrap();
+        cfg.model.answer_extra_variance = 3.0;
+        assert_eq!(party_from_config(&cfg, &path).unwrap().model.answer_extra_var, 3.0);
+        for bad in [-1.0, f64::NAN, f64::INFINITY] {
+            cfg.model.answer_extra_variance = bad;
+            let err = party_from_config(&cfg, &path).unwrap_err().to_string();
+            assert!(err.contains("model.answer_extra_variance") && err.contains("party-a.toml"), "{err}");
+        }
     }
 }
 
