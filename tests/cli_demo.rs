@@ -232,6 +232,7 @@ fn demo_options_and_errors() {
         (vec!["--epsilon", "0"], "--epsilon"),
         (vec!["--dataset", "mnist"], "mnist"),
         (vec!["--rounds", "0"], "--rounds"),
+        (vec!["--answer-extra-variance", "-1"], "--answer-extra-variance"),
         (vec!["--queries", "0"], "--queries"),
         // A negative value reaches our validation instead of clap's "unexpected argument".
         (vec!["--epsilon", "-1"], "--epsilon must be a positive number, got -1"),

@@ -102,6 +102,17 @@ fn readme_quotes_the_demo() {
             f3(&r, 1, "rmse_after")
         ),
     );
+    let (_, extra) = demo(&["--answer-extra-variance", "3"]);
+    assert_quoted(
+        "README.md",
+        &format!(
+            "`--answer-extra-variance 3` (every answer discounted for the view mismatch, `[model] answer_extra_variance`: P1 {} → {} and P2 {} → {} —",
+            f3(&extra, 0, "rmse_before"),
+            f3(&extra, 0, "rmse_after"),
+            f3(&extra, 1, "rmse_before"),
+            f3(&extra, 1, "rmse_after")
+        ),
+    );
     let (_, sim) = demo(&["--dataset", "simulated"]);
     assert_quoted(
         "README.md",

@@ -79,6 +79,11 @@ pub struct DemoArgs {
     /// Pool indices each party asks per round under batches.
     #[arg(long, default_value_t = 25)]
     pub queries: usize,
+    /// A variance (standardised labels) added to every received answer's reported variance
+    /// before it is folded in (`[model] answer_extra_variance`; 0 = as reported). The
+    /// reference without DP uses the same.
+    #[arg(long, default_value_t = 0.0, value_name = "V")]
+    pub answer_extra_variance: f64,
     /// Seed of the data split and of the (simulation) release noise.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -128,6 +133,9 @@ fn check(a: &DemoArgs) -> anyhow::Result<()> {
     }
     if a.rounds == 0 {
         anyhow::bail!("--rounds must be at least 1");
+    }
+    if !(a.answer_extra_variance.is_finite() && a.answer_extra_variance >= 0.0) {
+        anyhow::bail!("--answer-extra-variance must be a finite variance ≥ 0, got {}", a.answer_extra_variance);
     }
     if a.n_obs < 2 {
         anyhow::bail!("--n-obs must be at least 2");
@@ -186,7 +194,12 @@ fn write_federation(a: &DemoArgs, sc: &Scenario, target: &str, dir: &Path) -> an
                 y_mean: 0.0,
                 y_scale: 1.0,
             },
-            model: ModelConfig { combiner: a.combiner, uncertainty: a.uncertainty, ..ModelConfig::default() },
+            model: ModelConfig {
+                combiner: a.combiner,
+                uncertainty: a.uncertainty,
+                answer_extra_variance: a.answer_extra_variance,
+                ..ModelConfig::default()
+            },
             privacy: PrivacyConfig {
                 mode: a.dp,
                 epsilon: a.epsilon,
@@ -334,7 +347,7 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
         "policy": a.policy(), "rounds": a.rounds, "seed": a.seed, "n_obs": a.n_obs,
         "guaranteed": guaranteed, "oracle_rmse": oracle, "yu_oracle_rmse": yu, "parties": parties, "refused": refusals,
         "wall_seconds": wall, "federation": fed_dir.display().to_string(),
-        "queries": a.queries,
+        "queries": a.queries, "answer_extra_variance": a.answer_extra_variance,
     });
     write_report(&a, &sc, &report)?;
     // Warnings first: a reader must not take the table for a private result.
@@ -379,7 +392,9 @@ fn no_dp_reference(
     };
     let parties = build_parties(sc, kind, unc, &dp, a.seed)?;
     for p in &parties {
-        p.lock().map_err(|_| anyhow::anyhow!("lock poisoned"))?.model.set_answer_form(form)?;
+        let mut p = p.lock().map_err(|_| anyhow::anyhow!("lock poisoned"))?;
+        p.model.set_answer_form(form)?;
+        p.model.answer_extra_var = a.answer_extra_variance;
     }
     let rep = block_on(run_in_process(&parties, a.rounds as usize))?;
     Ok(rep.parties)
