@@ -29,7 +29,6 @@ pub const THETA_SELECTION_ID: &str = "theta-selection";
 use dpcotrain_gp::NoiseVariance;
 use dpcotrain_gp::kernels::Kernel;
 use dpcotrain_privacy::accountant::{Charge, Ledger, rho_of};
-use dpcotrain_privacy::calibrate::calibrate;
 use dpcotrain_privacy::finite::FiniteRelease;
 use dpcotrain_privacy::low_rank::RankRule;
 use dpcotrain_privacy::noise::{NoisePath, iid_standard_normal};
@@ -154,6 +153,11 @@ pub fn own_model_is_released(dp: &DpConfig) -> bool {
         ReleasePolicy::ReleaseOnce => !matches!(dp.release, ReleaseForm::Finite { .. }) && !dp.theta.is_counted(),
         ReleasePolicy::Batches => false,
     }
+}
+
+/// A calibrated mode that yielded no σ: never released unnoised.
+fn uncalibrated() -> CotrainError {
+    CotrainError::invalid("internal: a calibrated DP mode gave no noise scale; nothing was released")
 }
 
 fn mix(seed: u64, name: &str, version: u64) -> u64 {
@@ -444,11 +448,8 @@ impl Party {
     /// Why asking `peer` for new indices would be refused for budget, if it would: its latest
     /// answer left less ρ than one more release at the agreed (ε, δ) costs.
     pub fn peer_budget_spent(&self, peer: &str) -> Option<String> {
-        let DpMode::Calibrated { epsilon, delta, mechanism, .. } = &self.dp.mode else {
-            return None;
-        };
+        let unit = self.dp.mode.calibrated_sigma(1.0).ok().flatten()?;
         let left = *self.peer_budget.get(peer)?;
-        let unit = calibrate(*mechanism, *epsilon, *delta, 1.0).ok()?.sigma;
         let cost = 0.5 / (unit * unit);
         (left < cost * (1.0 - 1e-6)).then(|| {
             format!("{NOT_ASKED} {peer}'s budget for this party is spent (ρ left {left:.3e} < {cost:.3e} per release)")
@@ -544,11 +545,11 @@ impl Party {
     fn finite_dp(&self) -> Result<Option<(f64, LabelRange)>, CotrainError> {
         match &self.dp.mode {
             DpMode::Off => Ok(None),
-            DpMode::Calibrated { epsilon, delta, mechanism, range, .. } => {
+            DpMode::Calibrated { range, .. } => {
                 // σ for Δ = 1 under the configured calibration gives μ = 1/σ₁ (analytic: the
                 // exact GDP μ for (ε, δ); classic: ε/c(δ)).
-                let unit = calibrate(*mechanism, *epsilon, *delta, 1.0)?.sigma;
-                Ok(Some((1.0 / unit, *range)))
+                let unit = self.dp.mode.calibrated_sigma(1.0)?;
+                Ok(unit.map(|u| (1.0 / u, *range)))
             }
             DpMode::Thesis { .. } => Err(CotrainError::invalid("the thesis mode has no finite release")),
         }
@@ -617,10 +618,10 @@ impl Party {
         let (sigma, sensitivity) = match &self.dp.mode {
             DpMode::Off => (0.0, 0.0),
             DpMode::Thesis { multiplier } => (*multiplier, 1.0),
-            DpMode::Calibrated { epsilon, delta, mechanism, range, .. } => {
+            DpMode::Calibrated { range, .. } => {
                 let inf = influence.expect("computed under calibrated DP");
                 let s = from_influence(&inf, &(0..n).collect::<Vec<_>>(), *range)?;
-                (calibrate(*mechanism, *epsilon, *delta, s.value)?.sigma, s.value)
+                (self.dp.mode.calibrated_sigma(s.value)?.ok_or_else(uncalibrated)?, s.value)
             }
         };
         let noise = if sigma > 0.0 {
@@ -787,17 +788,17 @@ impl Party {
         match &self.dp.mode {
             DpMode::Off => Ok((0.0, 0.0, true)),
             DpMode::Thesis { multiplier } => Ok((*multiplier, 1.0, false)),
-            DpMode::Calibrated { epsilon, delta, mechanism, range, .. } => {
+            DpMode::Calibrated { range, .. } => {
                 let version = self.model.version;
                 if let Some((v, sigma, sens)) = self.calibration
                     && v == version
                 {
                     return Ok((sigma, sens, self.guaranteed()));
                 }
-                let (epsilon, delta, mechanism, range) = (*epsilon, *delta, *mechanism, *range);
+                let range = *range;
                 let inf = self.model.label_influence()?;
                 let s = from_influence(&inf, &(0..self.model.n_private()).collect::<Vec<_>>(), range)?;
-                let sigma = calibrate(mechanism, epsilon, delta, s.value)?.sigma;
+                let sigma = self.dp.mode.calibrated_sigma(s.value)?.ok_or_else(uncalibrated)?;
                 self.calibration = Some((version, sigma, s.value));
                 Ok((sigma, s.value, self.guaranteed()))
             }

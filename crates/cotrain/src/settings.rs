@@ -84,6 +84,21 @@ pub enum DpMode {
     },
 }
 
+impl DpMode {
+    /// The noise sd σ of one release with L2 sensitivity `sensitivity` at this mode's (ε, δ)
+    /// and mechanism: the one place ε turns into σ (Balle & Wang 2018 for the analytic
+    /// mechanism). `None` unless the mode is calibrated; σ for Δ = 1 gives the release's GDP
+    /// μ = 1/σ₁ and its ρ = μ²/2.
+    pub fn calibrated_sigma(&self, sensitivity: f64) -> Result<Option<f64>, CotrainError> {
+        match self {
+            DpMode::Calibrated { epsilon, delta, mechanism, .. } => {
+                Ok(Some(calibrate(*mechanism, *epsilon, *delta, sensitivity)?.sigma))
+            }
+            DpMode::Off | DpMode::Thesis { .. } => Ok(None),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReleasePolicy {
     /// Answer from the current co-trained model (the thesis, D8 R).
@@ -216,9 +231,11 @@ impl DpConfig {
                         "θ selection is a calibrated mechanism; the thesis reproduction mode uses the fitted θ",
                     ));
                 }
-                if let DpMode::Calibrated { epsilon, delta, mechanism, budget_epsilon, .. } = &self.mode {
+                if let (DpMode::Calibrated { epsilon, delta, budget_epsilon, .. }, Some(unit)) =
+                    (&self.mode, self.mode.calibrated_sigma(1.0)?)
+                {
                     // The vote and at least one release must fit each requester's budget.
-                    let mu_release = 1.0 / calibrate(*mechanism, *epsilon, *delta, 1.0)?.sigma;
+                    let mu_release = 1.0 / unit;
                     let need = (mu * mu + mu_release * mu_release).sqrt();
                     let have = gdp_mu_for(*budget_epsilon, *delta);
                     if need > have * (1.0 + 1e-9) {
@@ -286,4 +303,21 @@ pub fn discounts_answer_noise(kind: CombinerKind, uncertainty: Uncertainty) -> R
         kind.name(),
         uncertainty.name()
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sigma_comes_from_one_place_and_only_when_calibrated() {
+        let range = LabelRange::new(-3.0, 3.0).unwrap();
+        let dp = DpConfig::honest(1.0, 1e-5, 1.0, range, 25);
+        let direct = calibrate(Mechanism::Analytic, 1.0, 1e-5, 2.5).unwrap().sigma;
+        assert_eq!(dp.mode.calibrated_sigma(2.5).unwrap(), Some(direct));
+        assert_eq!(DpConfig::off().mode.calibrated_sigma(2.5).unwrap(), None);
+        assert_eq!(DpMode::Thesis { multiplier: 0.42 }.calibrated_sigma(2.5).unwrap(), None);
+        // A sensitivity the calibration refuses is an error, not a silent σ.
+        assert!(dp.mode.calibrated_sigma(f64::NAN).is_err());
+    }
 }
