@@ -24,8 +24,8 @@ use dpcotrain_cotrain::driver::{PartyOutcome, block_on, build_parties, default_k
 use dpcotrain_cotrain::responder::{DpConfig, Party, ReleasePolicy, THETA_SELECTION_ID};
 use dpcotrain_cotrain::simulate::{SimConfig, simulate};
 use dpcotrain_federation::config::{
-    DataConfig, FederationConfig, ModelConfig, PartyConfig, PeerConfig, PrivacyConfig, PrivacyMode, SecurityConfig,
-    dev_hosts, load, to_toml,
+    DataConfig, FederationConfig, HostPort, ModelConfig, PartyConfig, PeerConfig, PrivacyConfig, PrivacyMode,
+    SecurityConfig, dev_hosts, load, to_toml,
 };
 use dpcotrain_federation::launch::launch;
 use dpcotrain_federation::launch::{drive, orchestrator};
@@ -184,7 +184,7 @@ fn write_federation(a: &DemoArgs, sc: &Scenario, target: &str, dir: &Path) -> an
         let cfg = PartyConfig {
             name: name.clone(),
             federation_id: "demo".into(),
-            listen: format!("127.0.0.1:{}", ports[i]),
+            listen: HostPort { host: "127.0.0.1".into(), port: ports[i] },
             ops_listen: None,
             data: DataConfig {
                 train: format!("{}/train.csv", dirs[i]).into(),

@@ -94,8 +94,8 @@ pub fn check(a: CheckArgs) -> anyhow::Result<()> {
         let port = p.trim_end_matches('/').parse().map_err(|_| anyhow::anyhow!("{f}: {what} {addr:?}: bad port"))?;
         Ok((h.to_string(), port))
     };
-    let (listen_host, listen_port) = port_of(&cfg.listen, "listen")?;
-    let ops_port = cfg.ops_listen.as_deref().map(|o| port_of(o, "ops_listen")).transpose()?.map(|(_, p)| p);
+    let (listen_host, listen_port) = (cfg.listen.host.clone(), cfg.listen.port);
+    let ops_port = cfg.ops_listen.as_ref().map(|o| o.port);
     let data: Vec<PathBuf> =
         [&cfg.data.train, &cfg.data.pool, &cfg.data.test].iter().map(|p| rel(&a.config, p)).collect();
     let mut secrets = Vec::new();

@@ -82,18 +82,78 @@ fn bad(path: &Path, message: String) -> ConfigError {
 }
 
 /// A party's node configuration (`party.toml`). Relative paths are relative to the file.
+/// A `host:port` a node listens on (`listen`, `ops_listen`), checked when the config is read:
+/// the host is non-empty and the port a number 0–65535. IPv6 hosts keep their brackets
+/// (`[::1]:50051`). Written back as the same string.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostPort {
+    pub host: String,
+    pub port: u16,
+}
+
+impl HostPort {
+    /// Whether the host is the loopback interface (where an insecure development node may listen).
+    pub fn is_loopback(&self) -> bool {
+        matches!(self.host.as_str(), "127.0.0.1" | "localhost" | "[::1]")
+    }
+}
+
+impl std::fmt::Display for HostPort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.host, self.port)
+    }
+}
+
+impl std::str::FromStr for HostPort {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("{s:?} is not host:port (e.g. \"127.0.0.1:50051\")");
+        let (host, port) = s.rsplit_once(':').ok_or_else(bad)?;
+        let port = port.parse::<u16>().map_err(|_| bad())?;
+        if host.is_empty() || host.chars().any(char::is_whitespace) {
+            return Err(bad());
+        }
+        Ok(HostPort { host: host.to_string(), port })
+    }
+}
+
+impl Serialize for HostPort {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for HostPort {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// `listen`, with the key named in its error.
+fn listen_key<'de, D: serde::Deserializer<'de>>(d: D) -> Result<HostPort, D::Error> {
+    let s = String::deserialize(d)?;
+    s.parse().map_err(|e| serde::de::Error::custom(format!("listen = {e}")))
+}
+
+/// `ops_listen`, with the key named in its error.
+fn ops_listen_key<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<HostPort>, D::Error> {
+    let s = String::deserialize(d)?;
+    s.parse().map(Some).map_err(|e| serde::de::Error::custom(format!("ops_listen = {e}")))
+}
+
 #[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct PartyConfig {
     pub name: String,
     pub federation_id: String,
     /// host:port to listen on.
-    pub listen: String,
+    #[serde(deserialize_with = "listen_key")]
+    pub listen: HostPort,
     /// host:port of the plaintext operations endpoint (`GET /metrics` in Prometheus text format
     /// and the gRPC health service), for probes and scrapers that cannot present the node's
     /// client certificate. Serves no private data. Omit it for no such endpoint.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ops_listen: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "ops_listen_key")]
+    pub ops_listen: Option<HostPort>,
     pub data: DataConfig,
     #[serde(default)]
     pub model: ModelConfig,
@@ -688,21 +748,13 @@ impl PartyConfig {
     pub fn validate(&self, path: &Path) -> Result<(), ConfigError> {
         let f = path.display();
         check_name(&self.name, &format!("{f}: name"))?;
-        let port = self.listen.rsplit_once(':').map(|(_, p)| p.parse::<u16>());
-        if !matches!(port, Some(Ok(_))) {
-            return Err(bad(path, format!("listen = {:?} is not host:port (e.g. \"127.0.0.1:50051\")", self.listen)));
-        }
-        if let Some(ops) = &self.ops_listen {
-            let port = ops.rsplit_once(':').map(|(_, p)| p.parse::<u16>());
-            if !matches!(port, Some(Ok(_))) {
-                return Err(bad(path, format!("ops_listen = {ops:?} is not host:port (e.g. \"0.0.0.0:9090\")")));
-            }
-            if *ops == self.listen {
-                return Err(bad(
-                    path,
-                    format!("ops_listen must differ from listen ({ops:?}): the node's port speaks mutual TLS"),
-                ));
-            }
+        if let Some(ops) = &self.ops_listen
+            && *ops == self.listen
+        {
+            return Err(bad(
+                path,
+                format!("ops_listen must differ from listen (\"{ops}\"): the node's port speaks mutual TLS"),
+            ));
         }
         for p in &self.peers {
             check_name(&p.name, &format!("{f}: peers.name"))?;
@@ -758,11 +810,10 @@ impl PartyConfig {
                 "no [security] section: add one (TLS + tokens; `generate_dev = true` makes throw-away secrets) or set insecure = true for a loopback-only development node".into(),
             )),
             (None, true) => {
-                let host = self.listen.rsplit_once(':').map(|(h, _)| h).unwrap_or(&self.listen);
-                if !matches!(host, "127.0.0.1" | "localhost" | "[::1]") {
+                if !self.listen.is_loopback() {
                     return Err(bad(
                         path,
-                        format!("insecure = true is only allowed on a loopback listen address, not {:?}", self.listen),
+                        format!("insecure = true is only allowed on a loopback listen address, not \"{}\"", self.listen),
                     ));
                 }
             }
@@ -807,6 +858,29 @@ mod readings_tests {
         cfg.model.readings.blocky_theta = BlockyTheta::Querier;
         let err = party_from_config(&cfg, &path).unwrap_err().to_string();
         assert!(err.contains("model.readings.blocky_theta"), "{err}");
+    }
+
+    #[test]
+    fn listen_addresses_are_typed_when_read() {
+        let a: HostPort = "127.0.0.1:50051".parse().unwrap();
+        assert_eq!((a.host.as_str(), a.port, a.is_loopback()), ("127.0.0.1", 50051, true));
+        let v6: HostPort = "[::1]:9090".parse().unwrap();
+        assert_eq!((v6.host.as_str(), v6.port, v6.is_loopback()), ("[::1]", 9090, true));
+        assert!(!"0.0.0.0:1".parse::<HostPort>().unwrap().is_loopback());
+        for bad in ["0.0.0.0", ":50051", "host:70000", "host:port", "127.0.0.1 50051", ""] {
+            let e = bad.parse::<HostPort>().unwrap_err();
+            assert!(e.contains("is not host:port"), "{bad}: {e}");
+        }
+        // Read and written as the same string; an error names the key.
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/two-party/party-a.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let cfg: PartyConfig = toml::from_str(&text).unwrap();
+        assert_eq!(cfg.listen.to_string(), "127.0.0.1:50051");
+        assert!(toml::to_string(&cfg).unwrap().contains("listen = \"127.0.0.1:50051\""));
+        let e = toml::from_str::<PartyConfig>(&text.replace("\nlisten = ", "\nops_listen = \"x\"\nlisten = "))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("ops_listen = \"x\" is not host:port"), "{e}");
     }
 
     #[test]

@@ -132,17 +132,19 @@ pub async fn launch(cfg: &PartyConfig, path: &Path) -> Result<Launched, LaunchEr
     let store = StateStore::open(&cfg.state_dir(path))?;
     // Bind before the private fit (which can take minutes on a large view): a port in use is
     // reported at once. Connections wait in the backlog until the node serves.
-    let listener = tokio::net::TcpListener::bind(&cfg.listen).await.map_err(|source| LaunchError::Bind {
-        addr: cfg.listen.clone(),
+    let listener = tokio::net::TcpListener::bind(cfg.listen.to_string()).await.map_err(|source| LaunchError::Bind {
+        addr: cfg.listen.to_string(),
         ops: false,
         source,
     })?;
     let ops = match &cfg.ops_listen {
-        Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.map_err(|source| LaunchError::Bind {
-            addr: addr.clone(),
-            ops: true,
-            source,
-        })?),
+        Some(addr) => {
+            Some(tokio::net::TcpListener::bind(addr.to_string()).await.map_err(|source| LaunchError::Bind {
+                addr: addr.to_string(),
+                ops: true,
+                source,
+            })?)
+        }
         None => None,
     };
     let mut auth = Auth::open();

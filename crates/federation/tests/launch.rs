@@ -30,7 +30,7 @@ fn write_node(dir: &Path) -> PathBuf {
     let cfg = PartyConfig {
         name: a.name.clone(),
         federation_id: "launch-test".into(),
-        listen: "127.0.0.1:0".into(),
+        listen: "127.0.0.1:0".parse().unwrap(),
         ops_listen: None,
         data: DataConfig {
             train: "train.csv".into(),
