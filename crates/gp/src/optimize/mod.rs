@@ -150,6 +150,14 @@ const C2: f64 = 0.9;
 const XTOL: f64 = 0.1;
 /// Relative threshold for skipping curvature pairs: keep only if `sᵀy > CURV_EPS·yᵀy`.
 const CURV_EPS: f64 = f64::EPSILON;
+/// `δ` of Hager & Zhang's (2006) approximate Wolfe conditions (their default, 0.1).
+const APPROX_DELTA: f64 = 0.1;
+/// `ε` of Hager & Zhang's (2006) `ε_k = ε·|f(x_k)|`, the increase of f the approximate
+/// Wolfe conditions tolerate as round-off (their default, 10⁻⁶).
+const APPROX_EPS: f64 = 1e-6;
+/// Once approximate Wolfe is on, the `ftol` test must hold for this many consecutive steps:
+/// an approximate Wolfe step may be short while the run is far from the optimum.
+const APPROX_FTOL_STEPS: usize = 5;
 
 /// Options for [`minimize`].
 #[derive(Debug, Clone)]
@@ -234,6 +242,9 @@ pub struct LbfgsResult {
     pub termination: Termination,
     /// `‖P(x − g) − x‖∞` at the returned point (NaN if it was never evaluated).
     pub projected_gradient_norm: f64,
+    /// Accepted steps that met Hager & Zhang's approximate Wolfe conditions rather than
+    /// sufficient decrease in f (module docs, step 4); 0 unless f's round-off hid the decrease.
+    pub approximate_steps: usize,
     /// The curvature pairs the run ended with (for [`minimize_from`]).
     pub curvature: Curvature,
 }
@@ -429,6 +440,11 @@ where
         memory.push(s.clone(), y.clone());
     }
     let mut iterations = 0usize;
+    // Switched on by the first step the approximate Wolfe conditions rescue, and kept for the
+    // rest of the run (Hager & Zhang 2006 also switch once and for all).
+    let mut approximate = false;
+    let mut approximate_steps = 0usize;
+    let mut small_steps = 0usize;
     let termination = loop {
         if projected_gradient_norm(&x, &g, lower, upper) <= opts.pgtol {
             break Termination::Converged(ConvergenceReason::ProjectedGradient);
@@ -453,7 +469,8 @@ where
         }
 
         // --- line search --------------------------------------------------------
-        let Some(step) = line_search(&mut ev, &x, fx, &g, &d, lower, upper, opts.max_line_search) else {
+        let searched = line_search(&mut ev, &x, fx, &g, &d, lower, upper, opts.max_line_search, approximate);
+        let Some(step) = searched else {
             if fresh {
                 break Termination::LineSearchFailed;
             }
@@ -466,6 +483,15 @@ where
         // --- update -------------------------------------------------------------
         let s: Vec<f64> = step.x.iter().zip(&x).map(|(a, b)| a - b).collect();
         let y: Vec<f64> = step.g.iter().zip(&g).map(|(a, b)| a - b).collect();
+        if step.approximate {
+            approximate = true;
+            approximate_steps += 1;
+        }
+        // The decrease the ftol test sees. Once f's round-off has hidden a decrease, measured
+        // differences of f are noise: use the trapezoid estimate −½(g + g₊)ᵀs of
+        // ∫ gᵀ ds along the step (exact for a quadratic, the estimate behind the approximate
+        // Wolfe conditions of Hager & Zhang 2006), which the gradient resolves.
+        let decrease = if approximate { -0.5 * (dot(&g, &s) + dot(&step.g, &s)) } else { fx - step.f };
         memory.push(s, y);
         let f_prev = fx;
         x = step.x;
@@ -476,7 +502,8 @@ where
         if !callback(iterations, &x, fx) {
             break Termination::StoppedByCallback;
         }
-        if f_prev - fx <= opts.ftol * f_prev.abs().max(fx.abs()).max(1.0) {
+        small_steps = if decrease <= opts.ftol * f_prev.abs().max(fx.abs()).max(1.0) { small_steps + 1 } else { 0 };
+        if small_steps >= if approximate { APPROX_FTOL_STEPS } else { 1 } {
             break if projected_gradient_norm(&x, &g, lower, upper) <= opts.pgtol {
                 Termination::Converged(ConvergenceReason::ProjectedGradient)
             } else {
@@ -503,6 +530,7 @@ where
         failed_evaluations,
         termination,
         projected_gradient_norm: pg,
+        approximate_steps,
         curvature: Curvature { pairs: memory.into_pairs() },
     })
 }
@@ -554,6 +582,7 @@ fn failed_start(x: Vec<f64>, evaluations: usize, failed: usize, msg: String) -> 
         failed_evaluations: failed,
         termination: Termination::InitialEvaluationFailed(msg),
         projected_gradient_norm: f64::NAN,
+        approximate_steps: 0,
         curvature: Curvature::default(),
     }
 }
@@ -640,7 +669,7 @@ where
             Err(_) => self.failed += 1,
             Ok((fx, g)) => {
                 if self.best.as_ref().is_none_or(|b| *fx < b.f) {
-                    self.best = Some(Accepted { x: x.to_vec(), f: *fx, g: g.clone() });
+                    self.best = Some(Accepted { x: x.to_vec(), f: *fx, g: g.clone(), approximate: false });
                 }
             }
         }
