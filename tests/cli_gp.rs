@@ -332,11 +332,17 @@ fn long_or_unconverged_fits_are_not_silent() {
     let out = run(&["gp", "fit", "--train", train.to_str().unwrap(), "--max-iters", "1", "--json"]);
     let v = json_of(&out);
     assert_eq!(v["training"]["termination"], "MaxIterations");
+    // The stop reason in words and the projected gradient reached (issue 39).
+    assert_eq!(v["training"]["stop"], "iteration limit (--max-iters)");
+    assert!(v["training"]["projected_gradient_norm"].as_f64().is_some_and(|p| p.is_finite() && p > 0.0), "{v}");
+    assert_eq!(v["training"]["approximate_steps"], 0);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("stopped after 1 iterations without converging"), "{err}");
-    // Converged fits print no such warning.
+    // Converged fits print no such warning, and say which test they met.
     let out = run(&["gp", "fit", "--train", train.to_str().unwrap(), "--json"]);
     assert!(!String::from_utf8_lossy(&out.stderr).contains("without converging"));
+    let stop = json_of(&out)["training"]["stop"].as_str().unwrap().to_string();
+    assert!(stop.starts_with("converged"), "{stop}");
 
     // The default sparse strategy (reinit-retrain) ends in a final joint phase; raising
     // --max-iters gives that phase room too, so the advice in the warning is worth following

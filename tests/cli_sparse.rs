@@ -308,6 +308,32 @@ fn scalable_svgp_compares_svgp_with_sgpr() {
     assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("boston2"));
 }
 
+/// `bench svgp --vs python` with an interpreter that cannot run says so and names `--python`,
+/// the way to point it at one that has GPflow (issue 39).
+#[test]
+fn bench_without_the_python_libraries_says_how_to_point_at_them() {
+    let out = run(&[
+        "bench",
+        "svgp",
+        "--n",
+        "500",
+        "--m",
+        "10",
+        "--batch",
+        "50",
+        "--steps",
+        "2",
+        "--vs",
+        "python",
+        "--python",
+        "/nonexistent/bin/python",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("gpflow: not measured (/nonexistent/bin/python not runnable"), "{text}");
+    assert!(text.contains("pass --python PATH"), "{text}");
+}
+
 /// `bench svgp` times a step and streams an epoch of a CSV it writes, reporting peak memory.
 #[test]
 fn bench_svgp_times_a_step_and_streams_an_epoch() {

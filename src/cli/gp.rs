@@ -422,6 +422,14 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
     });
     bar.finish_and_clear();
     if let Some(r) = &report
+        && r.termination == "LineSearchFailed"
+    {
+        eprintln!(
+            "warning: training stopped after {} iterations because no step decreased the objective (projected gradient {:.2e}); the fit may not be at an optimum",
+            r.iterations, r.projected_gradient_norm
+        );
+    }
+    if let Some(r) = &report
         && r.termination == "MaxIterations"
     {
         eprintln!(
@@ -451,6 +459,7 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
     });
     if let Some(r) = &report {
         out["training"] = serde_json::to_value(r)?;
+        out["training"]["stop"] = json!(stop_reason(&r.termination));
     }
     if let Some(t) = &terms {
         out["terms"] = serde_json::to_value(t)?;
@@ -523,11 +532,17 @@ fn print_human(out: &Value) {
         println!("ordinary    objective {o:.6} before the multiscale phase");
     }
     if let Some(t) = out.get("training") {
+        let termination = t["termination"].as_str().unwrap_or("");
         println!(
-            "training    {} iterations, {} evaluations, {}",
+            "training    {} iterations, {} evaluations, stopped: {} ({termination}), projected gradient {:.2e}{}",
             t["iterations"],
             t["evaluations"],
-            t["termination"].as_str().unwrap_or("")
+            stop_reason(termination),
+            t["projected_gradient_norm"].as_f64().unwrap_or(f64::NAN),
+            match t["approximate_steps"].as_u64() {
+                Some(k) if k > 0 => format!(", {k} approximate-Wolfe steps"),
+                _ => String::new(),
+            }
         );
     }
     if let (Some(m), Some(v)) = (out["mean"].as_array(), out["var"].as_array()) {
@@ -535,5 +550,19 @@ fn print_human(out: &Value) {
         for (a, b) in m.iter().zip(v) {
             println!("{a},{b}");
         }
+    }
+}
+
+/// Why training stopped, in words, from [`TrainReport::termination`] (the optimiser's
+/// `Termination` as Debug text).
+pub(crate) fn stop_reason(termination: &str) -> &'static str {
+    match termination {
+        "Converged(ProjectedGradient)" => "converged, projected gradient within pgtol",
+        "Converged(RelativeReduction)" => "converged, relative reduction of the objective within ftol",
+        "MaxIterations" => "iteration limit (--max-iters)",
+        "LineSearchFailed" => "line search failed, no step decreased the objective",
+        "StoppedByCallback" => "stopped by its caller",
+        "" => "no optimiser run",
+        _ => "optimiser error",
     }
 }

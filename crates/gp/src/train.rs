@@ -72,8 +72,15 @@ pub struct TrainReport {
     pub iterations: usize,
     pub evaluations: usize,
     pub failed_evaluations: usize,
-    /// How the last optimiser run ended.
+    /// How the winning optimiser run ended (`Converged(ProjectedGradient)`,
+    /// `Converged(RelativeReduction)`, `MaxIterations`, `LineSearchFailed`, …).
     pub termination: String,
+    /// `‖P(x − g) − x‖∞` of the winning run at its returned point, in the optimiser's
+    /// (log-)parameters: how close to a KKT point it stopped.
+    pub projected_gradient_norm: f64,
+    /// Steps the winning run accepted under Hager & Zhang's approximate Wolfe conditions
+    /// (`optimize` module docs, step 4): nonzero when f's round-off hid its decrease.
+    pub approximate_steps: usize,
     /// Objective of each run (warm start first), for restarts.
     pub run_objectives: Vec<f64>,
     /// Inducing re-selections accepted / rejected (sparse strategies only).
@@ -96,6 +103,8 @@ struct RunOutcome {
     evaluations: usize,
     failed: usize,
     termination: String,
+    projected_gradient_norm: f64,
+    approximate_steps: usize,
     curvature: Curvature,
 }
 
@@ -149,6 +158,8 @@ fn run_once<M: Objective>(
         evaluations: res.evaluations,
         failed: res.failed_evaluations,
         termination: format!("{:?}", res.termination),
+        projected_gradient_norm: res.projected_gradient_norm,
+        approximate_steps: res.approximate_steps,
         curvature: res.curvature,
     })
 }
@@ -235,6 +246,8 @@ pub fn train_from<M: Objective>(
         evaluations: totals.1,
         failed_evaluations: totals.2,
         termination: best.termination,
+        projected_gradient_norm: best.projected_gradient_norm,
+        approximate_steps: best.approximate_steps,
         run_objectives: runs,
         reinit_accepted: 0,
         reinit_rejected: 0,
@@ -356,6 +369,8 @@ fn reinit(
         evaluations: evals + out.evaluations,
         failed_evaluations: failed + out.failed,
         termination: if out.termination.is_empty() { termination } else { out.termination },
+        projected_gradient_norm: out.projected_gradient_norm,
+        approximate_steps: out.approximate_steps,
         run_objectives: vec![eval.value],
         reinit_accepted: accepted,
         reinit_rejected: rejected,

@@ -53,34 +53,66 @@ pub struct GpBenchArgs {
     #[arg(long, default_value_t = 10)]
     pub reps: usize,
     /// Also time GPflow's SGPR ELBO + gradient (θ and Z; compiled tf.function) at the VFE
-    /// sizes and numpy's GEMM 2000³, when `python3` has them (A B A B with ours).
+    /// sizes and numpy's GEMM 2000³, when the `--python` interpreter has them. Both sides get
+    /// `--reps` repetitions and report their best, on the same data (written to a file that
+    /// GPflow reads); the ratio is shown only when the two ELBOs at the start agree.
     #[arg(long, value_name = "python")]
     pub vs: Option<String>,
+    /// The Python interpreter for `--vs python` (e.g. a virtualenv's `bin/python` with GPflow).
+    #[arg(long, value_name = "PATH", default_value = "python3")]
+    pub python: PathBuf,
     #[arg(long)]
     pub json: bool,
 }
 
-/// GPflow's SGPR: the collapsed bound and its gradient in θ, σ² and Z, compiled.
+/// GPflow's SGPR: the collapsed bound and its gradient in θ, σ² and Z, compiled, on the data
+/// `bench gp` wrote (`X.txt` with the target in its last column, `Z.txt`): the same numbers as
+/// ours, bit for bit. Prints its best time of R and the ELBO at that point.
 const GPFLOW_SGPR: &str = r#"
 import json, sys, time, numpy as np
 import gpflow, tensorflow as tf
-N, M, D, R = map(int, sys.argv[1:5])
+path, R = sys.argv[1], int(sys.argv[2])
 gpflow.config.set_default_float(np.float64)
-rng = np.random.default_rng(7)
-X = rng.uniform(-2, 2, (N, D)); Y = np.sin(1.5 * X).sum(1, keepdims=True) + 0.1 * rng.uniform(-1, 1, (N, 1))
-Z = rng.uniform(-2, 2, (M, D))
-m = gpflow.models.SGPR((X, Y), gpflow.kernels.SquaredExponential(lengthscales=[0.7] * D), inducing_variable=Z, noise_variance=0.1)
+data = np.loadtxt(path + "/X.txt", ndmin=2); Z = np.loadtxt(path + "/Z.txt", ndmin=2)
+X, Y = data[:, :-1], data[:, -1:]
+D = X.shape[1]
+m = gpflow.models.SGPR((X, Y), gpflow.kernels.SquaredExponential(variance=1.0, lengthscales=[0.7] * D), inducing_variable=Z, noise_variance=0.1)
 @tf.function
 def step():
     with tf.GradientTape() as t:
         loss = m.training_loss()
     return loss, t.gradient(loss, m.trainable_variables)
-step()
+loss, _ = step()
 best = float("inf")
 for _ in range(R):
     t0 = time.perf_counter(); step(); best = min(best, time.perf_counter() - t0)
-print(json.dumps({"lib": "gpflow " + gpflow.__version__, "seconds": best}))
+print(json.dumps({"lib": "gpflow " + gpflow.__version__, "seconds": best, "elbo": -float(loss)}))
 "#;
+
+/// Relative difference of the two sides' objectives at the start above which `bench gp`
+/// shows no speed ratio: a faster evaluation of a different objective is no comparison.
+const AGREEMENT: f64 = 1e-9;
+
+/// Write `x`, `y` (as the last column) and `z` with every digit (`{:?}` of an f64 reads back
+/// to the same number), for the Python side to read: both sides then evaluate the same data.
+fn write_shared(dir: &std::path::Path, x: &DMatrix<f64>, y: &DVector<f64>, z: &DMatrix<f64>) -> std::io::Result<()> {
+    use std::io::Write as _;
+    std::fs::create_dir_all(dir)?;
+    let mut w = std::io::BufWriter::new(std::fs::File::create(dir.join("X.txt"))?);
+    for i in 0..x.nrows() {
+        for j in 0..x.ncols() {
+            write!(w, "{:?} ", x[(i, j)])?;
+        }
+        writeln!(w, "{:?}", y[i])?;
+    }
+    w.flush()?;
+    let mut w = std::io::BufWriter::new(std::fs::File::create(dir.join("Z.txt"))?);
+    for i in 0..z.nrows() {
+        let row: Vec<String> = (0..z.ncols()).map(|j| format!("{:?}", z[(i, j)])).collect();
+        writeln!(w, "{}", row.join(" "))?;
+    }
+    w.flush()
+}
 
 /// numpy's GEMM 2000³ (its BLAS), the reference rate of the python stack.
 const NUMPY_GEMM: &str = r#"
@@ -208,7 +240,7 @@ fn run_gp(a: GpBenchArgs) -> anyhow::Result<()> {
     say(format!("GEMM 2000³ (faer, all cores): {peak:.1} GFLOP/s  ← the machine's practical peak"));
     rows.push(json!({"case": "gemm", "n": 2000, "gflops": peak}));
     if a.vs.is_some() {
-        match svgp::python(NUMPY_GEMM, &[a.reps.to_string()]) {
+        match svgp::python(&a.python, NUMPY_GEMM, &[a.reps.to_string()]) {
             Ok(v) => {
                 let g = v["gflops"].as_f64().unwrap_or(0.0);
                 say(format!("GEMM 2000³ ({}): {g:.1} GFLOP/s", v["lib"].as_str().unwrap_or("numpy")));
@@ -226,6 +258,7 @@ fn run_gp(a: GpBenchArgs) -> anyhow::Result<()> {
                 let mut r = ChaCha8Rng::seed_from_u64(3);
                 let z = DMatrix::from_fn(m, d, |_, _| r.random_range(-2.0..2.0));
                 let k = SquaredExponential::ard(1.0, vec![0.7; d]);
+                let shared = (a.vs.is_some() && m == 500 && d == 4).then(|| (x.clone(), y.clone(), z.clone()));
                 let mut gp = SparseGp::new(SparseKind::Vfe, Box::new(k), NoiseModel::homoscedastic(0.1), x, y, z)?;
                 gp.optimize_inducing = true;
                 // Every VFE case gets all `--reps`, also the ≈ 1 s N = 10⁵, M = 500 step: on this
@@ -245,21 +278,38 @@ fn run_gp(a: GpBenchArgs) -> anyhow::Result<()> {
                 ));
                 rows.push(json!({"case": "vfe_elbo_grad", "n": n, "m": m, "d": d, "seconds": t,
                                  "gflops": flops / t / 1e9, "share_of_gemm": flops / t / 1e9 / peak}));
-                // GPflow on the same sizes, then ours once more (A B A B).
-                if a.vs.is_some() && m == 500 && d == 4 {
-                    // GPflow gets as many repetitions as ours: the ratio compares like with like.
-                    let r = reps.to_string();
-                    match svgp::python(GPFLOW_SGPR, &[n.to_string(), m.to_string(), d.to_string(), r]) {
+                // GPflow on the same data (written to a file it reads), with as many repetitions
+                // and the same best-of rule as ours: like with like.
+                if let Some((x, y, z)) = shared {
+                    let dir = std::env::temp_dir().join(format!("dpcotrain-bench-gp-{}", std::process::id()));
+                    write_shared(&dir, &x, &y, &z)?;
+                    let r = svgp::python(&a.python, GPFLOW_SGPR, &[dir.display().to_string(), reps.to_string()]);
+                    std::fs::remove_dir_all(&dir).ok();
+                    match r {
                         Ok(v) => {
                             let theirs = v["seconds"].as_f64().unwrap_or(f64::NAN);
-                            let again = best_of(reps, || gp.evaluate()).0.min(t);
+                            let lib = v["lib"].as_str().unwrap_or("gpflow");
+                            let elbo = v["elbo"].as_f64().unwrap_or(f64::NAN);
+                            let rel = (elbo - e.value).abs() / e.value.abs();
                             say(format!(
-                                "VFE ELBO+grad (θ and Z)  N={n:>6} M={m:>3} D={d}: {theirs:>8.3} s  ({}; dpcotrain {again:.3} s is {:.2}× faster)",
-                                v["lib"].as_str().unwrap_or("gpflow"),
-                                theirs / again
+                                "  objective at the start: dpcotrain {:.9}, {lib} {elbo:.9}, relative difference {rel:.1e}",
+                                e.value
                             ));
-                            rows.push(json!({"case": "vfe_elbo_grad", "lib": v["lib"], "n": n, "m": m, "d": d,
-                                             "seconds": theirs, "ratio_to_dpcotrain": theirs / again}));
+                            let agree = rel <= AGREEMENT;
+                            if agree {
+                                say(format!(
+                                    "VFE ELBO+grad (θ and Z)  N={n:>6} M={m:>3} D={d}: {theirs:>8.3} s  ({lib}; dpcotrain {t:.3} s is {:.2}× faster, best of {reps} each)",
+                                    theirs / t
+                                ));
+                            } else {
+                                say(format!(
+                                    "VFE ELBO+grad (θ and Z)  N={n:>6} M={m:>3} D={d}: {theirs:>8.3} s  ({lib}; no ratio: the objectives differ by {rel:.1e} > {AGREEMENT:e})"
+                                ));
+                            }
+                            rows.push(json!({"case": "vfe_elbo_grad", "lib": lib, "n": n, "m": m, "d": d,
+                                             "seconds": theirs, "reps": reps, "elbo": elbo, "dpcotrain_elbo": e.value,
+                                             "relative_difference": rel,
+                                             "ratio_to_dpcotrain": if agree { json!(theirs / t) } else { json!(null) }}));
                         }
                         Err(e) => say(format!("gpflow: not measured ({e})")),
                     }
@@ -341,6 +391,7 @@ fn run_gp(a: GpBenchArgs) -> anyhow::Result<()> {
         d: 4,
         steps: if a.quick { 5 } else { 30 },
         vs: a.vs.clone(),
+        python: a.python.clone(),
         stream_rows: None,
         stream_dir: PathBuf::new(),
         stream_m: 100,

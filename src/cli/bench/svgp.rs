@@ -33,9 +33,12 @@ pub struct SvgpBenchArgs {
     #[arg(long, default_value_t = 30)]
     pub steps: u64,
     /// Measure GPflow (SVGP + NaturalGradient + Adam) and GPyTorch (NGD + Adam) too, when
-    /// `python3` has them installed.
+    /// the `--python` interpreter has them installed.
     #[arg(long, value_name = "python")]
     pub vs: Option<String>,
+    /// The Python interpreter for `--vs python` (e.g. a virtualenv's `bin/python` with GPflow).
+    #[arg(long, value_name = "PATH", default_value = "python3")]
+    pub python: PathBuf,
     /// Also stream one epoch of a CSV with this many rows (D = 4; written to --stream-dir if
     /// absent) through `gp svgp` in a child process: wall time and peak RSS.
     #[arg(long)]
@@ -136,20 +139,27 @@ fn ours(a: &SvgpBenchArgs, x: &DMatrix<f64>, y: &nalgebra::DVector<f64>) -> anyh
     Ok(t.elapsed().as_secs_f64() / a.steps as f64)
 }
 
-/// Run a Python benchmark script with `args`; its last line is one JSON object. The reason, when
-/// python or the library is missing or the script fails.
-pub(crate) fn python(script: &str, args: &[String]) -> Result<Value, String> {
-    let out = std::process::Command::new("python3")
+/// Run a Python benchmark script with `args` under the interpreter `interp`; its last line is
+/// one JSON object. The reason, when python or the library is missing or the script fails; a
+/// missing module names `--python`, the way to point the benchmark at an interpreter that has it.
+pub(crate) fn python(interp: &std::path::Path, script: &str, args: &[String]) -> Result<Value, String> {
+    let shown = interp.display();
+    let out = std::process::Command::new(interp)
         .arg("-c")
         .arg(script)
         .args(args)
         .env("TF_CPP_MIN_LOG_LEVEL", "3")
         .output()
-        .map_err(|e| format!("python3 not runnable: {e}"))?;
+        .map_err(|e| format!("{shown} not runnable: {e}; pass --python PATH to use another interpreter"))?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
         let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("failed");
-        return Err(last.to_string());
+        if last.contains("ModuleNotFoundError") || last.contains("ImportError") {
+            return Err(format!(
+                "{shown}: {last}; pass --python PATH to an interpreter that has it (e.g. a virtualenv's bin/python)"
+            ));
+        }
+        return Err(format!("{shown}: {last}"));
     }
     let text = String::from_utf8_lossy(&out.stdout);
     let line = text.lines().rev().find(|l| l.starts_with('{')).ok_or("no JSON line in its output")?;
@@ -193,7 +203,7 @@ pub(crate) fn measure(a: &SvgpBenchArgs) -> anyhow::Result<Vec<Value>> {
         if a.vs.is_some() {
             for (k, script) in [GPFLOW, GPYTORCH].iter().enumerate() {
                 let args = [a.n, a.m, a.batch, a.d, a.steps as usize].map(|v| v.to_string());
-                let r = python(script, &args);
+                let r = python(&a.python, script, &args);
                 let name = match &r {
                     Ok(v) => v["lib"].as_str().unwrap_or("?").to_string(),
                     Err(_) => ["gpflow", "gpytorch"][k].to_string(),

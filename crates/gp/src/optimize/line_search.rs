@@ -1,6 +1,8 @@
 //! The projected line search along P(x + αd) (module docs of `optimize`, step 3): breakpoints
 //! of the path, safeguarded cubic/quadratic interpolation, and the strong-Wolfe bracketing
-//! (Moré & Thuente 1994; Nocedal & Wright 2006, Algorithms 3.5–3.6).
+//! (Moré & Thuente 1994; Nocedal & Wright 2006, Algorithms 3.5–3.6), with Hager & Zhang's
+//! (2006) approximate Wolfe conditions for objectives whose values are noisier than their
+//! gradients (module docs of `optimize`, step 4).
 
 use super::*;
 
@@ -127,6 +129,18 @@ pub(super) struct Accepted {
     pub(super) x: Vec<f64>,
     pub(super) f: f64,
     pub(super) g: Vec<f64>,
+    /// Accepted by the approximate Wolfe conditions (f may not have decreased measurably).
+    pub(super) approximate: bool,
+}
+
+/// Hager & Zhang's (2006) approximate Wolfe test on the straight part of the path:
+/// `σφ'(0) ≤ φ'(α) ≤ (2δ − 1)φ'(0)` together with `φ(α) ≤ φ(0) + ε_k`, where
+/// `ε_k = APPROX_EPS·|φ(0)|`. For a quadratic φ the derivative part is the Armijo condition
+/// with `c₁ = δ` (φ(α) − φ(0) = α(φ'(0) + φ'(α))/2 ≤ δαφ'(0)), and unlike Armijo it does not
+/// need f differences below f's own round-off; `ε_k` bounds the increase f may show by that
+/// round-off.
+fn approximate_wolfe(f0: f64, dphi0: f64, ft: f64, dphi: f64) -> bool {
+    dphi0 < 0.0 && C2 * dphi0 <= dphi && dphi <= (2.0 * APPROX_DELTA - 1.0) * dphi0 && ft <= f0 + APPROX_EPS * f0.abs()
 }
 
 /// Next trial inside the bracket `[lo, hi]`: safeguarded cubic, then quadratic,
@@ -147,7 +161,14 @@ fn interpolate(lo: LsPoint, hi: Hi) -> f64 {
 }
 
 /// Projected strong-Wolfe line search (module docs, step 4). Returns the
-/// accepted point, or `None` if no point with sufficient decrease was found.
+/// accepted point, or `None` if no point with sufficient decrease was found
+/// and no trial met the approximate Wolfe conditions.
+///
+/// With `approximate` (the run has switched to approximate Wolfe, Hager & Zhang 2006),
+/// a trial on the straight part of the path that meets [`approximate_wolfe`] is accepted
+/// at once. Without it, the first such trial is only remembered, and returned (marked
+/// `approximate`) if the search would otherwise fail: a search that succeeds is the
+/// plain strong-Wolfe search, bit for bit.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn line_search<F>(
     ev: &mut Evaluator<F>,
@@ -158,6 +179,7 @@ pub(super) fn line_search<F>(
     lower: &[f64],
     upper: &[f64],
     max_evals: usize,
+    approximate: bool,
 ) -> Option<Accepted>
 where
     F: FnMut(&[f64]) -> EvalResult,
@@ -171,6 +193,7 @@ where
     let mut lo = LsPoint { alpha: 0.0, f: f0, dphi: dphi0 };
     let mut lo_state: Option<Accepted> = None;
     let mut hi: Option<Hi> = None;
+    let mut fallback: Option<Accepted> = None;
     let mut alpha = alpha_all.min(1.0);
     if !(alpha > 0.0 && alpha.is_finite()) {
         return None;
@@ -201,11 +224,22 @@ where
                 let pred: f64 = g0.iter().zip(xt.iter().zip(x)).map(|(gi, (a, b))| gi * (a - b)).sum();
                 let armijo = pred < 0.0 && ft <= f0 + C1 * pred;
                 let point = LsPoint { alpha, f: ft, dphi };
+                if (!armijo || ft >= lo.f)
+                    && fallback.is_none()
+                    && alpha <= alpha_bp
+                    && approximate_wolfe(f0, dphi0, ft, dphi)
+                {
+                    let acc = Accepted { x: xt.clone(), f: ft, g: gt.clone(), approximate: true };
+                    if approximate {
+                        return Some(acc);
+                    }
+                    fallback = Some(acc);
+                }
                 if !armijo || ft >= lo.f {
                     hi = Some(Hi::Evaluated(point));
                 } else {
                     if alpha >= alpha_bp || dphi.abs() <= C2 * dphi0.abs() {
-                        return Some(Accepted { x: xt, f: ft, g: gt });
+                        return Some(Accepted { x: xt, f: ft, g: gt, approximate: false });
                     }
                     let prev = lo;
                     let passed_min = match hi {
@@ -216,7 +250,7 @@ where
                         hi = Some(Hi::Evaluated(prev));
                     }
                     lo = point;
-                    lo_state = Some(Accepted { x: xt, f: ft, g: gt });
+                    lo_state = Some(Accepted { x: xt, f: ft, g: gt, approximate: false });
                     if hi.is_none() {
                         // Still descending steeply: extrapolate (Moré–Thuente bounds),
                         // stopping at the first kink (here alpha < alpha_bp).
@@ -242,5 +276,5 @@ where
             alpha = alpha_bp; // leaving the bent part: try the kink first
         }
     }
-    lo_state
+    lo_state.or(fallback)
 }
