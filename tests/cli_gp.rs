@@ -332,7 +332,7 @@ fn long_or_unconverged_fits_are_not_silent() {
     let out = run(&["gp", "fit", "--train", train.to_str().unwrap(), "--max-iters", "1", "--json"]);
     let v = json_of(&out);
     assert_eq!(v["training"]["termination"], "MaxIterations");
-    // The stop reason in words and the projected gradient reached (issue 39).
+    // The stop reason in words and the projected gradient reached (D29).
     assert_eq!(v["training"]["stop"], "iteration limit (--max-iters)");
     assert!(v["training"]["projected_gradient_norm"].as_f64().is_some_and(|p| p.is_finite() && p > 0.0), "{v}");
     assert_eq!(v["training"]["approximate_steps"], 0);

@@ -309,7 +309,7 @@ fn scalable_svgp_compares_svgp_with_sgpr() {
 }
 
 /// `bench svgp --vs python` with an interpreter that cannot run says so and names `--python`,
-/// the way to point it at one that has GPflow (issue 39).
+/// the way to point it at one that has GPflow.
 #[test]
 fn bench_without_the_python_libraries_says_how_to_point_at_them() {
     let out = run(&[

@@ -1,5 +1,5 @@
 //! The L-BFGS on a flat, curved ridge whose values carry round-off far above machine epsilon —
-//! the situation of issue 39, where a joint SGPR/VFE fit (ELBO ≈ 2.8·10⁴, values reproducible
+//! the situation of docs/decisions.md D29, where a joint SGPR/VFE fit (ELBO ≈ 2.8·10⁴, values reproducible
 //! only to ≈ 10⁻² because the trace term cancels two numbers of order 10⁷) stopped on a failed
 //! line search 26.8 nats below the optimum that SciPy's L-BFGS-B reached along the ridge.
 //!
@@ -69,7 +69,7 @@ fn run() -> LbfgsResult {
 
 /// The run reaches the analytic optimum (q = 0 at v = V_STAR) to within f's round-off,
 /// although most of the way the decrease per step is below it. Before the approximate Wolfe
-/// conditions (issue 39) the run stopped with `LineSearchFailed` at q = 0.448 (v = 5.85) after
+/// conditions (D29) the run stopped with `LineSearchFailed` at q = 0.448 (v = 5.85) after
 /// 113 iterations; SciPy's L-BFGS-B stops at q = 1.59 (v = 2.08, "ABNORMAL").
 #[test]
 fn reaches_the_optimum_of_a_flat_ridge_under_round_off() {
