@@ -387,6 +387,27 @@ impl FrontierJob {
     }
 }
 
+/// Which run a [`FrontierRow`] is: the private-only model, the protocol without DP, or one
+/// DP cell (spelled "alone", "no-dp", "dp" in runs.jsonl).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RunCell {
+    Alone,
+    NoDp,
+    Dp,
+}
+
+impl RunCell {
+    pub fn name(self) -> &'static str {
+        match self {
+            RunCell::Alone => "alone",
+            RunCell::NoDp => "no-dp",
+            RunCell::Dp => "dp",
+        }
+    }
+}
+
+crate::named_enum!(RunCell, "frontier run", [Alone, NoDp, Dp]);
+
 /// One party's test RMSE in one cell.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FrontierRow {
@@ -394,8 +415,7 @@ pub struct FrontierRow {
     pub nobs: usize,
     pub seed: u64,
     pub party: String,
-    /// "alone", "no-dp" or "dp".
-    pub cell: String,
+    pub cell: RunCell,
     pub theta: Option<String>,
     pub mechanism: Option<String>,
     pub epsilon: Option<f64>,
@@ -679,12 +699,12 @@ fn configured_parties(
 
 /// Every cell of one job.
 pub fn run_job(cfg: &FrontierConfig, job: &FrontierJob) -> Vec<FrontierRow> {
-    let base = |party: &str, cell: &str| FrontierRow {
+    let base = |party: &str, cell: RunCell| FrontierRow {
         data: job.data.name(),
         nobs: job.nobs,
         seed: job.seed,
         party: party.into(),
-        cell: cell.into(),
+        cell,
         theta: None,
         mechanism: None,
         epsilon: None,
@@ -697,7 +717,7 @@ pub fn run_job(cfg: &FrontierConfig, job: &FrontierJob) -> Vec<FrontierRow> {
     let sc = match job.data.scenario(cfg, job.nobs, job.seed) {
         Ok(sc) => sc,
         Err(e) => {
-            let mut r = base("*", "alone");
+            let mut r = base("*", RunCell::Alone);
             r.error = Some(e.to_string());
             return vec![r];
         }
@@ -705,7 +725,7 @@ pub fn run_job(cfg: &FrontierConfig, job: &FrontierJob) -> Vec<FrontierRow> {
     let names: Vec<String> = sc.parties.iter().map(|p| p.name.clone()).collect();
     let mut rows = Vec::new();
     let mut push = |rep: Result<RunReport, CotrainError>,
-                    cell: &str,
+                    cell: RunCell,
                     theta: Option<ThetaChoice>,
                     mech: Option<(f64, FrontierMechanism)>,
                     alone: bool| {
@@ -737,13 +757,13 @@ pub fn run_job(cfg: &FrontierConfig, job: &FrontierJob) -> Vec<FrontierRow> {
         if k == 0 {
             // The private-only model does not depend on the release θ.
             let alone = rep.clone();
-            push(alone, "alone", None, None, true);
+            push(alone, RunCell::Alone, None, None, true);
         }
-        push(rep, "no-dp", Some(theta), None, false);
+        push(rep, RunCell::NoDp, Some(theta), None, false);
         for &mech in &cfg.mechanisms {
             for &eps in &cfg.epsilons {
                 let rep = run(&sc, &cfg.dp(Some((eps, mech)), theta), job.seed, cfg);
-                push(rep, "dp", Some(theta), Some((eps, mech)), false);
+                push(rep, RunCell::Dp, Some(theta), Some((eps, mech)), false);
             }
         }
     }
@@ -842,14 +862,14 @@ pub fn summarise(rows: &[FrontierRow]) -> Vec<FrontierCell> {
     let mut alone: BTreeMap<_, (f64, f64)> = BTreeMap::new();
     let mut nodp: BTreeMap<_, (f64, Option<f64>)> = BTreeMap::new();
     for r in rows {
-        match r.cell.as_str() {
-            "alone" => {
+        match r.cell {
+            RunCell::Alone => {
                 alone.insert(id(r), (r.rmse, r.mean_baseline.unwrap_or(f64::NAN)));
             }
-            "no-dp" => {
+            RunCell::NoDp => {
                 nodp.insert((id(r), r.theta.clone().unwrap_or_default()), (r.rmse, r.se_vs_alone));
             }
-            _ => {}
+            RunCell::Dp => {}
         }
     }
     /// One party-run: alone, no-DP, DP, its baseline, and the paired SEs of the two changes.
@@ -865,7 +885,7 @@ pub fn summarise(rows: &[FrontierRow]) -> Vec<FrontierCell> {
     type Key = (String, usize, String, String, u64);
     let mut groups: BTreeMap<Key, Vec<Run>> = BTreeMap::new();
     let mut failed: BTreeMap<Key, usize> = BTreeMap::new();
-    for r in rows.iter().filter(|r| r.cell == "dp") {
+    for r in rows.iter().filter(|r| r.cell == RunCell::Dp) {
         let theta = r.theta.clone().unwrap_or_default();
         let key: Key = (
             r.data.clone(),
@@ -947,7 +967,7 @@ mod tests {
             nobs: 100,
             seed,
             party: party.into(),
-            cell: cell.into(),
+            cell: cell.parse().unwrap(),
             theta: (cell != "alone").then(|| "public".into()),
             mechanism: (cell == "dp").then(|| "finite+cap".into()),
             epsilon: (cell == "dp").then_some(1.0),
@@ -983,7 +1003,7 @@ mod tests {
                 let traces = trace_run(&cfg, &job, dp, oracle).unwrap();
                 assert_eq!(traces.len(), 2);
                 for t in &traces {
-                    let want = |c: &str| rows.iter().find(|r| r.party == t.party && r.cell == c).unwrap().rmse;
+                    let want = |c: &str| rows.iter().find(|r| r.party == t.party && r.cell.name() == c).unwrap().rmse;
                     assert!((rmse(t, 1) - want("alone")).abs() < 1e-12, "{cell} {}", t.party);
                     assert!((rmse(t, 3) - want(cell)).abs() < 1e-12, "{cell} {}", t.party);
                     assert!(rmse(t, 5).is_finite() && rmse(t, 6).is_finite());
