@@ -614,7 +614,11 @@ fn print_table(r: &Value) {
         println!("{line}");
     }
     println!();
-    for line in verdict_lines(r).into_iter().chain(baseline_lines(r)).chain(clipped_line(r)) {
+    for line in verdict_lines(r)
+        .into_iter()
+        .chain(baseline_lines(r["parties"].as_array().map_or(&[][..], |v| v)))
+        .chain(clipped_line(r))
+    {
         println!("{line}");
     }
     let privacy = match r["dp"].as_str().unwrap_or("") {
@@ -737,7 +741,11 @@ fn write_report(a: &DemoArgs, sc: &Scenario, r: &Value) -> anyhow::Result<()> {
         md += &format!("{line}\n");
     }
     md += "\n";
-    for line in verdict_lines(r).into_iter().chain(baseline_lines(r)).chain(clipped_line(r)) {
+    for line in verdict_lines(r)
+        .into_iter()
+        .chain(baseline_lines(r["parties"].as_array().map_or(&[][..], |v| v)))
+        .chain(clipped_line(r))
+    {
         md += &format!("- {line}\n");
     }
     md += &oracle_note(r);

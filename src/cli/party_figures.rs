@@ -59,9 +59,9 @@ pub fn verdict(alone: f64, after: f64, se: Option<f64>, n_test: Option<usize>) -
 
 /// Where a party's model, alone or after co-training, is no better than predicting the public
 /// mean (the constant that needs no label): a gain over a useless model is no gain.
-pub fn baseline_lines(r: &Value) -> Vec<String> {
+pub fn baseline_lines(parties: &[Value]) -> Vec<String> {
     let mut out = Vec::new();
-    for p in r["parties"].as_array().into_iter().flatten() {
+    for p in parties {
         let name = p["party"].as_str().unwrap_or("?");
         let Some(b) = p["rmse_mean_baseline"].as_f64() else { continue };
         let alone = p["rmse_before"].as_f64().unwrap_or(f64::NAN);

@@ -125,7 +125,7 @@ pub async fn run(a: RunArgs) -> anyhow::Result<()> {
                 crate::cli::party_figures::verdict(alone, after, r["rmse_change_se"].as_f64(), None)
             );
         }
-        for line in crate::cli::party_figures::baseline_lines(&serde_json::json!({ "parties": rows })) {
+        for line in crate::cli::party_figures::baseline_lines(&rows) {
             println!("{line}");
         }
         if !skipped.is_empty() {
