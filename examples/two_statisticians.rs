@@ -6,7 +6,8 @@
 //! §4.3.1's generator, r = 0.9, masked: each party's labelled rows come from a different
 //! region). They co-train with the honest protocol: public θ, 25 pool entities chosen without
 //! looking at the labels, one calibrated, influence-capped release per peer (ε = 1, δ = 1e-5),
-//! Noisy + marginal with answers read as likelihood messages. It prints each party's test RMSE
+//! Noisy + marginal with answers read as likelihood messages, each discounted as a node does by
+//! default (docs/decisions.md D30). It prints each party's test RMSE
 //! alone, after co-training, and after the same protocol without DP, and the ε each party's
 //! labels spent.
 
@@ -14,6 +15,7 @@ use dpcotrain_cotrain::answer::Uncertainty;
 use dpcotrain_cotrain::combiner::{AnswerForm, CombinerKind};
 use dpcotrain_cotrain::driver::{block_on, build_parties, run_in_process};
 use dpcotrain_cotrain::responder::DpConfig;
+use dpcotrain_cotrain::settings::DEFAULT_ANSWER_DISCOUNT;
 use dpcotrain_cotrain::simulate::{SimConfig, simulate};
 use dpcotrain_privacy::sensitivity::LabelRange;
 
@@ -30,7 +32,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for dp in [&private, &open] {
         let parties = build_parties(&scenario, kind, uncertainty, dp, 7)?;
         for p in &parties {
-            p.lock().map_err(|_| "lock poisoned")?.model.set_answer_form(AnswerForm::Likelihood)?;
+            let mut p = p.lock().map_err(|_| "lock poisoned")?;
+            p.model.set_answer_form(AnswerForm::Likelihood)?;
+            // A node's default (D30): each answer weighs at most a thirtieth of one own label.
+            p.model.set_answer_discount(DEFAULT_ANSWER_DISCOUNT)?;
         }
         // One round: each party asks its 25 entities in one request; its peer releases once.
         results.push(block_on(run_in_process(&parties, 1))?);

@@ -95,7 +95,7 @@ fn readme_quotes_the_demo() {
         ),
     );
     let (_, once) = demo(&["--policy", "release-once", "--rounds", "25"]);
-    let (_, extra) = demo(&["--answer-extra-variance", "3"]);
+    let (_, extra) = demo(&["--answer-extra-variance", "0"]);
     let (_, sim) = demo(&["--dataset", "simulated"]);
     for quoted in [
         format!(
@@ -106,7 +106,7 @@ fn readme_quotes_the_demo() {
             f3(&r, 1, "rmse_after")
         ),
         format!(
-            "`--answer-extra-variance 3` (every answer discounted for the view mismatch, `[model] answer_extra_variance`: P1 {} and P2 {} —",
+            "as reported, without the default discount `own:30` of `[model] answer_extra_variance`: P1\n   {} and P2 {} —",
             change(&extra, 0),
             change(&extra, 1)
         ),

@@ -18,6 +18,7 @@ use clap::Args;
 use dpcotrain_cotrain::answer::Uncertainty;
 use dpcotrain_cotrain::baseline::yu_oracle;
 use dpcotrain_cotrain::ccpp::{CcppConfig, RESPONSE, ccpp, ccpp_pooled};
+use dpcotrain_cotrain::combiner::AnswerDiscount;
 use dpcotrain_cotrain::combiner::{AnswerForm, CombinerKind};
 use dpcotrain_cotrain::data::Scenario;
 use dpcotrain_cotrain::driver::{PartyOutcome, block_on, build_parties, default_kernel, evaluate, run_in_process};
@@ -79,11 +80,12 @@ pub struct DemoArgs {
     /// Pool indices each party asks per round under batches.
     #[arg(long, default_value_t = 25)]
     pub queries: usize,
-    /// A variance (standardised labels) added to every received answer's reported variance
-    /// before it is folded in (`[model] answer_extra_variance`; 0 = as reported). The
-    /// reference without DP uses the same.
-    #[arg(long, default_value_t = 0.0, value_name = "V")]
-    pub answer_extra_variance: f64,
+    /// What is added to every received answer's reported variance before it is folded in
+    /// (`[model] answer_extra_variance`): a variance V on the standardised labels (0 = as
+    /// reported, the thesis's reading) or own:K, K times the party's own fitted noise variance
+    /// (default own:30: D30). The reference without DP uses the same.
+    #[arg(long, default_value = "own:30", value_name = "V|own:K")]
+    pub answer_extra_variance: AnswerDiscount,
     /// Seed of the data split and of the (simulation) release noise.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -133,9 +135,6 @@ fn check(a: &DemoArgs) -> anyhow::Result<()> {
     }
     if a.rounds == 0 {
         anyhow::bail!("--rounds must be at least 1");
-    }
-    if !(a.answer_extra_variance.is_finite() && a.answer_extra_variance >= 0.0) {
-        anyhow::bail!("--answer-extra-variance must be a finite variance ≥ 0, got {}", a.answer_extra_variance);
     }
     if a.n_obs < 2 {
         anyhow::bail!("--n-obs must be at least 2");
@@ -347,7 +346,7 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
         "policy": a.policy(), "rounds": a.rounds, "seed": a.seed, "n_obs": a.n_obs,
         "guaranteed": guaranteed, "oracle_rmse": oracle, "yu_oracle_rmse": yu, "parties": parties, "refused": refusals,
         "wall_seconds": wall, "federation": fed_dir.display().to_string(),
-        "queries": a.queries, "answer_extra_variance": a.answer_extra_variance,
+        "queries": a.queries, "answer_extra_variance": a.answer_extra_variance.to_string(),
     });
     write_report(&a, &sc, &report)?;
     // Warnings first: a reader must not take the table for a private result.
@@ -394,7 +393,7 @@ fn no_dp_reference(
     for p in &parties {
         let mut p = p.lock().map_err(|_| anyhow::anyhow!("lock poisoned"))?;
         p.model.set_answer_form(form)?;
-        p.model.answer_extra_var = a.answer_extra_variance;
+        p.model.set_answer_discount(a.answer_extra_variance)?;
     }
     let rep = block_on(run_in_process(&parties, a.rounds as usize))?;
     Ok(rep.parties)

@@ -84,8 +84,10 @@ pub struct FrontierArgs {
     pub refit_theta: RefitTheta,
     /// What a querier adds to each answer's reported variance: reported (nothing), own (its own
     /// fitted noise variance), responder (the responder's fitted noise variance: an oracle for
-    /// the harm study, not deployable), or a number.
-    #[arg(long, default_value = "reported")]
+    /// the harm study, not deployable), profile, a number, or own:K (K times the querier's own
+    /// fitted noise variance). Default own:30, a node's default (`[model]
+    /// answer_extra_variance`, D30); the harm study's cells before D30 used reported.
+    #[arg(long, default_value = "own:30")]
     pub answer_noise: AnswerNoise,
     /// The answer check: an answer farther than Z standard deviations from the querier's own
     /// private-only prediction gets its variance raised to that distance (0: off).

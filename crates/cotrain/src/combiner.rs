@@ -13,7 +13,7 @@ use crate::blocky::{BlockyModel, BlockyPredictor};
 use crate::hybrid::{HybridModel, HybridPredictor};
 use crate::psd::project_psd;
 use crate::readings::{FitStarts, Readings, SelectionVariance};
-pub use crate::settings::{AnswerGuard, CombinerKind};
+pub use crate::settings::{AnswerDiscount, AnswerGuard, CombinerKind};
 use dpcotrain_gp::exact::ExactPosterior;
 use dpcotrain_gp::inducing::greedy_variance;
 use dpcotrain_gp::kernels::Kernel;
@@ -981,6 +981,15 @@ impl CoModel {
     }
 
     /// The noise variance of the private fit.
+    /// Sets what every received answer's variance is raised by (D30): a fixed variance, or K
+    /// times [`Self::private_noise_variance`], the private-only fit's σ² — read from the
+    /// party's own labels for its own model, so nothing released changes.
+    pub fn set_answer_discount(&mut self, discount: AnswerDiscount) -> Result<(), CotrainError> {
+        discount.validate().map_err(CotrainError::invalid)?;
+        self.answer_extra_var = discount.variance(self.private_noise_variance());
+        Ok(())
+    }
+
     pub fn private_noise_variance(&self) -> f64 {
         match &self.pre_params {
             Some(pre) => pre[pre.len() - 1].exp(),

@@ -19,6 +19,7 @@ use crate::data::Scenario;
 use crate::driver::{RunReport, block_on, build_parties, run_in_process};
 use crate::release_model::{PublicTheta, QueryPolicy, ReleaseForm, ThetaPolicy};
 use crate::responder::{DpConfig, DpMode, ReleasePolicy};
+use crate::settings::{AnswerDiscount, DEFAULT_ANSWER_DISCOUNT};
 use crate::simulate::{SimConfig, simulate};
 use dpcotrain_privacy::calibrate::Mechanism;
 use dpcotrain_privacy::finite::CapRule;
@@ -197,14 +198,11 @@ fn subsample(views: &Scenario, nobs: usize, seed: u64) -> Result<Scenario, Cotra
 
 /// What a querier adds to each received answer's variance (a counterfactual switch of the
 /// harm study in docs/results.md; [`crate::combiner::CoModel::answer_extra_var`]).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum AnswerNoise {
-    /// Nothing: the answer's own variance (the protocol as specified).
-    Reported,
-    /// A fixed variance (standardised scale).
-    Fixed(f64),
-    /// The querier's own fitted noise variance σ² (its own labels, its own model: deployable).
-    Own,
+    /// A querier's own discount, as a node applies it (D30): `reported` (nothing: the protocol
+    /// as the thesis specifies it), a fixed variance, `own` / `own:K` (K × its own fitted σ²).
+    Discount(AnswerDiscount),
     /// The responder's fitted noise variance (an oracle: it is label-dependent and never
     /// released; for the diagnosis only).
     Responder,
@@ -214,11 +212,12 @@ pub enum AnswerNoise {
 }
 
 impl AnswerNoise {
+    /// The spelling `--answer-noise` reads (and the cells' JSON records).
     pub fn name(&self) -> String {
         match self {
-            AnswerNoise::Reported => "reported".into(),
-            AnswerNoise::Fixed(x) => format!("{x}"),
-            AnswerNoise::Own => "own".into(),
+            AnswerNoise::Discount(AnswerDiscount::Fixed(v)) if *v == 0.0 => "reported".into(),
+            AnswerNoise::Discount(AnswerDiscount::OwnNoise(k)) if *k == 1.0 => "own".into(),
+            AnswerNoise::Discount(d) => d.to_string(),
             AnswerNoise::Responder => "responder".into(),
             AnswerNoise::Profile => "profile".into(),
         }
@@ -229,14 +228,14 @@ impl std::str::FromStr for AnswerNoise {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
-            "reported" => Ok(AnswerNoise::Reported),
-            "own" => Ok(AnswerNoise::Own),
+            "reported" => Ok(AnswerNoise::Discount(AnswerDiscount::Fixed(0.0))),
+            "own" => Ok(AnswerNoise::Discount(AnswerDiscount::OwnNoise(1.0))),
             "responder" => Ok(AnswerNoise::Responder),
             "profile" => Ok(AnswerNoise::Profile),
-            x => match x.parse::<f64>() {
-                Ok(v) if v.is_finite() && v >= 0.0 => Ok(AnswerNoise::Fixed(v)),
-                _ => Err(format!("{x:?} is not reported, own, responder or a variance ≥ 0")),
-            },
+            x => x
+                .parse::<AnswerDiscount>()
+                .map(AnswerNoise::Discount)
+                .map_err(|e| format!("{e}; or reported, own, responder, profile")),
         }
     }
 }
@@ -265,7 +264,7 @@ impl FrontierConfig {
             rank: RankRule::auto(),
             guard: AnswerGuard::Off,
             refit_theta: RefitTheta::Augmented,
-            answer_noise: AnswerNoise::Reported,
+            answer_noise: AnswerNoise::Discount(DEFAULT_ANSWER_DISCOUNT),
             answer_check: None,
             answer_temper: 1.0,
             views: None,
@@ -680,19 +679,18 @@ fn configured_parties(
         p.model.refit_theta = cfg.refit_theta;
         p.model.answer_check_z = cfg.answer_check;
         p.model.answer_var_scale = cfg.answer_temper;
-        p.model.answer_extra_var = match cfg.answer_noise {
-            AnswerNoise::Reported => 0.0,
-            AnswerNoise::Fixed(x) => x,
-            AnswerNoise::Own => fitted_noise[i],
+        match cfg.answer_noise {
+            AnswerNoise::Discount(d) => p.model.set_answer_discount(d)?,
             // Two parties: the responder is the other one (more: the largest of the others).
             AnswerNoise::Responder => {
-                fitted_noise.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, v)| *v).fold(0.0, f64::max)
+                p.model.answer_extra_var =
+                    fitted_noise.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, v)| *v).fold(0.0, f64::max)
             }
             AnswerNoise::Profile => {
                 p.model.answer_noise_grid = Some(vec![0.0, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0]);
-                0.0
+                p.model.answer_extra_var = 0.0;
             }
-        };
+        }
     }
     Ok(parties)
 }

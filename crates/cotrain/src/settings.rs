@@ -305,6 +305,103 @@ pub fn discounts_answer_noise(kind: CombinerKind, uncertainty: Uncertainty) -> R
     )))
 }
 
+/// What a querier adds to each received answer's reported variance before folding it in
+/// (docs/decisions.md D30). An answer is the peer's estimate of E[y | its view], not of the
+/// querier's E[y | own view]; without DP it reports only the peer's own small uncertainty about
+/// its function, and the answers of one peer are wrong together (docs/results.md, "The second
+/// pass: oracles"). The discount reads each answer as a label with at least the added variance
+/// as noise. It is a discount, not a calibrated model of the mismatch.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum AnswerDiscount {
+    /// A fixed variance in the labels' public standardisation; 0 reads the answers as reported
+    /// (the thesis's reading, and the thesis grids' default).
+    Fixed(f64),
+    /// K times the querier's own private-only fitted noise variance σ²: an answer then weighs at
+    /// most 1/K of one of the querier's own labels at the same entity, however small the
+    /// variance it reports. It reads the querier's own labels for its own model only, so it
+    /// changes nothing the querier releases.
+    OwnNoise(f64),
+}
+
+/// A node's discount unless its config says otherwise (D30): an answer weighs at most a
+/// thirtieth of one of the party's own labels.
+pub const DEFAULT_ANSWER_DISCOUNT: AnswerDiscount = AnswerDiscount::OwnNoise(30.0);
+
+impl AnswerDiscount {
+    /// The variance added to every answer, given the querier's private-only fitted noise
+    /// variance.
+    pub fn variance(self, own_noise_variance: f64) -> f64 {
+        match self {
+            AnswerDiscount::Fixed(v) => v,
+            AnswerDiscount::OwnNoise(k) => k * own_noise_variance,
+        }
+    }
+
+    /// `Ok` for a finite, non-negative variance or factor; the error names both spellings.
+    pub fn validate(self) -> Result<(), String> {
+        let x = match self {
+            AnswerDiscount::Fixed(v) | AnswerDiscount::OwnNoise(v) => v,
+        };
+        if x.is_finite() && x >= 0.0 {
+            Ok(())
+        } else {
+            Err(format!("{self} is not a variance ≥ 0 or own:K (K ≥ 0 times the party's own noise variance)"))
+        }
+    }
+}
+
+impl std::fmt::Display for AnswerDiscount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AnswerDiscount::Fixed(v) => write!(f, "{v}"),
+            AnswerDiscount::OwnNoise(k) => write!(f, "own:{k}"),
+        }
+    }
+}
+
+impl std::str::FromStr for AnswerDiscount {
+    type Err = String;
+    /// `"V"` (a fixed variance) or `"own:K"` (K × the querier's own σ²).
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("{s:?} is not a variance ≥ 0 or own:K (K ≥ 0 times the party's own noise variance)");
+        let d = match s.trim().strip_prefix("own:") {
+            Some(k) => AnswerDiscount::OwnNoise(k.trim().parse().map_err(|_| bad())?),
+            None => AnswerDiscount::Fixed(s.trim().parse().map_err(|_| bad())?),
+        };
+        d.validate().map_err(|_| bad())?;
+        Ok(d)
+    }
+}
+
+impl serde::Serialize for AnswerDiscount {
+    /// A fixed variance as a number, `own:K` as a string.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            AnswerDiscount::Fixed(v) => s.serialize_f64(*v),
+            AnswerDiscount::OwnNoise(_) => s.collect_str(self),
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for AnswerDiscount {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(serde::Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Number(f64),
+            Text(String),
+        }
+        let parsed = match Raw::deserialize(d)? {
+            Raw::Number(v) => {
+                let d = AnswerDiscount::Fixed(v);
+                d.validate().map(|()| d)
+            }
+            Raw::Text(t) => t.parse(),
+        };
+        parsed.map_err(serde::de::Error::custom)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -319,5 +416,23 @@ mod tests {
         assert_eq!(DpMode::Thesis { multiplier: 0.42 }.calibrated_sigma(2.5).unwrap(), None);
         // A sensitivity the calibration refuses is an error, not a silent σ.
         assert!(dp.mode.calibrated_sigma(f64::NAN).is_err());
+    }
+
+    /// D30's discount: parsed from "V" or "own:K", refused with the spelling it needs, and
+    /// turned into a variance by the party's own σ² only for own:K.
+    #[test]
+    fn answer_discount_parses_validates_and_scales() {
+        let d: AnswerDiscount = "own:30".parse().unwrap();
+        assert_eq!(d, AnswerDiscount::OwnNoise(30.0));
+        assert_eq!(d.variance(0.2), 30.0 * 0.2);
+        assert_eq!(d.to_string(), "own:30");
+        let f: AnswerDiscount = "3".parse().unwrap();
+        assert_eq!((f, f.variance(0.2)), (AnswerDiscount::Fixed(3.0), 3.0));
+        assert_eq!(" 0 ".parse::<AnswerDiscount>().unwrap().variance(5.0), 0.0);
+        for bad in ["-1", "own:-1", "own:", "own:nan", "inf", "lots", ""] {
+            let e = bad.parse::<AnswerDiscount>().unwrap_err();
+            assert!(e.contains("own:K") && e.contains(bad.trim()), "{bad}: {e}");
+        }
+        assert_eq!(DEFAULT_ANSWER_DISCOUNT, AnswerDiscount::OwnNoise(30.0));
     }
 }

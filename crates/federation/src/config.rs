@@ -16,6 +16,7 @@ use dpcotrain_cotrain::driver::default_kernel;
 use dpcotrain_cotrain::readings::{BlockyTheta, Readings};
 use dpcotrain_cotrain::release_model::{PublicTheta, QueryPolicy, ReleaseForm, ThetaPolicy};
 use dpcotrain_cotrain::responder::{DpConfig, DpMode, Party, ReleasePolicy};
+use dpcotrain_cotrain::settings::{AnswerDiscount, DEFAULT_ANSWER_DISCOUNT};
 use dpcotrain_cotrain::table::{Table, TableError};
 use dpcotrain_privacy::calibrate::{Mechanism, THESIS_MULTIPLIER};
 use dpcotrain_privacy::finite::CapRule;
@@ -249,16 +250,22 @@ pub struct ModelConfig {
     /// D25); every key defaults to the project's reading.
     #[serde(default, skip_serializing_if = "Readings::is_default")]
     pub readings: Readings,
-    /// A variance (in the labels' public standardisation) added to every received answer's
-    /// reported variance before it is folded in: an answer predicts the peer's E[y | its view],
-    /// not ours, and this discounts it for that mismatch. 0 (default) reads the answers as
-    /// reported; docs/results.md ("The fourth pass") measures 3 and 10.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub answer_extra_variance: f64,
+    /// What is added to every received answer's reported variance before it is folded in: an
+    /// answer predicts the peer's E[y | its view], not ours, and this discounts it for that
+    /// mismatch. A variance in the labels' public standardisation (`3.0`; `0.0` reads the
+    /// answers as reported, the thesis's reading) or `"own:K"`, K times this party's own
+    /// private-only fitted noise variance. Default `"own:30"`
+    /// ([`dpcotrain_cotrain::settings::DEFAULT_ANSWER_DISCOUNT`], D30).
+    #[serde(default = "default_answer_discount", skip_serializing_if = "is_default_answer_discount")]
+    pub answer_extra_variance: AnswerDiscount,
 }
 
-fn is_zero(v: &f64) -> bool {
-    *v == 0.0
+fn default_answer_discount() -> AnswerDiscount {
+    DEFAULT_ANSWER_DISCOUNT
+}
+
+fn is_default_answer_discount(v: &AnswerDiscount) -> bool {
+    *v == DEFAULT_ANSWER_DISCOUNT
 }
 
 fn auto_local() -> LocalModel {
@@ -291,7 +298,7 @@ impl Default for ModelConfig {
             local: auto_local(),
             inducing: None,
             readings: Readings::default(),
-            answer_extra_variance: 0.0,
+            answer_extra_variance: DEFAULT_ANSWER_DISCOUNT,
         }
     }
 }
@@ -601,11 +608,10 @@ pub fn party_from_config(cfg: &PartyConfig, path: &Path) -> Result<Party, Config
     party.model.set_answer_form(answers).map_err(|e| bad(path, format!("model.answers: {e}")))?;
     party.model.set_guard(guard).map_err(|e| bad(path, format!("model.guard: {e}")))?;
     party.model.refit_policy = cfg.model.refit;
-    let extra = cfg.model.answer_extra_variance;
-    if !(extra.is_finite() && extra >= 0.0) {
-        return Err(bad(path, format!("model.answer_extra_variance must be a finite variance ≥ 0, got {extra}")));
-    }
-    party.model.answer_extra_var = extra;
+    party
+        .model
+        .set_answer_discount(cfg.model.answer_extra_variance)
+        .map_err(|e| bad(path, format!("model.answer_extra_variance: {e}")))?;
     Ok(party)
 }
 
@@ -885,17 +891,34 @@ mod readings_tests {
 
     #[test]
     fn answer_extra_variance_reaches_the_model_and_bad_values_are_refused() {
-        let m: ModelConfig = toml::from_str("answer_extra_variance = 3.0\n").unwrap();
-        assert_eq!(m.answer_extra_variance, 3.0);
+        // D30: a node discounts answers by 30 × its own σ² unless its config says otherwise.
         let m: ModelConfig = toml::from_str("combiner = \"noisy\"\n").unwrap();
-        assert_eq!(m.answer_extra_variance, 0.0);
+        assert_eq!(m.answer_extra_variance, AnswerDiscount::OwnNoise(30.0));
         assert!(!toml::to_string(&m).unwrap().contains("answer_extra_variance"), "the default is not written");
+        let m: ModelConfig = toml::from_str("answer_extra_variance = 0.0\n").unwrap();
+        assert_eq!(m.answer_extra_variance, AnswerDiscount::Fixed(0.0));
+        assert!(toml::to_string(&m).unwrap().contains("answer_extra_variance = 0.0"), "a non-default is written");
+        let m: ModelConfig = toml::from_str("answer_extra_variance = \"own:3\"\n").unwrap();
+        assert_eq!(m.answer_extra_variance, AnswerDiscount::OwnNoise(3.0));
+        assert!(toml::to_string(&m).unwrap().contains("answer_extra_variance = \"own:3\""));
+        for text in [
+            "answer_extra_variance = -1.0\n",
+            "answer_extra_variance = \"own:-2\"\n",
+            "answer_extra_variance = \"lots\"\n",
+        ] {
+            let e = toml::from_str::<ModelConfig>(text).unwrap_err().to_string();
+            assert!(e.contains("own:K"), "{text}: {e}");
+        }
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/two-party/party-a.toml");
         let mut cfg: PartyConfig = load(&path).unwrap();
-        cfg.model.answer_extra_variance = 3.0;
-        assert_eq!(party_from_config(&cfg, &path).unwrap().model.answer_extra_var, 3.0);
+        let party = party_from_config(&cfg, &path).unwrap();
+        let own = party.model.private_noise_variance();
+        assert!(own > 0.0 && own < 1.0, "{own}");
+        assert_eq!(party.model.answer_extra_var, 30.0 * own, "the default reaches the model as 30 σ²");
+        cfg.model.answer_extra_variance = AnswerDiscount::Fixed(0.5);
+        assert_eq!(party_from_config(&cfg, &path).unwrap().model.answer_extra_var, 0.5);
         for bad in [-1.0, f64::NAN, f64::INFINITY] {
-            cfg.model.answer_extra_variance = bad;
+            cfg.model.answer_extra_variance = AnswerDiscount::Fixed(bad);
             let err = party_from_config(&cfg, &path).unwrap_err().to_string();
             assert!(err.contains("model.answer_extra_variance") && err.contains("party-a.toml"), "{err}");
         }

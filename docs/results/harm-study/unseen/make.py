@@ -1,4 +1,4 @@
-"""Usage: python3 make.py DATA A_COLS B_COLS masked|unmasked OUT_DIR   (run from the repository root)
+"""Usage: python3 make.py DATA|PATH.csv A_COLS B_COLS masked|unmasked OUT_DIR   (run from the repository root)
 
 Two masked views of a UCI data set for `experiment frontier --views` (unseen by every co-training experiment).
 Public standardisation of every column over the whole file; test 250 and pool 250 drawn at random (seed 0);
@@ -7,7 +7,8 @@ import csv, random, sys, os, math
 name, a_cols, b_cols = sys.argv[1], sys.argv[2].split(','), sys.argv[3].split(',')
 masked = sys.argv[4] != 'unmasked'
 out = sys.argv[5]
-rows = list(csv.DictReader(open(f'data/uci/{name}.csv')))
+src = name if name.endswith('.csv') else f'data/uci/{name}.csv'  # a UCI name, or a CSV path with a column y
+rows = list(csv.DictReader(open(src)))
 cols = list(rows[0].keys())
 X = [[float(r[c]) for c in cols] for r in rows]
 mu = [sum(x[j] for x in X)/len(X) for j in range(len(cols))]

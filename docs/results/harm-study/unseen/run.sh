@@ -2,28 +2,37 @@
 # The harm study on data no co-training experiment had used (docs/results.md, "The fourth pass"):
 # UCI airfoil and concrete, two view splits each (contiguous halves; alternating columns), masked
 # and unmasked, n_obs 100 and 250, 20 seeds, ε = 1, the protocol and an extra answer variance of
-# 3 and 10. Run from the repository root with the release binary built; about 4 minutes on 2 cores.
+# 3 and 10 (VS="own:10 own:30" for the extra variance in units of the querier's own fitted noise
+# variance, D30). Run from the repository root with the release binary built; about 4 minutes on 2 cores.
 #   sh docs/results/harm-study/unseen/run.sh [OUT_DIR]   (default: a temporary directory)
+# SPECS ("DATA A_COLS B_COLS" separated by ";"; DATA a UCI name or a CSV path) and NOBS change the
+# data and the labelled rows (docs/results/harm-study/unseen400/run.sh).
 set -e
 BIN=${BIN:-target/release/dpcotrain}
 OUT=${1:-$(mktemp -d)}
 HERE=docs/results/harm-study/unseen
+SPECS=${SPECS:-"airfoil x1,x2,x3 x4,x5;airfoil x1,x5 x2,x3,x4;concrete x1,x2,x3,x4 x5,x6,x7,x8;concrete x1,x3,x5,x7 x2,x4,x6,x8"}
+NOBS=${NOBS:-100,250}
 i=0
-for spec in "airfoil x1,x2,x3 x4,x5" "airfoil x1,x5 x2,x3,x4" "concrete x1,x2,x3,x4 x5,x6,x7,x8" "concrete x1,x3,x5,x7 x2,x4,x6,x8"; do
+IFS_SAVED=$IFS
+IFS=';'
+for spec in $SPECS; do
+  IFS=$IFS_SAVED
   i=$((i+1))
   for m in masked unmasked; do
     set -- $spec
-    d=$OUT/$1-v$i-$m
+    name=$(basename $1 .csv)
+    d=$OUT/$name-v$i-$m
     python3 $HERE/make.py $1 $2 $3 $m $d > /dev/null
     for p in a b; do
-      sed -e "s#federation_id = \"ccpp-two-party\"#federation_id = \"$1-two-party\"#" -e 's#target = "PE"#target = "y"#' \
+      sed -e "s#federation_id = \"ccpp-two-party\"#federation_id = \"$name-two-party\"#" -e 's#target = "PE"#target = "y"#' \
         examples/two-party/party-$p.toml > $d/party-$p.toml
     done
-    for V in reported 3 10; do
-      $BIN experiment frontier --data views --views $d/party-a.toml,$d/party-b.toml --nobs 100,250 --seeds 20 \
+    for V in ${VS:-reported 3 10}; do
+      $BIN experiment frontier --data views --views $d/party-a.toml,$d/party-b.toml --nobs $NOBS --seeds 20 \
         --epsilons 1 --mechanisms finite+cap --thetas public --json --answer-noise $V 2>/dev/null \
-        | sed "s/\"data\":\"views\"/\"data\":\"$1-v$i-$m\"/" >> $OUT/cells-$V.jsonl
+        | sed "s/\"data\":\"views\"/\"data\":\"$name-v$i-$m\"/" >> $OUT/cells-$(echo $V | tr : -).jsonl
     done
   done
 done
-python3 $HERE/summarise.py $OUT
+python3 $HERE/summarise.py $OUT ${VS:-reported 3 10}
