@@ -83,8 +83,14 @@ macro_rules! kernel_noise_params {
 /// Errors of the co-training layer.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum CotrainError {
+    /// A configuration, data file or internal state this party cannot use (its own operator's
+    /// to fix, never a peer's request: that is [`CotrainError::Request`]).
     #[error("invalid input: {0}")]
     Invalid(String),
+    /// What a peer's request got wrong: the caller can fix it, and asking again unchanged will
+    /// not help.
+    #[error("invalid request: {0}")]
+    Request(#[from] RequestError),
     #[error(transparent)]
     Gp(#[from] dpcotrain_gp::GpError),
     #[error(transparent)]
@@ -100,6 +106,22 @@ pub enum CotrainError {
     /// reason that is not final): nothing was recorded, so the same round can be run again.
     #[error("round {round}: {querier}'s turn did not happen (nothing recorded): {}", .reasons.join("; "))]
     TurnNotTaken { round: usize, querier: String, reasons: Vec<String> },
+}
+
+/// The ways a [`answer::PredictRequest`] can be wrong, checked before anything is computed or
+/// released. A node maps them to gRPC `INVALID_ARGUMENT` by type.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    #[error("this request id was already used for a different request (indices, uncertainty or prior); use a new id")]
+    ReusedId,
+    #[error("a party does not answer its own requests")]
+    OwnRequest,
+    #[error("request has no indices")]
+    NoIndices,
+    #[error("index {index} is outside the pool (size {pool})")]
+    OutsidePool { index: usize, pool: usize },
+    #[error("index {0} is requested twice")]
+    Repeated(usize),
 }
 
 impl CotrainError {

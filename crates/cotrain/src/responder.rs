@@ -15,7 +15,6 @@
 //! retried request id returns the cached answer: no new noise, no new charge (the cache is
 //! bounded per requester: [`crate::answer_cache`]); the same id asking something else is refused.
 
-use crate::CotrainError;
 use crate::answer::{Answer, ChargeInfo, PredictRequest, Uncertainty};
 use crate::answer_cache::{self, AnswerCache};
 use crate::combiner::{CoModel, CombinerKind, LocalModel, SPARSE_THRESHOLD, SvgpTraining};
@@ -23,6 +22,7 @@ use crate::data::PartyData;
 use crate::readings::{AnswerSource, BlockyTheta, Readings, SharedVariance, ThesisNoise};
 use crate::release_model::{QueryPolicy, ReleaseForm, ReleaseModel, ThetaPolicy, ThetaSelection, select_theta};
 pub use crate::settings::{DpConfig, DpMode, ReleasePolicy, discounts_answer_noise};
+use crate::{CotrainError, RequestError};
 
 /// Ledger id of the θ-selection charge (one per requester's ledger).
 pub const THETA_SELECTION_ID: &str = "theta-selection";
@@ -643,27 +643,25 @@ impl Party {
         let cache_key = answer_cache::key(&req.requester, &req.request_id);
         if let Some(a) = self.cache.get(&cache_key) {
             if !answer_cache::answers_request(a, req) {
-                return Err(CotrainError::invalid(
-                    "this request id was already used for a different request (indices, uncertainty or prior); use a new id",
-                ));
+                return Err(RequestError::ReusedId.into());
             }
             // The same numbers; its charge says that nothing was spent this time.
             return Ok(a.as_replay());
         }
         if req.requester == self.name {
-            return Err(CotrainError::invalid("a party does not answer its own requests"));
+            return Err(RequestError::OwnRequest.into());
         }
         let pool = self.data.pool_size();
         if req.indices.is_empty() {
-            return Err(CotrainError::invalid("request has no indices"));
+            return Err(RequestError::NoIndices.into());
         }
         let mut seen = std::collections::HashSet::new();
         for &i in &req.indices {
             if i >= pool {
-                return Err(CotrainError::invalid(format!("index {i} is outside the pool (size {pool})")));
+                return Err(RequestError::OutsidePool { index: i, pool }.into());
             }
             if !seen.insert(i) {
-                return Err(CotrainError::invalid(format!("index {i} is requested twice")));
+                return Err(RequestError::Repeated(i).into());
             }
         }
         let ans = match self.dp.policy {

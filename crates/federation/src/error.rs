@@ -4,6 +4,8 @@
 
 use crate::store::StoreError;
 use dpcotrain_cotrain::CotrainError;
+#[cfg(test)]
+use dpcotrain_cotrain::RequestError;
 use dpcotrain_privacy::PrivacyError;
 use tonic::Status;
 
@@ -32,7 +34,10 @@ impl From<&NodeError> for tonic::Code {
             NodeError::Cotrain(c) => match c {
                 // Refused before anything was released: asking again will not help.
                 CotrainError::Privacy(PrivacyError::BudgetExceeded { .. }) => Code::ResourceExhausted,
-                CotrainError::Invalid(_) | CotrainError::Privacy(PrivacyError::Invalid(_)) => Code::InvalidArgument,
+                // What the caller's request got wrong: asking again unchanged will not help.
+                CotrainError::Request(_) => Code::InvalidArgument,
+                // This node's own configuration, data or state: not the caller's to fix.
+                CotrainError::Invalid(_) | CotrainError::Privacy(PrivacyError::Invalid(_)) => Code::Internal,
                 // A peer of this node could not be reached: transient.
                 CotrainError::Peer { .. } | CotrainError::Unreached { .. } => Code::Unavailable,
                 // Not retried by the orchestrator: the querier already retried its peers.
@@ -63,7 +68,13 @@ mod tests {
         let budget = PrivacyError::BudgetExceeded { cost: 1.0, remaining: 0.0, budget: 1.0, epsilon: 1.0, delta: 1e-5 };
         let cases = [
             (NodeError::Cotrain(CotrainError::Privacy(budget)), Code::ResourceExhausted),
-            (NodeError::Cotrain(CotrainError::invalid("the word budget in a message")), Code::InvalidArgument),
+            // A message's words never decide: an internal state that mentions a request is internal.
+            (NodeError::Cotrain(CotrainError::invalid("the word budget in a message: bad request")), Code::Internal),
+            (
+                NodeError::Cotrain(CotrainError::Request(RequestError::OutsidePool { index: 9, pool: 5 })),
+                Code::InvalidArgument,
+            ),
+            (NodeError::Cotrain(CotrainError::Request(RequestError::ReusedId)), Code::InvalidArgument),
             (NodeError::Cotrain(CotrainError::Unreached { peer: "B".into(), message: "x".into() }), Code::Unavailable),
             (
                 NodeError::Cotrain(CotrainError::TurnNotTaken { round: 1, querier: "A".into(), reasons: vec![] }),
