@@ -33,9 +33,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let parties = build_parties(&scenario, kind, uncertainty, dp, 7)?;
         for p in &parties {
             let mut p = p.lock().map_err(|_| "lock poisoned")?;
-            p.model.set_answer_form(AnswerForm::Likelihood)?;
+            p.set_answer_form(AnswerForm::Likelihood)?;
             // A node's default (D30): each answer weighs at most a thirtieth of one own label.
-            p.model.set_answer_discount(DEFAULT_ANSWER_DISCOUNT)?;
+            p.set_answer_discount(DEFAULT_ANSWER_DISCOUNT)?;
         }
         // One round: each party asks its 25 entities in one request; its peer releases once.
         results.push(block_on(run_in_process(&parties, 1))?);

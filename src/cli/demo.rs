@@ -392,8 +392,8 @@ fn no_dp_reference(
     let parties = build_parties(sc, kind, unc, &dp, a.seed)?;
     for p in &parties {
         let mut p = p.lock().map_err(|_| anyhow::anyhow!("lock poisoned"))?;
-        p.model.set_answer_form(form)?;
-        p.model.set_answer_discount(a.answer_extra_variance)?;
+        p.set_answer_form(form)?;
+        p.set_answer_discount(a.answer_extra_variance)?;
     }
     let rep = block_on(run_in_process(&parties, a.rounds as usize))?;
     Ok(rep.parties)

@@ -138,11 +138,11 @@ pub fn check(a: CheckArgs) -> anyhow::Result<()> {
         // For this party's operator (label-dependent, never sent to a peer): how many labels the
         // release clips to the declared range; the party's own model fits them as they are.
         let clipped = party.labels_clipped();
-        labels = serde_json::json!({"rows": party.data.y_train.len(), "clipped_by_release": clipped});
+        labels = serde_json::json!({"rows": party.n_labels(), "clipped_by_release": clipped});
         if clipped > 0 {
             eprintln!(
                 "{f}: {clipped} of {} training labels lie outside privacy.label_range: its releases clip them (its own model does not)",
-                party.data.y_train.len()
+                party.n_labels()
             );
         }
     }

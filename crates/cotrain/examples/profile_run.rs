@@ -5,6 +5,7 @@ use dpcotrain_cotrain::combiner::CombinerKind;
 use dpcotrain_cotrain::driver::{block_on, build_parties, run_in_process};
 use dpcotrain_cotrain::responder::DpConfig;
 use dpcotrain_cotrain::simulate::{SimConfig, simulate};
+use dpcotrain_gp::train::TrainOptions;
 use std::time::Instant;
 
 fn main() {
@@ -18,9 +19,8 @@ fn main() {
         let ps = build_parties(&sc, kind, Uncertainty::Marginal, &DpConfig::off(), 1).unwrap();
         for p in &ps {
             let mut g = p.lock().unwrap();
-            g.model.train.max_iters = iters;
-            g.model.train.ftol = ftol;
-            g.model.train.pgtol = pgtol;
+            let train = g.model().train.clone();
+            g.set_refit_training(TrainOptions { max_iters: iters, ftol, pgtol, ..train });
         }
         let t_build = t.elapsed().as_secs_f64();
         let r = block_on(run_in_process(&ps, 25)).unwrap();

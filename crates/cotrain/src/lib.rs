@@ -38,6 +38,11 @@ pub mod state;
 pub mod table;
 pub mod table_stream;
 
+#[cfg(test)]
+mod readings_tests;
+#[cfg(test)]
+mod release_tests;
+
 /// The parameter vector shared by every combiner: the kernel's log-parameters, then log σ².
 pub(crate) fn kernel_noise_params(kernel: &dyn dpcotrain_gp::Kernel, noise: &dpcotrain_gp::NoiseVariance) -> Vec<f64> {
     let mut p = kernel.params();

@@ -99,12 +99,14 @@ pub(crate) struct Frozen {
 
 #[derive(Debug, Clone)]
 pub struct Party {
-    pub name: String,
-    pub data: PartyData,
-    pub model: CoModel,
-    pub dp: DpConfig,
+    pub(crate) name: String,
+    /// The private view: covariates and labels. Never leaves the crate except through the
+    /// release path ([`Party::answer`]) and label-free counts.
+    pub(crate) data: PartyData,
+    pub(crate) model: CoModel,
+    pub(crate) dp: DpConfig,
     /// Seed for simulation noise; `None` draws noise from the OS CSPRNG.
-    pub seed: Option<u64>,
+    pub(crate) seed: Option<u64>,
     pub(crate) requesters: HashMap<String, RequesterState>,
     pub(crate) cache: AnswerCache,
     pub(crate) frozen: Option<Frozen>,
@@ -515,6 +517,81 @@ impl Party {
             }
             _ => 0,
         }
+    }
+
+    /// The co-trained model's prediction at covariates the caller supplies (in this party's
+    /// view): for the party's own operator and evaluation. Nothing a peer receives comes from
+    /// here; the release path is [`Party::answer`].
+    pub fn predict(&mut self, xs: &DMatrix<f64>, full_cov: bool) -> Result<dpcotrain_gp::Prediction, CotrainError> {
+        self.model.predict(xs, full_cov)
+    }
+
+    /// The party's name (public: it names the party to its peers).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The privacy configuration (public terms: the agreement a peer sees is built from it).
+    pub fn dp(&self) -> &DpConfig {
+        &self.dp
+    }
+
+    /// The simulation-noise seed (`None`: the OS CSPRNG).
+    pub fn seed(&self) -> Option<u64> {
+        self.seed
+    }
+
+    /// Draw the release noise from the OS CSPRNG (`None`) or a seeded stream from here on.
+    pub fn set_seed(&mut self, seed: Option<u64>) {
+        self.seed = seed;
+    }
+
+    /// The co-trained model, read-only: its settings, version and history. Its operations that
+    /// change it are [`Party`]'s own (answer, absorb, configure), so a model cannot be swapped
+    /// or re-fitted outside the protocol.
+    pub fn model(&self) -> &CoModel {
+        &self.model
+    }
+
+    /// The size of the shared pool (public: entities are named by index).
+    pub fn pool_size(&self) -> usize {
+        self.data.pool_size()
+    }
+
+    /// How many labelled rows the party holds (a count, shown to its own operator).
+    pub fn n_labels(&self) -> usize {
+        self.data.y_train.len()
+    }
+
+    /// RMSE of predicting `mean` at every test entity: the predict-the-mean baseline beside
+    /// "alone" (label-dependent, for the party's own operator and an opted-in orchestrator).
+    pub fn mean_baseline_rmse(&self, mean: f64) -> f64 {
+        crate::metrics::mean_baseline_rmse(&self.data.y_test, mean)
+    }
+
+    /// How the model reads peers' answers ([`CoModel::set_answer_form`]).
+    pub fn set_answer_form(&mut self, form: crate::combiner::AnswerForm) -> Result<(), CotrainError> {
+        self.model.set_answer_form(form)
+    }
+
+    /// The guard against harmful answers ([`CoModel::set_guard`]).
+    pub fn set_guard(&mut self, guard: crate::settings::AnswerGuard) -> Result<(), CotrainError> {
+        self.model.set_guard(guard)
+    }
+
+    /// What a re-fit after each turn re-estimates ([`crate::combiner::RefitPolicy`]).
+    pub fn set_refit_policy(&mut self, policy: crate::combiner::RefitPolicy) {
+        self.model.refit_policy = policy;
+    }
+
+    /// The optimiser limits of every later re-fit (D5; default `TrainOptions::default()`).
+    pub fn set_refit_training(&mut self, train: dpcotrain_gp::train::TrainOptions) {
+        self.model.train = train;
+    }
+
+    /// The variance added to every answer ([`CoModel::set_answer_discount`], D30).
+    pub fn set_answer_discount(&mut self, discount: crate::settings::AnswerDiscount) -> Result<(), CotrainError> {
+        self.model.set_answer_discount(discount)
     }
 
     /// The label-free release model: private covariates and clipped labels, with public θ, the

@@ -77,7 +77,7 @@ fn three_parties_and_the_oracle() {
     // Each turn asks both other parties (D16).
     assert!(r.turns.iter().all(|t| t.answered_by.len() == 2));
     let guards: Vec<_> = parties.iter().map(|p| p.lock().unwrap()).collect();
-    assert_eq!(guards[0].model.n_pseudo(), 10);
+    assert_eq!(guards[0].model().n_pseudo(), 10);
     let refs: Vec<&dpcotrain_cotrain::responder::Party> = guards.iter().map(|g| &**g).collect();
     let oracle = yu_oracle(&refs).unwrap();
     assert!(oracle.rmse.is_finite() && oracle.rmse < 1.0, "{}", oracle.rmse);

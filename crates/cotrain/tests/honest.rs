@@ -543,7 +543,7 @@ fn a_large_private_view_releases_through_the_vfe_hat() {
         .unwrap()
     };
     let (mut p1, mut p2) = (make(1), make(2));
-    assert!(p1.model.is_sparse());
+    assert!(p1.model().is_sparse());
     let q = vec![1, 4, 9];
     let a1 = p1.answer(&req("r", q.clone(), Uncertainty::Marginal)).unwrap();
     let a2 = p2.answer(&req("r", q, Uncertainty::Marginal)).unwrap();
@@ -711,7 +711,7 @@ fn alone_is_the_same_fit_in_every_privacy_mode_and_only_the_release_clips() {
     d.y_train[1] = 5.0;
     d.y_train[2] = -4.5;
     let make = |dp: DpConfig| party_of(d.clone(), dp).unwrap();
-    let predict = |p: &mut Party| p.model.predict(&d.x_test, false).unwrap().mean;
+    let predict = |p: &mut Party| p.predict(&d.x_test, false).unwrap().mean;
     let mut off = make(DpConfig::off());
     let mut honest_off = make(DpConfig::honest_protocol_without_dp(5));
     let mut private = make(honest());

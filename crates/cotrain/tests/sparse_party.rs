@@ -197,7 +197,7 @@ fn svgp_local_model_is_chosen_by_party_and_refuses_what_vfe_refuses() {
     assert_eq!("svgp".parse::<LocalModel>().unwrap(), LocalModel::Svgp);
     assert!("svpg".parse::<LocalModel>().unwrap_err().to_string().contains("auto, exact, vfe or svgp"));
     let p = party(400, CombinerKind::Noisy, LocalModel::Svgp, Some(30)).unwrap();
-    assert_eq!(p.model.local_model(), LocalModel::Svgp);
+    assert_eq!(p.model().local_model(), LocalModel::Svgp);
     // Greedy variance stops early once the residual variance is exhausted.
-    assert!((20..=30).contains(&p.model.sparse_inducing().unwrap().nrows()));
+    assert!((20..=30).contains(&p.model().sparse_inducing().unwrap().nrows()));
 }

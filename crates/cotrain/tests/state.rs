@@ -85,10 +85,10 @@ fn os_entropy_noise_survives_a_restart() {
     // returns the same answer and nothing is charged twice.
     for policy in [ReleasePolicy::PerQuery, ReleasePolicy::ReleaseOnce] {
         let a = parties(policy, 5);
-        let name = a[1].lock().unwrap().name.clone();
+        let name = a[1].lock().unwrap().name().to_string();
         let r = |id: &str, idx| PredictRequest { requester: name.clone(), ..req(id, idx) };
         let mut p = a[0].lock().unwrap();
-        p.seed = None;
+        p.set_seed(None);
         let first = p.answer(&r("q1", vec![3, 7])).unwrap();
         let saved = serde_json::to_string(&p.state()).unwrap();
         let next = p.answer(&r("q2", vec![11, 3])).unwrap();
@@ -97,7 +97,7 @@ fn os_entropy_noise_survives_a_restart() {
 
         let b = parties(policy, 5);
         let mut q = b[0].lock().unwrap();
-        q.seed = None;
+        q.set_seed(None);
         q.restore(&serde_json::from_str(&saved).unwrap()).unwrap();
         assert_eq!(q.answer(&r("q1", vec![3, 7])).unwrap(), first.as_replay(), "{policy:?}: retry after restart");
         assert_eq!(q.answer(&r("q2", vec![11, 3])).unwrap(), next, "{policy:?}: the path continues");
@@ -131,7 +131,7 @@ fn a_malformed_answer_is_refused_not_absorbed() {
     use dpcotrain_cotrain::answer::Answer;
     let ps = parties(ReleasePolicy::PerQuery, 3);
     let mut p = ps[0].lock().unwrap();
-    let version = p.model.version;
+    let version = p.model().version;
     let bad = Answer {
         responder: "mallory".into(),
         indices: vec![2],
@@ -151,7 +151,7 @@ fn a_malformed_answer_is_refused_not_absorbed() {
     assert_eq!(rec.answers.len(), 1);
     assert_eq!(rec.answers[0].responder, "P2");
     assert!(rec.refused.iter().any(|(who, why)| who == "mallory" && why.contains("not absorbed")), "{:?}", rec.refused);
-    assert!(p.model.version > version, "the good answer was absorbed and the model re-fitted");
+    assert!(p.model().version > version, "the good answer was absorbed and the model re-fitted");
     assert!(evaluate(&mut p).unwrap().rmse.is_finite());
 }
 
@@ -197,7 +197,7 @@ fn a_restored_party_replays_its_refit_policy() {
     let policy = ReleasePolicy::ReleaseOnce;
     let with = |refit: RefitPolicy, ps: Vec<Arc<Mutex<Party>>>| {
         for p in &ps {
-            p.lock().unwrap().model.refit_policy = refit;
+            p.lock().unwrap().set_refit_policy(refit);
         }
         ps
     };
@@ -218,6 +218,6 @@ fn a_restored_party_replays_its_refit_policy() {
     let restart = with(RefitPolicy::WarmRestart, parties(policy, 7));
     rounds(&restart, 0..9);
     let theta =
-        |ps: &[Arc<Mutex<Party>>]| ps.iter().map(|p| p.lock().unwrap().model.kernel.params()).collect::<Vec<_>>();
+        |ps: &[Arc<Mutex<Party>>]| ps.iter().map(|p| p.lock().unwrap().model().kernel.params()).collect::<Vec<_>>();
     assert_ne!(theta(&warm), theta(&restart), "the policy must matter somewhere in 9 rounds");
 }

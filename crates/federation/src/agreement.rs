@@ -71,7 +71,7 @@ fn enum_name<E: TryFrom<i32>>(v: i32, name: impl Fn(E) -> &'static str) -> Strin
 impl Agreement {
     /// The agreement a party's configuration implies.
     pub fn of(party: &Party, federation_id: &str, y_mean: f64, y_scale: f64) -> Self {
-        let (mode, epsilon, delta, lo, hi) = match &party.dp.mode {
+        let (mode, epsilon, delta, lo, hi) = match &party.dp().mode {
             DpMode::Off => (pb::PrivacyMode::Off, 0.0, 0.0, 0.0, 0.0),
             DpMode::Thesis { multiplier } => (pb::PrivacyMode::Thesis, *multiplier, 0.0, 0.0, 0.0),
             DpMode::Calibrated { epsilon, delta, range, .. } => {
@@ -80,12 +80,12 @@ impl Agreement {
         };
         Agreement {
             federation_id: federation_id.into(),
-            pool_hash: pool_hash(party.data.pool_size()),
+            pool_hash: pool_hash(party.pool_size()),
             y_mean,
             y_scale,
             privacy_mode: mode,
-            release_policy: release_policy_to_pb(party.dp.policy),
-            release_terms: release_terms(&party.dp),
+            release_policy: release_policy_to_pb(party.dp().policy),
+            release_terms: release_terms(party.dp()),
             epsilon,
             delta,
             label_lo: lo,

@@ -605,11 +605,10 @@ pub fn party_from_config(cfg: &PartyConfig, path: &Path) -> Result<Party, Config
     }
     let mut party = Party::with_local_model(data, kind, uncertainty, k, noise, dp, cfg.seed, readings, local, inducing)
         .map_err(|source| ConfigError::Party { path: path.to_path_buf(), source })?;
-    party.model.set_answer_form(answers).map_err(|e| bad(path, format!("model.answers: {e}")))?;
-    party.model.set_guard(guard).map_err(|e| bad(path, format!("model.guard: {e}")))?;
-    party.model.refit_policy = cfg.model.refit;
+    party.set_answer_form(answers).map_err(|e| bad(path, format!("model.answers: {e}")))?;
+    party.set_guard(guard).map_err(|e| bad(path, format!("model.guard: {e}")))?;
+    party.set_refit_policy(cfg.model.refit);
     party
-        .model
         .set_answer_discount(cfg.model.answer_extra_variance)
         .map_err(|e| bad(path, format!("model.answer_extra_variance: {e}")))?;
     Ok(party)
@@ -912,11 +911,11 @@ mod readings_tests {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/two-party/party-a.toml");
         let mut cfg: PartyConfig = load(&path).unwrap();
         let party = party_from_config(&cfg, &path).unwrap();
-        let own = party.model.private_noise_variance();
+        let own = party.model().private_noise_variance();
         assert!(own > 0.0 && own < 1.0, "{own}");
-        assert_eq!(party.model.answer_extra_var, 30.0 * own, "the default reaches the model as 30 σ²");
+        assert_eq!(party.model().answer_extra_var, 30.0 * own, "the default reaches the model as 30 σ²");
         cfg.model.answer_extra_variance = AnswerDiscount::Fixed(0.5);
-        assert_eq!(party_from_config(&cfg, &path).unwrap().model.answer_extra_var, 0.5);
+        assert_eq!(party_from_config(&cfg, &path).unwrap().model().answer_extra_var, 0.5);
         for bad in [-1.0, f64::NAN, f64::INFINITY] {
             cfg.model.answer_extra_variance = AnswerDiscount::Fixed(bad);
             let err = party_from_config(&cfg, &path).unwrap_err().to_string();

@@ -48,7 +48,7 @@ fn charged(party: &Party, requester: &str) -> (u64, f64) {
 pub fn sign(store: &StateStore, federation: &str, party: &Party, requester: &str) -> Result<Receipt, StoreError> {
     let seq = store.seq();
     let (releases, rho) = charged(party, requester);
-    let mac = store.sign(&message(federation, &party.name, requester, seq, releases, rho))?;
+    let mac = store.sign(&message(federation, party.name(), requester, seq, releases, rho))?;
     Ok(Receipt { seq, releases, rho, mac })
 }
 
@@ -88,7 +88,7 @@ pub fn check(
     witness: &Receipt,
 ) -> Result<Result<(), Behind>, StoreError> {
     let w = witness;
-    let signed = store.verify(&message(federation, &party.name, requester, w.seq, w.releases, w.rho), &w.mac)?;
+    let signed = store.verify(&message(federation, party.name(), requester, w.seq, w.releases, w.rho), &w.mac)?;
     let seq = store.seq();
     let (releases, rho) = charged(party, requester);
     // Only a state behind what the receipt claims is refused: a receipt that claims less than

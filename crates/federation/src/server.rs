@@ -63,7 +63,7 @@ impl NodeService {
     pub fn new(party: Arc<Mutex<Party>>, federation_id: &str) -> Self {
         let (agreement, name) = {
             let p = party.lock().expect("fresh party lock");
-            (Agreement::of(&p, federation_id, 0.0, 1.0), Arc::from(p.name.as_str()))
+            (Agreement::of(&p, federation_id, 0.0, 1.0), Arc::from(p.name()))
         };
         NodeService {
             name,
@@ -377,12 +377,9 @@ impl NodeService {
                     alone,
                     change_se: rmse_change_se(&alone_sq, &now_sq).filter(|v| v.is_finite()),
                     per_round: p.rmse_per_round(),
-                    set_aside: !p.model.answers_used(),
-                    baseline: Some(dpcotrain_cotrain::metrics::mean_baseline_rmse(
-                        &p.data.y_test,
-                        dpcotrain_cotrain::metrics::PUBLIC_MEAN,
-                    ))
-                    .filter(|v| v.is_finite()),
+                    set_aside: !p.model().answers_used(),
+                    baseline: Some(p.mean_baseline_rmse(dpcotrain_cotrain::metrics::PUBLIC_MEAN))
+                        .filter(|v| v.is_finite()),
                     clipped: u32::try_from(p.labels_clipped()).unwrap_or(u32::MAX),
                 })
             } else {
@@ -391,8 +388,8 @@ impl NodeService {
             let federation_id = federation.clone();
             let rounds = p.turns().iter().map(|t| t.round).collect::<HashSet<_>>().len() as u32;
             Ok(pb::StatusResponse {
-                party: p.name.clone(),
-                model_version: p.model.version,
+                party: p.name().to_string(),
+                model_version: p.model().version,
                 rounds_done: rounds,
                 spend,
                 test_rmse: metrics.as_ref().map(|m| m.rmse),
@@ -450,7 +447,7 @@ impl NodeService {
             p.record_test_rmse(round, rmse);
             save(&store, &p)?;
             let t = p.turn(round).cloned().ok_or_else(|| CotrainError::invalid("turn not recorded"))?;
-            Ok(turn_to_pb(&p.name, &t, share.then_some(rmse)))
+            Ok(turn_to_pb(p.name(), &t, share.then_some(rmse)))
         })
         .await?;
         Ok(Response::new(resp))

@@ -45,8 +45,8 @@ async fn grpc_run_equals_in_process_run() {
     let remote = parties();
     let (addr_a, stop_a) = start(remote[0].clone()).await;
     let (addr_b, stop_b) = start(remote[1].clone()).await;
-    let name_a = remote[0].lock().unwrap().name.clone();
-    let name_b = remote[1].lock().unwrap().name.clone();
+    let name_a = remote[0].lock().unwrap().name().to_string();
+    let name_b = remote[1].lock().unwrap().name().to_string();
     let peer_of_a = vec![peer(&remote[0], &name_b, &addr_b)];
     let peer_of_b = vec![peer(&remote[1], &name_a, &addr_a)];
     for round in 0..25 {
@@ -180,7 +180,7 @@ async fn three_parties_complete_a_run_over_grpc() {
         addrs.push(a);
         stops.push(s);
     }
-    let names: Vec<String> = remote.iter().map(|p| p.lock().unwrap().name.clone()).collect();
+    let names: Vec<String> = remote.iter().map(|p| p.lock().unwrap().name().to_string()).collect();
     let mut peers = Vec::new();
     for (i, me) in remote.iter().enumerate() {
         let v: Vec<GrpcPeer> = (0..3).filter(|j| *j != i).map(|j| peer(me, &names[j], &addrs[j])).collect();
@@ -296,7 +296,7 @@ async fn an_unreachable_peer_fails_clearly_after_a_bounded_time() {
         format!("http://{}", l.local_addr().unwrap())
     };
     let ps = parties();
-    let me = ps[0].lock().unwrap().name.clone();
+    let me = ps[0].lock().unwrap().name().to_string();
     let retry = Retry {
         call_timeout: std::time::Duration::from_secs(1),
         first_backoff: std::time::Duration::from_millis(20),
@@ -347,8 +347,8 @@ async fn theta_vote_over_grpc_equals_in_process_and_status_shows_its_charge() {
     let remote = build();
     let (addr_a, stop_a) = start(remote[0].clone()).await;
     let (addr_b, stop_b) = start(remote[1].clone()).await;
-    let name_a = remote[0].lock().unwrap().name.clone();
-    let name_b = remote[1].lock().unwrap().name.clone();
+    let name_a = remote[0].lock().unwrap().name().to_string();
+    let name_b = remote[1].lock().unwrap().name().to_string();
     let peer_of_a = vec![peer(&remote[0], &name_b, &addr_b)];
     let peer_of_b = vec![peer(&remote[1], &name_a, &addr_a)];
     for round in 0..2 {

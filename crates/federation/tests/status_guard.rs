@@ -20,7 +20,7 @@ fn party(guard: AnswerGuard) -> Arc<Mutex<Party>> {
     let p = build_parties(&sc, CombinerKind::Noisy, Uncertainty::Marginal, &DpConfig::off(), 4).unwrap().remove(0);
     {
         let mut g = p.lock().unwrap();
-        g.model.set_guard(guard).unwrap();
+        g.set_guard(guard).unwrap();
         let indices: Vec<usize> = (0..40).step_by(2).collect();
         let n = indices.len();
         let answer = Answer::marginal("P2", indices, vec![5.0; n], vec![1e-3; n]);

@@ -186,7 +186,8 @@ async fn thesis_run_once(label: &str, sc: &Scenario) -> anyhow::Result<(f64, f64
     let t_in = t.elapsed().as_secs_f64();
 
     let remote = make()?;
-    let names: Vec<String> = remote.iter().map(|p| p.lock().map(|p| p.name.clone()).unwrap_or_default()).collect();
+    let names: Vec<String> =
+        remote.iter().map(|p| p.lock().map(|p| p.name().to_string()).unwrap_or_default()).collect();
     let dir = scratch(label)?;
     let tls = pki(&dir, &[&names[0], &names[1]])?;
     let mut addrs = Vec::new();

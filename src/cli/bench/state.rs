@@ -86,7 +86,7 @@ pub fn run(a: StateBenchArgs) -> anyhow::Result<()> {
     let dp = DpConfig::calibrated(1.0, 1e-5, 1.0, LabelRange::new(-3.0, 3.0)?, ReleasePolicy::ReleaseOnce);
     let parties = build_parties(&sc, CombinerKind::Noisy, Uncertainty::Full, &dp, 7)?;
     let mut party = parties[0].lock().map_err(|_| anyhow::anyhow!("lock poisoned"))?;
-    let pool: Vec<usize> = (0..party.data.pool_size()).collect();
+    let pool: Vec<usize> = (0..party.pool_size()).collect();
     let mut states = Vec::new();
     let mut answer_bytes = 0usize;
     for k in 0..a.requests {

@@ -34,7 +34,7 @@ pub async fn start_service(svc: NodeService) -> (String, tokio::sync::oneshot::S
 pub fn peer(me: &Arc<Mutex<Party>>, fed: &str, name: &str, addr: &str, retry: Retry) -> GrpcPeer {
     let p = me.lock().unwrap();
     GrpcPeer::new(PeerOptions {
-        me: p.name.clone(),
+        me: p.name().to_string(),
         name: name.into(),
         address: addr.into(),
         agreement: Agreement::of(&p, fed, 0.0, 1.0),

@@ -1,14 +1,16 @@
 //! The reading switches (docs/decisions.md D25): each test fails if its switch does nothing.
+//! White-box: they read a party's model and pool covariates, which are private to this crate
+//! (`Party`'s fields), so they live inside it.
 
-use dpcotrain_cotrain::answer::{PredictRequest, Uncertainty};
-use dpcotrain_cotrain::combiner::CombinerKind;
-use dpcotrain_cotrain::driver::{block_on, build_parties_with, run_in_process};
-use dpcotrain_cotrain::grid::DpSetting;
-use dpcotrain_cotrain::readings::{
+use crate::answer::{PredictRequest, Uncertainty};
+use crate::combiner::CombinerKind;
+use crate::driver::{block_on, build_parties_with, run_in_process};
+use crate::grid::DpSetting;
+use crate::readings::{
     AnswerSource, BlockyTheta, FitStarts, HybridForm, Readings, SelectionVariance, SharedVariance, ThesisNoise,
 };
-use dpcotrain_cotrain::responder::{DpConfig, Party};
-use dpcotrain_cotrain::simulate::{SimConfig, simulate};
+use crate::responder::{DpConfig, Party};
+use crate::simulate::{SimConfig, simulate};
 use std::sync::{Arc, Mutex};
 
 type Parties = Vec<Arc<Mutex<Party>>>;
@@ -60,7 +62,7 @@ fn answer_source_private_answers_from_the_private_only_model() {
     for (readings, from_private) in [(Readings::default(), false), (private, true)] {
         let ps = parties(CombinerKind::Noisy, Uncertainty::Marginal, &DpConfig::off(), 3, readings, 3);
         let i = unasked(&ps);
-        let other = ps[1].lock().unwrap().name.clone();
+        let other = ps[1].lock().unwrap().name().to_string();
         let mut p = ps[0].lock().unwrap();
         let a = p.answer(&request("x", &other, vec![i], Uncertainty::Marginal, false)).unwrap();
         let x = p.data.x_pool.rows(i, 1).clone_owned();
@@ -156,7 +158,7 @@ fn thesis_noise_fresh_per_query_draws_independently_and_deterministically() {
         1e-5,
         1.0,
         dpcotrain_privacy::sensitivity::LabelRange::new(-3.0, 3.0).unwrap(),
-        dpcotrain_cotrain::responder::ReleasePolicy::PerQuery,
+        crate::responder::ReleasePolicy::PerQuery,
     );
     let sc = simulate(&SimConfig { n_pool: 20, n_test: 10, ..SimConfig::default() }).unwrap();
     let err = build_parties_with(&sc, CombinerKind::Noisy, Uncertainty::Marginal, &cal, 0, fresh).unwrap_err();

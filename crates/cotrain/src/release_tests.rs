@@ -1,9 +1,10 @@
-//! The release path: retries, budgets, policies, validation, and what leaves a node.
+//! The release path: retries, budgets, policies, validation, and what leaves a node. White-box
+//! (they change a party's model version by hand), so inside the crate.
 
-use dpcotrain_cotrain::answer::{PredictRequest, Uncertainty};
-use dpcotrain_cotrain::combiner::CombinerKind;
-use dpcotrain_cotrain::data::PartyData;
-use dpcotrain_cotrain::responder::{DpConfig, DpMode, Party, ReleasePolicy};
+use crate::answer::{PredictRequest, Uncertainty};
+use crate::combiner::CombinerKind;
+use crate::data::PartyData;
+use crate::responder::{DpConfig, DpMode, Party, ReleasePolicy};
 use dpcotrain_gp::NoiseVariance;
 use dpcotrain_gp::kernels::SquaredExponential;
 use dpcotrain_privacy::calibrate::Mechanism;
