@@ -14,7 +14,7 @@
 use dpcotrain_cotrain::answer::Uncertainty;
 use dpcotrain_cotrain::combiner::{AnswerForm, CombinerKind};
 use dpcotrain_cotrain::driver::{block_on, build_parties, run_in_process};
-use dpcotrain_cotrain::responder::DpConfig;
+use dpcotrain_cotrain::party::DpConfig;
 use dpcotrain_cotrain::settings::DEFAULT_ANSWER_DISCOUNT;
 use dpcotrain_cotrain::simulate::{SimConfig, simulate};
 use dpcotrain_privacy::sensitivity::LabelRange;

@@ -22,7 +22,7 @@ use dpcotrain_cotrain::combiner::AnswerDiscount;
 use dpcotrain_cotrain::combiner::{AnswerForm, CombinerKind};
 use dpcotrain_cotrain::data::Scenario;
 use dpcotrain_cotrain::driver::{PartyOutcome, block_on, build_parties, default_kernel, evaluate, run_in_process};
-use dpcotrain_cotrain::responder::{DpConfig, Party, ReleasePolicy, THETA_SELECTION_ID};
+use dpcotrain_cotrain::party::{DpConfig, Party, ReleasePolicy, THETA_SELECTION_ID};
 use dpcotrain_cotrain::simulate::{SimConfig, simulate};
 use dpcotrain_federation::config::{
     DataConfig, FederationConfig, HostPort, ModelConfig, PartyConfig, PeerConfig, PrivacyConfig, PrivacyMode,
@@ -241,7 +241,7 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
     let t0 = Instant::now();
     let (kind, unc) = (a.combiner, a.uncertainty);
     if a.dp == PrivacyMode::Calibrated {
-        dpcotrain_cotrain::responder::discounts_answer_noise(kind, unc)
+        dpcotrain_cotrain::party::discounts_answer_noise(kind, unc)
             .with_context(|| format!("--combiner {} --uncertainty {}", a.combiner, a.uncertainty))?;
     }
     let fed_dir = a.out.join("federation");

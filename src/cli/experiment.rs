@@ -10,11 +10,11 @@ use dpcotrain_cotrain::floors::{floors_table, monte_carlo_floor};
 use dpcotrain_cotrain::grid::{
     Dataset, DpLabel, DpSetting, Grid, RunRow, Shard, job_keys, run_grid_resumable, sort_rows,
 };
+use dpcotrain_cotrain::party::ReleasePolicy;
 use dpcotrain_cotrain::readings::{
     AnswerSource, BlockyTheta, FitStarts, HybridForm, ReadingPreset, Readings, SelectionVariance, SharedVariance,
     ThesisNoise,
 };
-use dpcotrain_cotrain::responder::ReleasePolicy;
 use dpcotrain_cotrain::simulate::SimConfig;
 use dpcotrain_privacy::sensitivity::LabelRange;
 use dpcotrain_report::tables as report;

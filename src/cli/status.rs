@@ -99,11 +99,8 @@ fn status_table(st: &pb::StatusResponse) -> String {
         }
         let _ = writeln!(o, "    all requesters together: ε {:.4} (ρ {:.3e})", st.epsilon_total, st.rho_total);
         // The DP θ vote (theta = "select") is one entry of every requester's ledger.
-        if let Some(r) = st
-            .spend
-            .iter()
-            .flat_map(|s| &s.release_log)
-            .find(|r| r.id == dpcotrain_cotrain::responder::THETA_SELECTION_ID)
+        if let Some(r) =
+            st.spend.iter().flat_map(|s| &s.release_log).find(|r| r.id == dpcotrain_cotrain::party::THETA_SELECTION_ID)
         {
             let _ = writeln!(
                 o,

@@ -15,7 +15,7 @@
 
 use crate::CotrainError;
 use crate::metrics::{Metrics, metrics};
-use crate::responder::Party;
+use crate::party::Party;
 use dpcotrain_gp::linalg::{Cholesky, JitterPolicy};
 use nalgebra::{DMatrix, DVector};
 

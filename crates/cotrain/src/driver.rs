@@ -6,10 +6,10 @@ use crate::CotrainError;
 use crate::answer::PredictRequest;
 use crate::combiner::CombinerKind;
 use crate::metrics::{Metrics, metrics};
+use crate::party::Party;
 use crate::peer::{InProcessPeer, Peer};
 use crate::readings::{BlockyTheta, Readings};
 use crate::release_model::{NOMINAL_ANSWER_NOISE, QueryPolicy};
-use crate::responder::Party;
 use crate::select::{most_uncertain, public_greedy};
 use serde::Serialize;
 use std::sync::{Arc, Mutex};
@@ -127,7 +127,7 @@ pub async fn query_turn<P: Peer>(
     let none_asked = !peers.is_empty()
         && answers.is_empty()
         && report.refused.len() == peers.len()
-        && report.refused.iter().all(|(_, why)| why.starts_with(crate::responder::NOT_ASKED));
+        && report.refused.iter().all(|(_, why)| why.starts_with(crate::party::NOT_ASKED));
     if none_asked {
         report.index = None;
         report.indices.clear();
@@ -306,7 +306,7 @@ pub fn build_parties(
     scenario: &crate::data::Scenario,
     kind: CombinerKind,
     uncertainty: crate::answer::Uncertainty,
-    dp: &crate::responder::DpConfig,
+    dp: &crate::party::DpConfig,
     seed: u64,
 ) -> Result<Vec<Arc<Mutex<Party>>>, CotrainError> {
     build_parties_with(scenario, kind, uncertainty, dp, seed, Readings::default())
@@ -317,7 +317,7 @@ pub fn build_parties_with(
     scenario: &crate::data::Scenario,
     kind: CombinerKind,
     uncertainty: crate::answer::Uncertainty,
-    dp: &crate::responder::DpConfig,
+    dp: &crate::party::DpConfig,
     seed: u64,
     readings: Readings,
 ) -> Result<Vec<Arc<Mutex<Party>>>, CotrainError> {

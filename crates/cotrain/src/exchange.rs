@@ -8,7 +8,7 @@ use crate::answer::Uncertainty;
 use crate::combiner::CombinerKind;
 use crate::driver::{block_on, build_parties, run_in_process};
 use crate::grid::DpSetting;
-use crate::responder::ReleasePolicy;
+use crate::party::ReleasePolicy;
 use crate::simulate::{SimConfig, simulate};
 use dpcotrain_privacy::sensitivity::LabelRange;
 use nalgebra::DMatrix;

@@ -17,8 +17,8 @@ use crate::ccpp::{CcppConfig, RealData, ccpp};
 use crate::combiner::{AnswerForm, AnswerGuard, CombinerKind, PeerBlock, RefitTheta};
 use crate::data::Scenario;
 use crate::driver::{RunReport, block_on, build_parties, run_in_process};
+use crate::party::{DpConfig, DpMode, ReleasePolicy};
 use crate::release_model::{PublicTheta, QueryPolicy, ReleaseForm, ThetaPolicy};
-use crate::responder::{DpConfig, DpMode, ReleasePolicy};
 use crate::settings::{AnswerDiscount, DEFAULT_ANSWER_DISCOUNT};
 use crate::simulate::{SimConfig, simulate};
 use dpcotrain_privacy::calibrate::Mechanism;
@@ -489,8 +489,8 @@ pub struct PartyTrace {
 }
 
 fn lock_party(
-    p: &std::sync::Mutex<crate::responder::Party>,
-) -> Result<std::sync::MutexGuard<'_, crate::responder::Party>, CotrainError> {
+    p: &std::sync::Mutex<crate::party::Party>,
+) -> Result<std::sync::MutexGuard<'_, crate::party::Party>, CotrainError> {
     p.lock().map_err(|_| CotrainError::invalid("party lock poisoned"))
 }
 
@@ -502,7 +502,7 @@ fn rows_at(x: &DMatrix<f64>, idx: &[usize]) -> DMatrix<f64> {
 /// Read a finished run's answers again under `oracle` (true pool labels `labels`), re-fit and
 /// predict at the party's test points. Returns the means and the oracle's value.
 fn reread(
-    p: &mut crate::responder::Party,
+    p: &mut crate::party::Party,
     labels: &nalgebra::DVector<f64>,
     oracle: TraceOracle,
 ) -> Result<(nalgebra::DVector<f64>, f64), CotrainError> {
@@ -668,7 +668,7 @@ fn configured_parties(
     dp: &DpConfig,
     seed: u64,
     cfg: &FrontierConfig,
-) -> Result<Vec<std::sync::Arc<std::sync::Mutex<crate::responder::Party>>>, CotrainError> {
+) -> Result<Vec<std::sync::Arc<std::sync::Mutex<crate::party::Party>>>, CotrainError> {
     let parties = build_parties(sc, CombinerKind::Noisy, Uncertainty::Marginal, dp, seed)?;
     let fitted_noise: Vec<f64> =
         parties.iter().map(|p| lock_party(p).map(|g| g.model.noise.variance)).collect::<Result<_, _>>()?;

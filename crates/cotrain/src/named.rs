@@ -112,7 +112,7 @@ mod tests {
     use super::Named;
     use crate::answer::Uncertainty;
     use crate::combiner::{AnswerForm, AnswerGuard, CombinerKind, RefitTheta};
-    use crate::responder::ReleasePolicy;
+    use crate::party::ReleasePolicy;
 
     fn round_trips<T>()
     where

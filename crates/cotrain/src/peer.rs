@@ -3,7 +3,7 @@
 
 use crate::CotrainError;
 use crate::answer::{Answer, PredictRequest};
-use crate::responder::Party;
+use crate::party::Party;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 

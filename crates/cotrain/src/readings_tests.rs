@@ -6,10 +6,10 @@ use crate::answer::{PredictRequest, Uncertainty};
 use crate::combiner::CombinerKind;
 use crate::driver::{block_on, build_parties_with, run_in_process};
 use crate::grid::DpSetting;
+use crate::party::{DpConfig, Party};
 use crate::readings::{
     AnswerSource, BlockyTheta, FitStarts, HybridForm, Readings, SelectionVariance, SharedVariance, ThesisNoise,
 };
-use crate::responder::{DpConfig, Party};
 use crate::simulate::{SimConfig, simulate};
 use std::sync::{Arc, Mutex};
 
@@ -158,7 +158,7 @@ fn thesis_noise_fresh_per_query_draws_independently_and_deterministically() {
         1e-5,
         1.0,
         dpcotrain_privacy::sensitivity::LabelRange::new(-3.0, 3.0).unwrap(),
-        crate::responder::ReleasePolicy::PerQuery,
+        crate::party::ReleasePolicy::PerQuery,
     );
     let sc = simulate(&SimConfig { n_pool: 20, n_test: 10, ..SimConfig::default() }).unwrap();
     let err = build_parties_with(&sc, CombinerKind::Noisy, Uncertainty::Marginal, &cal, 0, fresh).unwrap_err();

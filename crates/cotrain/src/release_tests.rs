@@ -4,7 +4,7 @@
 use crate::answer::{PredictRequest, Uncertainty};
 use crate::combiner::CombinerKind;
 use crate::data::PartyData;
-use crate::responder::{DpConfig, DpMode, Party, ReleasePolicy};
+use crate::party::{DpConfig, DpMode, Party, ReleasePolicy};
 use dpcotrain_gp::NoiseVariance;
 use dpcotrain_gp::kernels::SquaredExponential;
 use dpcotrain_privacy::calibrate::Mechanism;

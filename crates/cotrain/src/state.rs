@@ -16,8 +16,8 @@
 use crate::CotrainError;
 use crate::answer::Answer;
 use crate::answer_cache::AnswerCache;
+use crate::party::{BatchRelease, Party, RequesterState, THETA_SELECTION_ID, TurnRecord};
 use crate::release_model::ThetaSelection;
-use crate::responder::{BatchRelease, Party, RequesterState, THETA_SELECTION_ID, TurnRecord};
 use dpcotrain_privacy::accountant::Ledger;
 use dpcotrain_privacy::noise::{NoisePath, NoisePathState};
 use nalgebra::DVector;

@@ -5,7 +5,7 @@
 use dpcotrain_cotrain::answer::Uncertainty;
 use dpcotrain_cotrain::combiner::CombinerKind;
 use dpcotrain_cotrain::driver::{RunReport, block_on, build_parties, run_in_process};
-use dpcotrain_cotrain::responder::DpConfig;
+use dpcotrain_cotrain::party::DpConfig;
 use dpcotrain_cotrain::simulate::{SimConfig, simulate};
 
 fn run(kind: CombinerKind, seed: u64) -> RunReport {
@@ -78,14 +78,14 @@ fn three_parties_and_the_oracle() {
     assert!(r.turns.iter().all(|t| t.answered_by.len() == 2));
     let guards: Vec<_> = parties.iter().map(|p| p.lock().unwrap()).collect();
     assert_eq!(guards[0].model().n_pseudo(), 10);
-    let refs: Vec<&dpcotrain_cotrain::responder::Party> = guards.iter().map(|g| &**g).collect();
+    let refs: Vec<&dpcotrain_cotrain::party::Party> = guards.iter().map(|g| &**g).collect();
     let oracle = yu_oracle(&refs).unwrap();
     assert!(oracle.rmse.is_finite() && oracle.rmse < 1.0, "{}", oracle.rmse);
 }
 
 #[test]
 fn calibrated_dp_run_reports_privacy_and_respects_budgets() {
-    use dpcotrain_cotrain::responder::{DpMode, ReleasePolicy};
+    use dpcotrain_cotrain::party::{DpMode, ReleasePolicy};
     use dpcotrain_privacy::calibrate::Mechanism;
     use dpcotrain_privacy::sensitivity::LabelRange;
     let cfg = SimConfig { r: 0.9, n_obs: 25, seed: 5, ..SimConfig::default() };

@@ -5,8 +5,8 @@
 use dpcotrain_cotrain::answer::{PredictRequest, Uncertainty};
 use dpcotrain_cotrain::combiner::CombinerKind;
 use dpcotrain_cotrain::data::PartyData;
+use dpcotrain_cotrain::party::{DpConfig, Party, ReleasePolicy, THETA_SELECTION_ID};
 use dpcotrain_cotrain::release_model::{PublicTheta, QueryPolicy, ReleaseForm, ReleaseModel, ThetaPolicy};
-use dpcotrain_cotrain::responder::{DpConfig, Party, ReleasePolicy, THETA_SELECTION_ID};
 use dpcotrain_cotrain::select::public_greedy;
 use dpcotrain_gp::kernels::SquaredExponential;
 use dpcotrain_gp::{ExactGp, NoiseModel, NoiseVariance};
@@ -724,7 +724,7 @@ fn alone_is_the_same_fit_in_every_privacy_mode_and_only_the_release_clips() {
     // The release is still of the clipped labels: at a huge ε (noise ~1e-6) with no cap and full
     // rank, the released means are the public-θ posterior on the clipped labels.
     let mut near_exact = honest();
-    near_exact.mode = dpcotrain_cotrain::responder::DpMode::Calibrated {
+    near_exact.mode = dpcotrain_cotrain::party::DpMode::Calibrated {
         epsilon: 1e7,
         delta: 1e-5,
         mechanism: dpcotrain_privacy::calibrate::Mechanism::Analytic,
@@ -747,12 +747,12 @@ fn alone_is_the_same_fit_in_every_privacy_mode_and_only_the_release_clips() {
     let mut per_query = make(DpConfig::calibrated(1.0, 1e-5, 1.0, range(), ReleasePolicy::PerQuery));
     let pq = predict(&mut per_query);
     assert!((pq - alone).amax() > 1e-6, "per-query's released model must see the clipped labels");
-    assert!(dpcotrain_cotrain::responder::own_model_is_released(&DpConfig::calibrated(
+    assert!(dpcotrain_cotrain::party::own_model_is_released(&DpConfig::calibrated(
         1.0,
         1e-5,
         1.0,
         range(),
         ReleasePolicy::PerQuery
     )));
-    assert!(!dpcotrain_cotrain::responder::own_model_is_released(&honest()));
+    assert!(!dpcotrain_cotrain::party::own_model_is_released(&honest()));
 }

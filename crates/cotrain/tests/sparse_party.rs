@@ -4,7 +4,7 @@
 use dpcotrain_cotrain::answer::{Answer, Uncertainty};
 use dpcotrain_cotrain::combiner::{CoModel, CombinerKind, LocalModel};
 use dpcotrain_cotrain::data::PartyData;
-use dpcotrain_cotrain::responder::{DpConfig, Party};
+use dpcotrain_cotrain::party::{DpConfig, Party};
 use dpcotrain_gp::NoiseVariance;
 use dpcotrain_gp::kernels::SquaredExponential;
 use nalgebra::{DMatrix, DVector};

@@ -6,8 +6,8 @@
 use dpcotrain_cotrain::answer::{PredictRequest, Uncertainty};
 use dpcotrain_cotrain::combiner::CombinerKind;
 use dpcotrain_cotrain::driver::{block_on, build_parties, evaluate, query_turn};
+use dpcotrain_cotrain::party::{DpConfig, Party, ReleasePolicy};
 use dpcotrain_cotrain::peer::InProcessPeer;
-use dpcotrain_cotrain::responder::{DpConfig, Party, ReleasePolicy};
 use dpcotrain_cotrain::simulate::{SimConfig, simulate};
 use dpcotrain_cotrain::state::PartyState;
 use dpcotrain_privacy::sensitivity::LabelRange;

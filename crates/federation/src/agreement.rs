@@ -4,8 +4,8 @@
 //! terms, ε, δ, label range).
 
 use crate::pb;
+use dpcotrain_cotrain::party::{DpConfig, DpMode, Party, ReleasePolicy};
 use dpcotrain_cotrain::release_model::{QueryPolicy, ReleaseForm, ThetaPolicy};
-use dpcotrain_cotrain::responder::{DpConfig, DpMode, Party, ReleasePolicy};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Agreement {

@@ -1,7 +1,7 @@
 //! # dpcotrain-federation — gRPC nodes
 //!
 //! The protocol (`proto/dpcotrain/v2/node.proto` at the repository's top level, compiled in `build.rs` with protox), a node
-//! server that exposes a [`Party`](dpcotrain_cotrain::responder::Party)'s release path over
+//! server that exposes a [`Party`](dpcotrain_cotrain::party::Party)'s release path over
 //! gRPC, and [`GrpcPeer`], the gRPC implementation of the co-training
 //! [`Peer`](dpcotrain_cotrain::peer::Peer) trait — so the round logic of `dpcotrain-cotrain` is
 //! written once and runs in-process or across the network with the same numbers.

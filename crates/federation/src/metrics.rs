@@ -96,7 +96,7 @@ impl Metrics {
     }
 
     /// Refresh the gauges read from the party (spend per requester, model version, turns).
-    pub fn observe_party(&self, p: &dpcotrain_cotrain::responder::Party) {
+    pub fn observe_party(&self, p: &dpcotrain_cotrain::party::Party) {
         let mut names = p.requesters();
         names.sort();
         let (mut other_eps, mut other_rho, mut others) = (0.0, 0.0, false);

@@ -23,7 +23,7 @@
 
 use crate::store::{StateStore, StoreError};
 use dpcotrain_cotrain::answer::Receipt;
-use dpcotrain_cotrain::responder::Party;
+use dpcotrain_cotrain::party::Party;
 
 /// The bytes a receipt's MAC covers.
 fn message(federation: &str, responder: &str, requester: &str, seq: u64, releases: u64, rho: f64) -> Vec<u8> {

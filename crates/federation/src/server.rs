@@ -22,7 +22,7 @@ use crate::{GrpcPeer, convert, pb, receipt};
 use dpcotrain_cotrain::CotrainError;
 use dpcotrain_cotrain::driver::{evaluate, evaluate_with_errors, query_turn};
 use dpcotrain_cotrain::metrics::rmse_change_se;
-use dpcotrain_cotrain::responder::{Party, TurnRecord};
+use dpcotrain_cotrain::party::{Party, TurnRecord};
 use std::collections::HashSet;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -144,7 +144,7 @@ fn save(store: &Option<Arc<StateStore>>, p: &Party) -> Result<(), NodeError> {
     }
 }
 
-use dpcotrain_cotrain::responder::NOT_ASKED;
+use dpcotrain_cotrain::party::NOT_ASKED;
 
 /// The label-dependent figures `Status` gives a node's orchestrator when the node shares them.
 struct TestMetrics {

@@ -12,7 +12,7 @@ use dpcotrain_cotrain::CotrainError;
 use dpcotrain_cotrain::answer::Uncertainty;
 use dpcotrain_cotrain::combiner::CombinerKind;
 use dpcotrain_cotrain::driver::{build_parties, evaluate, query_turn};
-use dpcotrain_cotrain::responder::{DpConfig, Party};
+use dpcotrain_cotrain::party::{DpConfig, Party};
 use dpcotrain_cotrain::simulate::{SimConfig, simulate};
 use dpcotrain_federation::store::{StateStore, witnessed};
 use dpcotrain_federation::{GrpcPeer, NodeService, Retry};

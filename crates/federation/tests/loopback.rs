@@ -7,7 +7,7 @@ mod common;
 use dpcotrain_cotrain::answer::Uncertainty;
 use dpcotrain_cotrain::combiner::CombinerKind;
 use dpcotrain_cotrain::driver::{build_parties, evaluate, query_turn, run_in_process};
-use dpcotrain_cotrain::responder::{DpConfig, Party, ReleasePolicy};
+use dpcotrain_cotrain::party::{DpConfig, Party, ReleasePolicy};
 use dpcotrain_cotrain::simulate::{SimConfig, simulate};
 use dpcotrain_federation::pb::node_client::NodeClient;
 use dpcotrain_federation::{Agreement, GrpcPeer, PeerOptions, Retry, pb};
@@ -332,8 +332,8 @@ async fn an_unreachable_peer_fails_clearly_after_a_bounded_time() {
 /// the first entry of each requester's ledger, visible in `status`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn theta_vote_over_grpc_equals_in_process_and_status_shows_its_charge() {
+    use dpcotrain_cotrain::party::THETA_SELECTION_ID;
     use dpcotrain_cotrain::release_model::{PublicTheta, ThetaPolicy};
-    use dpcotrain_cotrain::responder::THETA_SELECTION_ID;
     let build = || {
         let sc = simulate(&SimConfig { r: 0.9, n_obs: 80, n_pool: 120, n_test: 100, seed: 4, ..SimConfig::default() })
             .unwrap();

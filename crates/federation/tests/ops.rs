@@ -6,7 +6,7 @@ mod common;
 use dpcotrain_cotrain::answer::Uncertainty;
 use dpcotrain_cotrain::combiner::CombinerKind;
 use dpcotrain_cotrain::driver::build_parties;
-use dpcotrain_cotrain::responder::{DpConfig, Party};
+use dpcotrain_cotrain::party::{DpConfig, Party};
 use dpcotrain_cotrain::simulate::{SimConfig, simulate};
 use dpcotrain_federation::pb::node_client::NodeClient;
 use dpcotrain_federation::{Agreement, NodeService, pb};

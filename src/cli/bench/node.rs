@@ -18,7 +18,7 @@ use dpcotrain_cotrain::ccpp::{CcppConfig, ccpp};
 use dpcotrain_cotrain::combiner::CombinerKind;
 use dpcotrain_cotrain::data::Scenario;
 use dpcotrain_cotrain::driver::{build_parties, default_kernel, query_turn, run_in_process};
-use dpcotrain_cotrain::responder::{DpConfig, Party, ReleasePolicy};
+use dpcotrain_cotrain::party::{DpConfig, Party, ReleasePolicy};
 use dpcotrain_cotrain::simulate::{SimConfig, simulate};
 use dpcotrain_federation::auth::request;
 use dpcotrain_federation::pb::node_client::NodeClient;
@@ -154,7 +154,7 @@ async fn large_node(a: &NodeBenchArgs) -> anyhow::Result<serde_json::Value> {
     }
     let _ = stop.send(());
     let _ = std::fs::remove_dir_all(&dir);
-    Ok(json!({"rows": a.rows, "inducing": dpcotrain_cotrain::responder::DEFAULT_INDUCING, "fit_seconds": fit,
+    Ok(json!({"rows": a.rows, "inducing": dpcotrain_cotrain::party::DEFAULT_INDUCING, "fit_seconds": fit,
               "predict_grpc_ms_median": 1e3 * median(grpc.clone()), "predict_grpc_ms_max": 1e3 * grpc.iter().cloned().fold(0.0, f64::max),
               "predict_in_process_ms_median": 1e3 * median(inproc), "reps": a.reps, "target_ms": 50.0}))
 }

@@ -17,7 +17,7 @@ use clap::Args;
 use dpcotrain_cotrain::answer::{PredictRequest, Uncertainty};
 use dpcotrain_cotrain::combiner::CombinerKind;
 use dpcotrain_cotrain::driver::build_parties;
-use dpcotrain_cotrain::responder::{DpConfig, ReleasePolicy};
+use dpcotrain_cotrain::party::{DpConfig, ReleasePolicy};
 use dpcotrain_cotrain::simulate::{SimConfig, simulate};
 use dpcotrain_cotrain::state::PartyState;
 use dpcotrain_federation::store::StateStore;

@@ -15,6 +15,10 @@
 //! retried request id returns the cached answer: no new noise, no new charge (the cache is
 //! bounded per requester: [`crate::answer_cache`]); the same id asking something else is refused.
 
+mod batches;
+mod per_query;
+mod release_once;
+
 use crate::answer::{Answer, ChargeInfo, PredictRequest, Uncertainty};
 use crate::answer_cache::{self, AnswerCache};
 use crate::combiner::{CoModel, CombinerKind, LocalModel, SPARSE_THRESHOLD, SvgpTraining};
@@ -172,6 +176,41 @@ fn mix(seed: u64, name: &str, version: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58476D1CE4E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D049BB133111EB);
     z ^ (z >> 31)
+}
+
+/// What a release policy computes for one request ([`Party::answer`]'s three paths); [`reply`]
+/// makes it an [`Answer`].
+pub(super) struct Released {
+    /// The released (noised under DP) means at the request's indices.
+    pub mean: Vec<f64>,
+    pub var: Option<Vec<f64>>,
+    pub answered: Vec<usize>,
+    pub cov: Option<DMatrix<f64>>,
+    pub prior_cov: Option<DMatrix<f64>>,
+    pub model_version: u64,
+    pub charge: Option<ChargeInfo>,
+    pub noise_var: Option<Vec<f64>>,
+}
+
+/// The one place an [`Answer`] is built: the responder's name, the request's indices in request
+/// order, what the policy released, and the ρ left in the requester's budget. Unsigned: a
+/// node's store adds the receipt after saving.
+fn reply(responder: &str, req: &PredictRequest, budget_rho_left: Option<f64>, r: Released) -> Answer {
+    let Released { mean, var, answered, cov, prior_cov, model_version, charge, noise_var } = r;
+    Answer {
+        responder: responder.to_string(),
+        indices: req.indices.clone(),
+        mean,
+        var,
+        answered,
+        cov,
+        prior_cov,
+        model_version,
+        charge,
+        budget_rho_left,
+        noise_var,
+        receipt: None,
+    }
 }
 
 impl Party {
@@ -651,68 +690,6 @@ impl Party {
         Ok((plan, rm, dp.map(|(_, r)| r)))
     }
 
-    /// Freeze the private-only release over the whole pool (called right after the private
-    /// fit, while the model has absorbed nothing; works for the exact and the sparse local
-    /// model alike).
-    fn freeze(&mut self) -> Result<(), CotrainError> {
-        let pool = self.data.x_pool.clone();
-        if matches!(self.dp.release, ReleaseForm::Finite { .. }) {
-            let all: Vec<usize> = (0..pool.nrows()).collect();
-            let (plan, rm, range) = self.plan_finite(&all, true)?;
-            let mean = plan.hat.mean(&rm.y, range)?;
-            let noise = if plan.sigma > 0.0 {
-                iid_standard_normal(pool.nrows(), self.seed.map(|s| mix(s, "release-once", 0)))
-            } else {
-                DVector::zeros(pool.nrows())
-            };
-            let cov = plan.hat.latent_cov.clone();
-            self.frozen = Some(Frozen {
-                mean,
-                var: cov.diagonal(),
-                cov,
-                prior: plan.hat.prior.clone(),
-                sigma: plan.sigma,
-                sensitivity: plan.sensitivity.value,
-                noise,
-                isotropic: true,
-            });
-            return Ok(());
-        }
-        let n = self.data.x_train.nrows();
-        // The function-space release: of the private fit (θ̂), or of the release model (public θ).
-        let calibrated = matches!(self.dp.mode, DpMode::Calibrated { .. });
-        let (p, prior, influence, kernel) = match (&self.dp.theta, &self.release_model) {
-            (ThetaPolicy::Public(_) | ThetaPolicy::Selected { .. }, Some(rm)) => {
-                let (p, inf) = rm.function_posterior(&pool, calibrated)?;
-                (p, rm.kernel.k(pool.as_view(), pool.as_view()), inf, rm.kernel.clone())
-            }
-            _ => {
-                let p = self.model.predict(&pool, true)?;
-                let inf = if calibrated { Some(self.model.label_influence()?) } else { None };
-                (p, self.model.kernel.k(pool.as_view(), pool.as_view()), inf, self.model.kernel.clone())
-            }
-        };
-        let (sigma, sensitivity) = match &self.dp.mode {
-            DpMode::Off => (0.0, 0.0),
-            DpMode::Thesis { multiplier } => (*multiplier, 1.0),
-            DpMode::Calibrated { range, .. } => {
-                let inf = influence.expect("computed under calibrated DP");
-                let s = from_influence(&inf, &(0..n).collect::<Vec<_>>(), *range)?;
-                (self.dp.mode.calibrated_sigma(s.value)?.ok_or_else(uncalibrated)?, s.value)
-            }
-        };
-        let noise = if sigma > 0.0 {
-            let mut path = self.path_with(kernel, "release-once", 0);
-            path.sample_at(&pool)?
-        } else {
-            DVector::zeros(pool.nrows())
-        };
-        let cov = p.cov.clone().unwrap_or_else(|| DMatrix::from_diagonal(&p.var));
-        self.frozen =
-            Some(Frozen { mean: p.mean, var: p.var, cov, prior, sigma, sensitivity, noise, isotropic: false });
-        Ok(())
-    }
-
     /// Answer a peer's request through the release path.
     pub fn answer(&mut self, req: &PredictRequest) -> Result<Answer, CotrainError> {
         // Retries are recognised per (requester, request id): another requester reusing an id
@@ -789,97 +766,6 @@ impl Party {
         Ok(())
     }
 
-    fn answer_release_once(&mut self, req: &PredictRequest) -> Result<Answer, CotrainError> {
-        self.ledger_for(&req.requester)?;
-        let f = self.frozen.clone().ok_or_else(|| CotrainError::invalid("release-once: no frozen release"))?;
-        let mechanism = self.mechanism_name();
-        let guaranteed = self.guaranteed();
-        let st = self.requesters.get_mut(&req.requester).expect("requester state");
-        let mut charge = None;
-        if f.sigma > 0.0 {
-            let new = match st.ledger.as_mut() {
-                Some(l) => l.charge("release-once", f.sensitivity, f.sigma, &mechanism, guaranteed)? == Charge::New,
-                None => st.answered.is_empty(),
-            };
-            charge = Some(ChargeInfo {
-                rho: if new { rho_of(f.sensitivity, f.sigma) } else { 0.0 },
-                sigma: f.sigma,
-                sensitivity: f.sensitivity,
-                mechanism,
-                guaranteed,
-                new_release: new,
-            });
-        }
-        let mean: Vec<f64> =
-            req.indices.iter().map(|&i| *st.released.entry(i).or_insert(f.mean[i] + f.sigma * f.noise[i])).collect();
-        for &i in &req.indices {
-            if !st.answered.contains(&i) {
-                st.answered.push(i);
-            }
-        }
-        let answered = st.answered.clone();
-        // The released noise's covariance: σ²I for a finite release (always reported), σ²K for
-        // the function-space release (D19, when inflate_variance).
-        let s2 = f.sigma * f.sigma;
-        let noise_cov = |i: usize, j: usize| {
-            if f.isotropic {
-                if i == j { s2 } else { 0.0 }
-            } else if self.dp.inflate_variance {
-                s2 * f.prior[(i, j)]
-            } else {
-                0.0
-            }
-        };
-        let var = (req.uncertainty == Uncertainty::Marginal)
-            .then(|| req.indices.iter().map(|&i| f.var[i] + noise_cov(i, i)).collect());
-        let cov = (req.uncertainty == Uncertainty::Full).then(|| {
-            DMatrix::from_fn(answered.len(), answered.len(), |a, b| {
-                let (i, j) = (answered[a], answered[b]);
-                f.cov[(i, j)] + noise_cov(i, j)
-            })
-        });
-        let prior_cov = req.want_prior.then(|| f.prior.select_rows(answered.iter()).select_columns(answered.iter()));
-        let noise_var = (f.isotropic || self.dp.inflate_variance || f.sigma == 0.0)
-            .then(|| req.indices.iter().map(|&i| noise_cov(i, i)).collect());
-        let budget = st.ledger.as_ref().map(|l| l.rho_remaining());
-        Ok(Answer {
-            responder: self.name.clone(),
-            indices: req.indices.clone(),
-            mean,
-            var,
-            answered,
-            cov,
-            prior_cov,
-            model_version: 0,
-            charge,
-            budget_rho_left: budget,
-            noise_var,
-            receipt: None,
-        })
-    }
-
-    /// (σ, Δ, guaranteed) of a per-query release from the current model (cached per version).
-    fn calibrate(&mut self) -> Result<(f64, f64, bool), CotrainError> {
-        match &self.dp.mode {
-            DpMode::Off => Ok((0.0, 0.0, true)),
-            DpMode::Thesis { multiplier } => Ok((*multiplier, 1.0, false)),
-            DpMode::Calibrated { range, .. } => {
-                let version = self.model.version;
-                if let Some((v, sigma, sens)) = self.calibration
-                    && v == version
-                {
-                    return Ok((sigma, sens, self.guaranteed()));
-                }
-                let range = *range;
-                let inf = self.model.label_influence()?;
-                let s = from_influence(&inf, &(0..self.model.n_private()).collect::<Vec<_>>(), range)?;
-                let sigma = self.dp.mode.calibrated_sigma(s.value)?.ok_or_else(uncalibrated)?;
-                self.calibration = Some((version, sigma, s.value));
-                Ok((sigma, s.value, self.guaranteed()))
-            }
-        }
-    }
-
     /// Whether a release's (ε, δ) is a formal guarantee for everything this node lets out about
     /// its labels: calibrated DP, a counted θ (public or a charged vote) and label-free queries.
     /// With the fitted θ̂ (the earlier policies) the guarantee covers the means given θ̂ only —
@@ -902,238 +788,5 @@ impl Party {
                 form => format!("{} {} θ={}", mechanism.name(), form.name(), self.dp.theta.name()),
             },
         }
-    }
-
-    /// Policy batches: the new indices of a request are one finite release of the private-only
-    /// (capped) posterior, charged once; indices released before are post-processing.
-    fn answer_batches(&mut self, req: &PredictRequest) -> Result<Answer, CotrainError> {
-        self.ledger_for(&req.requester)?;
-        let mechanism = self.mechanism_name();
-        let guaranteed = self.guaranteed();
-        let mut st = self.requesters.get(&req.requester).cloned().unwrap_or_default();
-        let new_idx: Vec<usize> = req.indices.iter().copied().filter(|i| !st.released.contains_key(i)).collect();
-        let mut charge = None;
-        if !new_idx.is_empty() {
-            let (plan, rm, range) = self.plan_finite(&new_idx, false)?;
-            let k = st.batches.len();
-            let mut new_release = false;
-            if plan.sigma > 0.0 {
-                if let Some(l) = st.ledger.as_mut() {
-                    let id = format!("{}#batch{k}", req.requester);
-                    new_release =
-                        l.charge(&id, plan.sensitivity.value, plan.sigma, &mechanism, guaranteed)? == Charge::New;
-                }
-                charge = Some(ChargeInfo {
-                    rho: if new_release { rho_of(plan.sensitivity.value, plan.sigma) } else { 0.0 },
-                    sigma: plan.sigma,
-                    sensitivity: plan.sensitivity.value,
-                    mechanism: mechanism.clone(),
-                    guaranteed,
-                    new_release,
-                });
-            }
-            let z = if plan.sigma > 0.0 {
-                iid_standard_normal(new_idx.len(), self.seed.map(|s| mix(s, &req.requester, 1 << 40 | k as u64)))
-            } else {
-                DVector::zeros(new_idx.len())
-            };
-            let released = plan.release(&rm.y, range, &z)?;
-            for (t, &i) in new_idx.iter().enumerate() {
-                st.released.insert(i, released[t]);
-                st.answered.push(i);
-            }
-            st.batches.push(BatchRelease {
-                indices: new_idx.clone(),
-                sigma: plan.sigma,
-                sensitivity: plan.sensitivity.value,
-                eta: plan.eta,
-                var: plan.released_var().iter().copied().collect(),
-                cov: plan.released_cov(),
-            });
-        }
-        let answered = st.answered.clone();
-        let mean: Vec<f64> = req.indices.iter().map(|i| st.released[i]).collect();
-        // (batch, position) of every answered index.
-        let mut at: HashMap<usize, (usize, usize)> = HashMap::new();
-        for (b, batch) in st.batches.iter().enumerate() {
-            for (p, &i) in batch.indices.iter().enumerate() {
-                at.insert(i, (b, p));
-            }
-        }
-        let var = (req.uncertainty == Uncertainty::Marginal).then(|| {
-            req.indices
-                .iter()
-                .map(|i| {
-                    let (b, p) = at[i];
-                    st.batches[b].var[p]
-                })
-                .collect()
-        });
-        // Full: block-diagonal over batches (each block PSD; the small positive correlation of
-        // two batches' estimation errors is not reported, see docs/honest-dp.md).
-        let cov = (req.uncertainty == Uncertainty::Full).then(|| {
-            DMatrix::from_fn(answered.len(), answered.len(), |a, c| {
-                let ((b1, p1), (b2, p2)) = (at[&answered[a]], at[&answered[c]]);
-                if b1 == b2 { st.batches[b1].cov[(p1, p2)] } else { 0.0 }
-            })
-        });
-        let prior_cov = if req.want_prior {
-            let rm = self.release_model.as_ref().ok_or_else(|| CotrainError::invalid("no release model"))?;
-            let xa = self.data.x_pool.select_rows(answered.iter());
-            Some(rm.kernel.k(xa.as_view(), xa.as_view()))
-        } else {
-            None
-        };
-        let noise_var: Vec<f64> = req
-            .indices
-            .iter()
-            .map(|i| {
-                let (b, _) = at[i];
-                st.batches[b].sigma.powi(2)
-            })
-            .collect();
-        let budget = st.ledger.as_ref().map(|l| l.rho_remaining());
-        self.requesters.insert(req.requester.clone(), st);
-        Ok(Answer {
-            responder: self.name.clone(),
-            indices: req.indices.clone(),
-            mean,
-            var,
-            answered,
-            cov,
-            prior_cov,
-            model_version: 0,
-            charge,
-            budget_rho_left: budget,
-            noise_var: Some(noise_var),
-            receipt: None,
-        })
-    }
-
-    fn answer_per_query(&mut self, req: &PredictRequest) -> Result<Answer, CotrainError> {
-        self.ledger_for(&req.requester)?;
-        let version = self.model.version;
-        let x_pool = self.data.x_pool.clone();
-        let st = self.requesters.get(&req.requester).cloned().unwrap_or_default();
-        let new_idx: Vec<usize> = req.indices.iter().copied().filter(|i| !st.released.contains_key(i)).collect();
-        let mut answered = st.answered.clone();
-        for &i in &req.indices {
-            if !answered.contains(&i) {
-                answered.push(i);
-            }
-        }
-        // Predict at every answered index (for the matrices) with the current model, or under
-        // `answer_source = private` with the private-only model (its kernel for the prior and the
-        // noise path too).
-        let xa = x_pool.select_rows(answered.iter());
-        let readings = self.model.readings();
-        let private = readings.answer_source == AnswerSource::Private;
-        let full = req.uncertainty == Uncertainty::Full;
-        let (pred, kernel, noise_var) = if private {
-            (self.model.predict_private(&xa, full)?, self.model.private_kernel(), self.model.private_noise_variance())
-        } else {
-            (self.model.predict(&xa, full)?, self.model.kernel.clone(), self.model.noise.variance)
-        };
-        let pos = |i: usize| answered.iter().position(|&a| a == i).expect("answered");
-        // Noise scale and charge for a new mean function.
-        let mechanism = self.mechanism_name();
-        let (sigma, sensitivity, guaranteed) = self.calibrate()?;
-        let mut st = st;
-        let mut charge = None;
-        let mut new_values: Vec<(usize, f64)> = Vec::new();
-        if !new_idx.is_empty() {
-            let fresh = readings.thesis_noise == ThesisNoise::FreshPerQuery;
-            let need_new_path = match (&self.dp.mode, &st.path) {
-                (DpMode::Off, _) => false,
-                // `thesis_noise = fresh-per-query`: an independent draw for every request.
-                (DpMode::Thesis { .. }, Some(_)) if fresh => true,
-                (DpMode::Thesis { .. }, Some(_)) => false, // D9 R: one path per requester
-                (_, Some((v, _, _))) => *v != version,
-                (_, None) => true,
-            };
-            let mut new_release = false;
-            if need_new_path {
-                if let Some(l) = st.ledger.as_mut() {
-                    let id = format!("{}@v{version}", req.requester);
-                    new_release = l.charge(&id, sensitivity, sigma, &mechanism, guaranteed)? == Charge::New;
-                } else {
-                    new_release = true;
-                }
-                // A fresh draw per request is seeded by how many indices were answered before
-                // it, so every request's draw is its own and a replay draws the same.
-                let stream = if fresh && matches!(self.dp.mode, DpMode::Thesis { .. }) {
-                    format!("{}\u{0}fresh{}", req.requester, st.answered.len())
-                } else {
-                    req.requester.clone()
-                };
-                st.path = Some((version, self.path_with(kernel.clone(), &stream, version), sigma));
-            }
-            let xn = x_pool.select_rows(new_idx.iter());
-            let g = match st.path.as_mut() {
-                Some((_, p, _)) => p.sample_at(&xn)?,
-                None => DVector::zeros(new_idx.len()),
-            };
-            let s = st.path.as_ref().map(|(_, _, s)| *s).unwrap_or(0.0);
-            for (k, &i) in new_idx.iter().enumerate() {
-                new_values.push((i, pred.mean[pos(i)] + s * g[k]));
-            }
-            if !matches!(self.dp.mode, DpMode::Off) {
-                charge = Some(ChargeInfo {
-                    rho: if new_release { rho_of(sensitivity, sigma) } else { 0.0 },
-                    sigma: s,
-                    sensitivity,
-                    mechanism,
-                    guaranteed,
-                    new_release,
-                });
-            }
-        }
-        for (i, m) in new_values {
-            st.released.insert(i, m);
-        }
-        st.answered = answered.clone();
-        let mean: Vec<f64> = req.indices.iter().map(|i| st.released[i]).collect();
-        let inflate = if self.dp.inflate_variance { sigma * sigma } else { 0.0 };
-        let prior_all = kernel.k(xa.as_view(), xa.as_view());
-        // `shared_variance = y`: the predictive variance of y₂ (latent + σ₂²).
-        let y_var = if readings.shared_variance == SharedVariance::Y { noise_var } else { 0.0 };
-        let var = (req.uncertainty == Uncertainty::Marginal).then(|| {
-            req.indices.iter().map(|&i| pred.var[pos(i)] + inflate * prior_all[(pos(i), pos(i))] + y_var).collect()
-        });
-        let cov = pred.cov.as_ref().map(|c| {
-            let mut c = c + &prior_all * inflate;
-            for i in 0..c.nrows() {
-                c[(i, i)] += y_var;
-            }
-            c
-        });
-        // `blocky_theta = querier`: the prior block with the requester's θ₁ on this view.
-        let prior_cov = match (req.want_prior, self.requester_theta.get(&req.requester)) {
-            (false, _) => None,
-            (true, Some(theta)) if readings.blocky_theta == BlockyTheta::Querier => {
-                let mut k = kernel.clone();
-                k.set_params(theta);
-                Some(k.k(xa.as_view(), xa.as_view()))
-            }
-            (true, _) => Some(prior_all.clone()),
-        };
-        let noise_var = (self.dp.inflate_variance || sigma == 0.0)
-            .then(|| req.indices.iter().map(|&i| inflate * prior_all[(pos(i), pos(i))]).collect());
-        let budget = st.ledger.as_ref().map(|l| l.rho_remaining());
-        self.requesters.insert(req.requester.clone(), st);
-        Ok(Answer {
-            responder: self.name.clone(),
-            indices: req.indices.clone(),
-            mean,
-            var,
-            answered,
-            cov,
-            prior_cov,
-            model_version: version,
-            charge,
-            budget_rho_left: budget,
-            noise_var,
-            receipt: None,
-        })
     }
 }
