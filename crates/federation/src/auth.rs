@@ -9,17 +9,16 @@
 //!
 //! Authentication is a tower layer ([`AuthLayer`]) in front of every service the node serves,
 //! as in tonic's examples: it runs before any message is decoded, refuses an unauthenticated
-//! call itself (logged and counted like every other RPC), and puts the authenticated
+//! call itself (logged and counted by [`crate::trace::TraceLayer`], outside it, like every other
+//! RPC), and puts the authenticated
 //! [`Principal`] into the request's extensions, where a handler reads it with [`principal`]. A
 //! new RPC therefore cannot forget to authenticate, and a handler reached without the layer
 //! fails closed (`INTERNAL`), never open.
 
-use crate::metrics::Metrics;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Instant;
 use tonic::metadata::MetadataValue;
 use tonic::{Request, Status};
 
@@ -121,16 +120,15 @@ pub fn principal<T>(req: &Request<T>) -> Result<Principal, Status> {
 }
 
 /// The tower layer that authenticates every call before its message is decoded (see the
-/// module documentation). Refusals are logged and counted here, under the method's name.
+/// module documentation). Its refusals are logged and counted by the trace layer around it.
 #[derive(Clone)]
 pub struct AuthLayer {
     auth: Arc<Auth>,
-    metrics: Arc<Metrics>,
 }
 
 impl AuthLayer {
-    pub fn new(auth: Arc<Auth>, metrics: Arc<Metrics>) -> Self {
-        AuthLayer { auth, metrics }
+    pub fn new(auth: Arc<Auth>) -> Self {
+        AuthLayer { auth }
     }
 }
 
@@ -138,7 +136,7 @@ impl<S> tower_layer::Layer<S> for AuthLayer {
     type Service = AuthService<S>;
 
     fn layer(&self, inner: S) -> AuthService<S> {
-        AuthService { inner, auth: self.auth.clone(), metrics: self.metrics.clone() }
+        AuthService { inner, auth: self.auth.clone() }
     }
 }
 
@@ -147,7 +145,6 @@ impl<S> tower_layer::Layer<S> for AuthLayer {
 pub struct AuthService<S> {
     inner: S,
     auth: Arc<Auth>,
-    metrics: Arc<Metrics>,
 }
 
 type BoxFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
@@ -167,7 +164,6 @@ where
     }
 
     fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
-        let started = Instant::now();
         let header = req.headers().get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
         match self.auth.authenticate(header, req.extensions()) {
             Ok(who) => {
@@ -177,23 +173,9 @@ where
                 let mut inner = std::mem::replace(&mut self.inner, clone);
                 Box::pin(inner.call(req))
             }
-            Err(status) => {
-                let out: Result<(), Status> = Err(status.clone());
-                crate::metrics::log_rpc(&self.metrics, method_name(req.uri().path()), "-", "-", started, &out, None);
-                Box::pin(async move { Ok(status.into_http()) })
-            }
+            Err(status) => Box::pin(async move { Ok(status.into_http()) }),
         }
     }
-}
-
-/// The method a path names, as the metrics and logs spell it: one of the node's RPCs, or
-/// `unknown` — the path comes from an unauthenticated caller, and a metrics label must not take
-/// whatever it sends (the series would grow without bound).
-const METHODS: [&str; 4] = ["Handshake", "Predict", "Status", "RunRound"];
-
-fn method_name(path: &str) -> &'static str {
-    let method = path.rsplit('/').next().unwrap_or_default();
-    METHODS.into_iter().find(|m| *m == method).unwrap_or("unknown")
 }
 
 /// Attach a bearer token and a deadline to an outgoing request.
@@ -265,33 +247,24 @@ mod tests {
     fn the_layer_refuses_before_the_service_and_hands_on_the_principal() {
         use tower_layer::Layer;
         let auth = Auth::tokens(vec![("b".repeat(20), "B".into())], false).unwrap();
-        let metrics = Arc::new(Metrics::default());
         let inner = Inner::default();
-        let mut svc = AuthLayer::new(Arc::new(auth), metrics.clone()).layer(inner.clone());
-        // No token, and a wrong one: refused by the layer (UNAUTHENTICATED = 16), the service
-        // never runs, and the refusal is counted under the method's name.
+        let mut svc = AuthLayer::new(Arc::new(auth)).layer(inner.clone());
+        // No token, and a wrong one: refused by the layer (UNAUTHENTICATED = 16), and the
+        // service never runs.
         for token in [None, Some("x".repeat(20))] {
             let r = call(&mut svc, token.as_deref());
             assert_eq!(r.headers().get("grpc-status").and_then(|v| v.to_str().ok()), Some("16"));
         }
         assert!(inner.0.lock().unwrap().is_empty());
-        let text = metrics.encode();
-        assert!(
-            text.lines()
-                .any(|l| l.contains("method=\"Predict\"") && l.contains("Unauthenticated") && l.ends_with(" 2")),
-            "{text}"
-        );
         // The right token: the service runs with the principal in its extensions.
         let r = call(&mut svc, Some(&"b".repeat(20)));
         assert!(r.headers().get("grpc-status").is_none());
         assert_eq!(*inner.0.lock().unwrap(), vec![Some(Principal::Peer("B".into()))]);
         // Open authentication hands on Anyone; a handler reached without the layer fails closed.
-        let mut open = AuthLayer::new(Arc::new(Auth::open()), metrics).layer(inner.clone());
+        let mut open = AuthLayer::new(Arc::new(Auth::open())).layer(inner.clone());
         call(&mut open, None);
         assert_eq!(inner.0.lock().unwrap().last().cloned().flatten(), Some(Principal::Anyone));
         assert_eq!(principal(&Request::new(())).unwrap_err().code(), tonic::Code::Internal);
-        assert_eq!(method_name("/dpcotrain.v2.Node/RunRound"), "RunRound");
-        assert_eq!(method_name(&format!("/x/{}", "A".repeat(10_000))), "unknown");
     }
 
     #[test]
@@ -303,8 +276,8 @@ mod tests {
             .map(|l| l.split('(').next().unwrap_or_default().trim())
             .collect();
         rpcs.sort_unstable();
-        let mut ours = METHODS.to_vec();
+        let mut ours = crate::trace::METHODS.to_vec();
         ours.sort_unstable();
-        assert_eq!(rpcs, ours, "a new RPC needs its name in auth::METHODS");
+        assert_eq!(rpcs, ours, "a new RPC needs its name in trace::METHODS");
     }
 }

@@ -34,6 +34,7 @@ pub mod receipt;
 pub mod server;
 pub mod store;
 pub mod tls;
+pub mod trace;
 
 /// The generated protobuf and gRPC code (not held to the workspace's lints).
 #[allow(unused_qualifications)]

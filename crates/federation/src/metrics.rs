@@ -1,5 +1,5 @@
 //! What a node counts and logs about its RPCs: the Prometheus [`Metrics`] (counts, latencies,
-//! ε spent per requester, the model version) and [`log_rpc`], one structured line per RPC.
+//! ε spent per requester, the model version) (one structured line per RPC is [`crate::trace`]'s).
 //! Nothing private is recorded — never labels, covariates or released values. The operations
 //! endpoint ([`crate::ops`]) serves the metrics; the auth layer and the handlers record into
 //! them.
@@ -11,7 +11,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
-use std::time::Instant;
 
 /// At most this many requesters get their own ε series (the rest are summed in `other`): in an
 /// insecure development node a requester name is whatever a client claims, and a metrics
@@ -128,43 +127,5 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
-    }
-}
-
-/// One structured line per RPC: the method, the caller's claimed name and the request id (both
-/// clipped), the outcome's code and the latency — never labels, covariates or released values.
-/// Refusals (authentication, permission, budget, a refused handshake) are warnings, internal
-/// failures (a failed save) errors, the rest info. Also counted in `metrics`.
-pub(crate) fn log_rpc<T>(
-    metrics: &Metrics,
-    method: &str,
-    caller: &str,
-    request: &str,
-    started: Instant,
-    out: &Result<T, tonic::Status>,
-    refused: Option<&str>,
-) {
-    use tonic::Code;
-    let seconds = started.elapsed().as_secs_f64();
-    metrics.record_rpc(method, out.as_ref().map_or_else(|s| s.code(), |_| Code::Ok), seconds);
-    let ms = seconds * 1e3;
-    match (out, refused) {
-        (Ok(_), None) => tracing::info!(rpc = method, caller, request, code = "OK", ms, "rpc"),
-        (Ok(_), Some(reason)) => {
-            tracing::warn!(rpc = method, caller, request, code = "OK", ms, reason = %crate::clip(reason), "rpc refused")
-        }
-        (Err(s), _) => {
-            let code = format!("{:?}", s.code());
-            let reason = crate::clip(s.message());
-            match s.code() {
-                Code::Internal | Code::Unknown | Code::DataLoss => {
-                    tracing::error!(rpc = method, caller, request, code, ms, %reason, "rpc failed")
-                }
-                Code::Unauthenticated | Code::PermissionDenied | Code::ResourceExhausted => {
-                    tracing::warn!(rpc = method, caller, request, code, ms, %reason, "rpc refused")
-                }
-                _ => tracing::info!(rpc = method, caller, request, code, ms, %reason, "rpc"),
-            }
-        }
     }
 }

@@ -15,9 +15,10 @@ use crate::agreement::Agreement;
 use crate::auth::{Auth, AuthLayer, Principal, principal};
 use crate::conn_limits::{ConnLimits, GuardedListener};
 use crate::error::NodeError;
-use crate::metrics::{Metrics, log_rpc};
+use crate::metrics::Metrics;
 use crate::pb::node_server::{Node, NodeServer};
 use crate::store::StateStore;
+use crate::trace::{RpcNote, TraceLayer};
 use crate::{GrpcPeer, convert, pb, receipt};
 use dpcotrain_cotrain::CotrainError;
 use dpcotrain_cotrain::driver::{evaluate, evaluate_with_errors, query_turn};
@@ -26,7 +27,7 @@ use dpcotrain_cotrain::party::{Party, TurnRecord};
 use std::collections::HashSet;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::net::TcpListener;
 use tonic::transport::ServerTlsConfig;
 use tonic::{Request, Response, Status};
@@ -189,33 +190,33 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, NodeError> + 
 #[tonic::async_trait]
 impl Node for NodeService {
     async fn handshake(&self, req: Request<pb::HandshakeRequest>) -> Result<Response<pb::HandshakeResponse>, Status> {
-        let (t, who) = (Instant::now(), crate::clip(&req.get_ref().party));
+        let note = RpcNote::of(&req);
+        note.caller(&req.get_ref().party);
         let out = self.handshake_inner(req).await;
-        let refused = out.as_ref().ok().filter(|r| !r.get_ref().accepted).map(|r| r.get_ref().reason.clone());
-        log_rpc(&self.metrics, "Handshake", &who, "-", t, &out, refused.as_deref());
+        if let Ok(r) = &out
+            && !r.get_ref().accepted
+        {
+            note.refused(&r.get_ref().reason);
+        }
         out
     }
 
     async fn predict(&self, req: Request<pb::PredictRequest>) -> Result<Response<pb::PredictResponse>, Status> {
-        let (t, r) = (Instant::now(), req.get_ref());
-        let (who, id) = (crate::clip(&r.requester), crate::clip(&r.request_id));
-        let out = self.predict_inner(req).await;
-        log_rpc(&self.metrics, "Predict", &who, &id, t, &out, None);
-        out
+        let note = RpcNote::of(&req);
+        note.caller(&req.get_ref().requester);
+        note.request(&req.get_ref().request_id);
+        self.predict_inner(req).await
     }
 
     async fn status(&self, req: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
-        let t = Instant::now();
-        let out = self.status_inner(req).await;
-        log_rpc(&self.metrics, "Status", "-", "-", t, &out, None);
-        out
+        self.status_inner(req).await
     }
 
     async fn run_round(&self, req: Request<pb::RunRoundRequest>) -> Result<Response<pb::RunRoundResponse>, Status> {
-        let (t, round) = (Instant::now(), format!("round {}", req.get_ref().round));
-        let out = self.run_round_inner(req).await;
-        log_rpc(&self.metrics, "RunRound", "orchestrator", &round, t, &out, None);
-        out
+        let note = RpcNote::of(&req);
+        note.caller(crate::auth::ORCHESTRATOR);
+        note.request(&format!("round {}", req.get_ref().round));
+        self.run_round_inner(req).await
     }
 }
 
@@ -468,7 +469,8 @@ pub async fn serve(
 ) -> Result<(), tonic::transport::Error> {
     // Bounded concurrency per connection and per HTTP/2 connection, and keepalive pings so a
     // vanished peer's connection is noticed.
-    let auth = AuthLayer::new(service.auth.clone(), service.metrics.clone());
+    let auth = AuthLayer::new(service.auth.clone());
+    let trace = TraceLayer::new(service.metrics.clone());
     let mut b = tonic::transport::Server::builder()
         .timeout(Duration::from_secs(300))
         .concurrency_limit_per_connection(32)
@@ -479,9 +481,11 @@ pub async fn serve(
         // A client that starts a TLS handshake and never finishes it is dropped.
         b = b.tls_config(t.timeout(TLS_HANDSHAKE_TIMEOUT))?;
     }
-    // Authentication in front of every service: the principal reaches the handlers in the
-    // request's extensions (crate::auth).
-    b.layer(auth)
+    // Tracing outermost (every call, refused or not, gets its span, line and count;
+    // crate::trace), then authentication in front of every service: the principal reaches the
+    // handlers in the request's extensions (crate::auth).
+    b.layer(trace)
+        .layer(auth)
         .add_service(
             NodeServer::new(service)
                 .max_decoding_message_size(crate::MAX_MESSAGE_BYTES)
