@@ -171,6 +171,91 @@ fn fixed_vfe_with_file_inducing_points_equals_the_library_elbo() {
     assert!(v["jitter"].as_f64().unwrap() > 0.0);
 }
 
+/// `--kuu-jitter absolute:E` fits the objective with a fixed E added to K_uu (GPflow's for
+/// E = 10⁻⁶): the library's objective under that policy, with the jitter reported. The default
+/// and an explicit `relative` are the same computation (only the explicit flag adds the
+/// `kuu_jitter` key); bad values, and the flag on the exact model, are refused naming the flag
+/// (docs/decisions.md D29).
+#[test]
+fn kuu_jitter_option_fits_a_fixed_jitter_and_is_validated() {
+    use dpcotrain_gp::KuuJitter;
+    let (train, x, y) = train_csv();
+    let t = train.to_str().unwrap();
+    // Two inducing inputs 0.02 apart: K_uu's smallest eigenvalue is small enough for the
+    // jitter to show in the objective.
+    let z = tmp("z.csv", "a,b\n-1,0\n0,0.5\n1,-0.5\n0.3,1\n0.32,1\n");
+    let zarg = format!("file:{}", z.display());
+    let base =
+        ["gp", "fit", "--train", t, "--model", "vfe", "--inducing", &zarg, "--variance", "4", "--lengthscale", "0.9"];
+    let fixed: Vec<&str> = base.iter().copied().chain(["--noise", "0.2", "--fixed", "--json"]).collect();
+    let fit = |extra: &[&str]| json_of(&run(&[&fixed[..], extra].concat()));
+    let (default, relative, absolute) =
+        (fit(&[]), fit(&["--kuu-jitter", "relative"]), fit(&["--kuu-jitter", "absolute:1e-2"]));
+    assert!(default.get("kuu_jitter").is_none(), "{default}");
+    assert_eq!(relative["kuu_jitter"], "relative:1e-6");
+    assert_eq!(absolute["kuu_jitter"], "absolute:1e-2");
+    assert_eq!(default["objective"], relative["objective"]);
+    assert_eq!(default["jitter"], relative["jitter"]);
+    // Relative: 10⁻⁶ × mean diag K_uu = 10⁻⁶ × 4; absolute: the given 10⁻².
+    assert!((default["jitter"].as_f64().unwrap() - 4e-6).abs() < 1e-18, "{}", default["jitter"]);
+    assert_eq!(absolute["jitter"], 1e-2);
+    let library = |jitter: KuuJitter| {
+        let zm = DMatrix::from_row_slice(5, 2, &[-1.0, 0.0, 0.0, 0.5, 1.0, -0.5, 0.3, 1.0, 0.32, 1.0]);
+        let mut gp = SparseGp::new(
+            SparseKind::Vfe,
+            Box::new(SquaredExponential::ard(4.0, vec![0.9, 0.9])),
+            NoiseModel::homoscedastic(0.2),
+            x.clone(),
+            y.add_scalar(-y.mean()),
+            zm,
+        )
+        .unwrap();
+        gp.jitter = jitter.policy();
+        gp.objective_value().unwrap()
+    };
+    let (lib_abs, lib_rel) = (library(KuuJitter::Absolute(1e-2)), library(KuuJitter::default()));
+    let (cli_abs, cli_rel) = (absolute["objective"].as_f64().unwrap(), default["objective"].as_f64().unwrap());
+    assert!(
+        (cli_abs - lib_abs).abs() < 1e-10 && (cli_rel - lib_rel).abs() < 1e-10,
+        "{cli_abs} {lib_abs} {cli_rel} {lib_rel}"
+    );
+    assert!((cli_abs - cli_rel).abs() > 1e-4, "the conventions should differ here: {cli_abs} vs {cli_rel}");
+    // Training with GPflow's jitter reports it and why it stopped.
+    let trained: Vec<&str> = base
+        .iter()
+        .copied()
+        .chain(["--noise", "0.2", "--strategy", "joint", "--kuu-jitter", "absolute", "--json"])
+        .collect();
+    let v = json_of(&run(&trained));
+    assert_eq!(v["kuu_jitter"], "absolute:1e-6");
+    assert!(v["training"]["stop"].as_str().is_some_and(|s| !s.is_empty() && s != "optimiser error"), "{v}");
+    // Bad values: a usage error (exit 2) on one line that names the flag.
+    for bad in ["absolute:-1", "absolute:0", "absolute:x", "absolute:inf", "bogus", "relative:"] {
+        let out = run(&[&fixed[..], &["--kuu-jitter", bad]].concat());
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+        let err = stderr(&out);
+        assert!(err.contains("--kuu-jitter") && !err.contains("panicked"), "{bad}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{bad}: {err}");
+    }
+    // The exact model has no K_uu.
+    let out = run(&["gp", "fit", "--train", t, "--kuu-jitter", "absolute:1e-6"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("--kuu-jitter") && err.contains("sparse models"), "{err}");
+    let help = String::from_utf8_lossy(&run(&["gp", "fit", "--help"]).stdout).into_owned();
+    assert!(help.contains("--kuu-jitter"), "{help}");
+    // `gp fit`'s limits are the re-fits' by default (a node's private model is exactly
+    // `gp fit --model exact …`); --ftol takes SciPy's, and is validated.
+    assert!(help.contains("--max-iters <MAX_ITERS>") && help.contains("[default: 200]"), "{help}");
+    assert!(help.contains("--ftol <FTOL>") && help.contains("[default: 0.0000000001]"), "{help}");
+    for bad in ["-1", "nan", "inf", "x"] {
+        let out = run(&["gp", "fit", "--train", t, "--ftol", bad]);
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+        let err = stderr(&out);
+        assert!(err.contains("--ftol") && err.contains("non-negative finite"), "{bad}: {err}");
+    }
+}
+
 #[test]
 fn trains_predicts_and_is_deterministic() {
     let (train, _, _) = train_csv();

@@ -10,7 +10,7 @@ use dpcotrain_gp::train::{
     ProgressHook, SgprStrategy, TrainOptions, TrainProgress, TrainReport, train, train_multiscale, train_sparse,
 };
 use dpcotrain_gp::{
-    ExactGp, InducingFeatures, NoiseModel, NoiseVariance, ObjectiveTerms, Prediction, SparseGp, SparseKind,
+    ExactGp, InducingFeatures, KuuJitter, NoiseModel, NoiseVariance, ObjectiveTerms, Prediction, SparseGp, SparseKind,
 };
 use nalgebra::{DMatrix, DVector};
 use serde_json::{Value, json};
@@ -18,6 +18,13 @@ use std::path::PathBuf;
 
 /// Above this many rows `gp fit` warns that the exact model is slow and memory-hungry.
 const EXACT_WARN_ROWS: usize = 3000;
+
+/// SciPy's L-BFGS-B defaults, which GPflow's `Scipy` optimiser keeps: `maxiter` 15,000 and
+/// `ftol` = factr·ε = 10⁷ × 2.22·10⁻¹⁶. `gp fit` keeps the re-fits' 200 and 10⁻¹⁰ by default (a
+/// node's private model is exactly `gp fit --model exact …`); these are what the help names for
+/// a fit on GPflow's terms (docs/results.md "gp fit against GPflow").
+const SCIPY_MAX_ITERS: usize = 15_000;
+const SCIPY_FTOL: f64 = 2.220446049250313e-9;
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq)]
 pub enum ModelArg {
@@ -79,6 +86,12 @@ pub struct FitArgs {
     /// Training strategy for sparse models (default reinit-retrain; --fix-inducing means fixed).
     #[arg(long, value_enum)]
     pub strategy: Option<StrategyArg>,
+    /// Jitter added to K_uu (sparse models): `relative` (the default, 1e-6·mean of K_uu's
+    /// diagonal: scale-free), `relative:R`, or `absolute:E`, a fixed E whatever the kernel's
+    /// variance; `absolute:1e-6` is GPflow's SGPR objective. Either way a failed Cholesky
+    /// retries with ×10 the jitter (up to 5 tries), and the jitter used is reported.
+    #[arg(long, value_name = "relative|relative:R|absolute:E", value_parser = parse_kuu_jitter)]
+    pub kuu_jitter: Option<KuuJitter>,
     /// Standardise inputs and target before fitting (hyperparameters are then reported in
     /// standardised units; predictions are mapped back to data units).
     #[arg(long)]
@@ -93,9 +106,15 @@ pub struct FitArgs {
     #[arg(long, default_value_t = 0)]
     pub restarts: usize,
     /// L-BFGS iterations per run (the reinit strategies: of the re-selection phase, and
-    /// max(100, N/2) for their final phase).
-    #[arg(long, default_value_t = 200)]
+    /// max(100, N/2) for their final phase). The default is co-training's re-fits'; SciPy's
+    /// L-BFGS-B (GPflow's `Scipy`) allows 15000.
+    #[arg(long, default_value_t = TrainOptions::default().max_iters)]
     pub max_iters: usize,
+    /// Stop when an accepted step lowers the objective by at most FTOL·max(|f|, 1) (SciPy's
+    /// factr·ε test). The default is co-training's re-fits'; SciPy's L-BFGS-B (GPflow's
+    /// `Scipy`) uses 2.22e-9. Non-negative and finite.
+    #[arg(long, default_value_t = TrainOptions::default().ftol, value_parser = parse_ftol)]
+    pub ftol: f64,
     /// CSV of test inputs (every column is an input).
     #[arg(long, value_name = "TEST.csv")]
     pub predict: Option<PathBuf>,
@@ -230,6 +249,17 @@ pub enum PriorMean {
     Value(f64),
 }
 
+fn parse_ftol(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a non-negative finite number (SciPy's L-BFGS-B uses {SCIPY_FTOL:e})")),
+    }
+}
+
+fn parse_kuu_jitter(s: &str) -> Result<KuuJitter, String> {
+    s.parse()
+}
+
 fn parse_prior_mean(s: &str) -> Result<PriorMean, String> {
     if s.eq_ignore_ascii_case("train") {
         return Ok(PriorMean::Train);
@@ -290,6 +320,7 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
     }));
     let opts = TrainOptions {
         max_iters: args.max_iters,
+        ftol: args.ftol,
         restarts: args.restarts,
         seed: args.seed,
         progress: Some(progress),
@@ -300,6 +331,11 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
         if args.model == ModelArg::Exact {
             if args.inducing.is_some() {
                 anyhow::bail!("--inducing applies to sparse models (--model vfe, fitc or dtc), not to exact");
+            }
+            if let Some(j) = args.kuu_jitter {
+                anyhow::bail!(
+                    "--kuu-jitter {j} applies to sparse models (--model vfe, fitc or dtc); the exact model has no K_uu"
+                );
             }
             let mut gp = ExactGp::new(kernel, noise, x, y)?;
             let report = if args.fixed { None } else { Some(train(&mut gp, &opts)?) };
@@ -359,6 +395,9 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
                 }
             };
             let mut gp = SparseGp::new(kind, kernel, noise, x, y, z)?;
+            if let Some(j) = args.kuu_jitter {
+                gp.jitter = j.policy();
+            }
             let strategy = match (args.fix_inducing, args.strategy) {
                 (true, _) | (_, Some(StrategyArg::Fixed)) => SgprStrategy::FixedZ,
                 (_, Some(StrategyArg::Joint)) => SgprStrategy::Joint,
@@ -433,7 +472,7 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
         && r.termination == "MaxIterations"
     {
         eprintln!(
-            "warning: training stopped after {} iterations without converging (raise --max-iters; the fit may not be at an optimum)",
+            "warning: training stopped after {} iterations without converging (raise --max-iters; the fit may not be at an optimum; SciPy's L-BFGS-B, as GPflow uses it, allows --max-iters {SCIPY_MAX_ITERS} --ftol {SCIPY_FTOL:e})",
             r.iterations
         );
     }
@@ -457,6 +496,10 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
         "y_mean": std.y_mean,
         "y_scale": std.y_scale,
     });
+    if let Some(j) = args.kuu_jitter {
+        // Only when given, so that the default output stays as it was.
+        out["kuu_jitter"] = json!(j.to_string());
+    }
     if let Some(r) = &report {
         out["training"] = serde_json::to_value(r)?;
         out["training"]["stop"] = json!(stop_reason(&r.termination));
@@ -510,7 +553,10 @@ fn print_human(out: &Value) {
         }
     }
     println!("noise       {:.6}", h["noise"].as_f64().unwrap_or(f64::NAN));
-    println!("jitter      {:.3e}", out["jitter"].as_f64().unwrap_or(0.0));
+    match out["kuu_jitter"].as_str() {
+        Some(j) => println!("jitter      {:.3e}  (--kuu-jitter {j})", out["jitter"].as_f64().unwrap_or(0.0)),
+        None => println!("jitter      {:.3e}", out["jitter"].as_f64().unwrap_or(0.0)),
+    }
     if let Some(t) = out.get("terms") {
         let f = |k: &str| t[k].as_f64().unwrap_or(f64::NAN);
         println!(

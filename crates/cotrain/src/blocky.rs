@@ -178,7 +178,7 @@ impl Objective for BlockyModel {
             let q = self.mu_q.len() as f64;
             e.value += -0.5 * self.mu_q.dot(&alpha) - 0.5 * chol_q.logdet() - 0.5 * q * LN_2PI;
             let tr_w = alpha.norm_squared() - chol_q.inverse().trace();
-            let rel = chol_q.jitter().relative;
+            let rel = chol_q.jitter_slope();
             let last = e.grad.len() - 1;
             e.grad[last] += self.noise.variance * 0.5 * tr_w * (1.0 + rel);
         }

@@ -300,7 +300,7 @@ fn lml_weight(chol: &Cholesky, alpha: &DVector<f64>) -> DMatrix<f64> {
     g.neg_mut();
     g.ger(1.0, alpha, alpha, 1.0);
     let n = g.nrows();
-    let shift = chol.jitter().relative * g.trace() / n as f64;
+    let shift = chol.jitter_slope() * g.trace() / n as f64;
     for i in 0..n {
         g[(i, i)] += shift;
     }
@@ -359,7 +359,7 @@ impl Objective for HybridModel {
         let mut g = lml_weight(&parts.chol_a, &parts.alpha);
         if let Some(chol_m) = &parts.chol_m {
             let m_inv = chol_m.inverse();
-            let shift_m = chol_m.jitter().relative * m_inv.trace() / q as f64;
+            let shift_m = chol_m.jitter_slope() * m_inv.trace() / q as f64;
             let mut block = g.view_mut((qs, qs), (q, q));
             block += m_inv;
             for i in 0..q {

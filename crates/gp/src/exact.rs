@@ -133,7 +133,7 @@ impl Objective for ExactGp {
                 col.iter_mut().for_each(|v| *v *= 0.5);
             }
         }
-        let rel = chol.jitter().relative;
+        let rel = chol.jitter_slope();
         // ε = rel·(Σ_i K_ii + Σ_i noise_ii)/N ⇒ ∂ε/∂K_ii = rel/N and ∂ε/∂σ² = rel.
         for i in 0..n {
             g[(i, i)] += 0.5 * rel * tr_w / n as f64;

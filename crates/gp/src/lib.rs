@@ -27,7 +27,7 @@ pub mod variational;
 pub use exact::ExactGp;
 pub use features::{InducingFeatures, Multiscale};
 pub use kernels::{Bounds, Kernel};
-pub use linalg::{Cholesky, Jitter, JitterPolicy, LinalgError};
+pub use linalg::{Cholesky, Jitter, JitterPolicy, JitterScale, KuuJitter, LinalgError};
 pub use noise::{NoiseModel, NoiseVariance};
 pub use prediction::Prediction;
 pub use sparse::{ObjectiveTerms, SparseGp, SparseKind};

@@ -27,11 +27,12 @@ pub enum LinalgError {
     NonFinite { stage: &'static str, size: usize },
 }
 
-/// Jitter ladder (as GPflow and GPyTorch do it): ε₀ = `start`·mean(diag), ×`factor` per retry, at most
-/// `tries` attempts with jitter, then [`LinalgError::NotPositiveDefinite`].
+/// Jitter ladder (as GPflow and GPyTorch do it): ε₀ = `start`·mean(diag) (or `start` itself with
+/// [`JitterScale::Absolute`]), ×`factor` per retry, at most `tries` attempts with jitter, then
+/// [`LinalgError::NotPositiveDefinite`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct JitterPolicy {
-    /// Relative jitter of the first jittered attempt.
+    /// Jitter of the first jittered attempt, in the units of `scale`.
     pub start: f64,
     /// Growth factor between attempts.
     pub factor: f64,
@@ -40,16 +41,99 @@ pub struct JitterPolicy {
     /// Try once with no jitter before the ladder (exact GP, where K + σ²I is usually PD).
     /// Inducing-point matrices K_uu always get jitter (`false`).
     pub try_without: bool,
+    /// What the ladder's values are relative to.
+    pub scale: JitterScale,
+}
+
+/// What the values of a [`JitterPolicy`] ladder are relative to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JitterScale {
+    /// ε = value·mean(diag A): scale-free (a fit does not depend on the units of y), and the
+    /// jitter moves with the matrix, so gradients through A carry ∂ε/∂A (the default).
+    MeanDiagonal,
+    /// ε = value, whatever A: GPflow's convention for K_uu (a fixed 10⁻⁶), a constant for
+    /// gradients.
+    Absolute,
 }
 
 impl JitterPolicy {
     /// For K_uu: jitter always applied, 1e-6·mean diag, ×10, 5 tries.
-    pub const ALWAYS: JitterPolicy = JitterPolicy { start: 1e-6, factor: 10.0, tries: 5, try_without: false };
+    pub const ALWAYS: JitterPolicy =
+        JitterPolicy { start: 1e-6, factor: 10.0, tries: 5, try_without: false, scale: JitterScale::MeanDiagonal };
     /// For K + Σ_noise: first without jitter, then the same ladder.
-    pub const IF_NEEDED: JitterPolicy = JitterPolicy { start: 1e-6, factor: 10.0, tries: 5, try_without: true };
+    pub const IF_NEEDED: JitterPolicy =
+        JitterPolicy { start: 1e-6, factor: 10.0, tries: 5, try_without: true, scale: JitterScale::MeanDiagonal };
 }
 
-/// The jitter actually added: ε = `relative`·mean(diag A) on the diagonal.
+/// The jitter K_uu gets, as a user chooses it (`dpcotrain gp fit --kuu-jitter`): the first rung
+/// of K_uu's ladder ([`JitterPolicy::ALWAYS`]'s ×10 retries follow either way, and the jitter
+/// used is recorded in [`Jitter`]). docs/decisions.md D29.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum KuuJitter {
+    /// ε = r·mean(diag K_uu) (default r = 10⁻⁶): scale-free; the fit does not depend on the
+    /// units of y.
+    Relative(f64),
+    /// ε fixed whatever the kernel's variance: `Absolute(1e-6)` is GPflow's objective
+    /// (`gpflow.config.default_jitter()`), equal to the default at a mean diagonal of 1.
+    Absolute(f64),
+}
+
+impl Default for KuuJitter {
+    fn default() -> Self {
+        KuuJitter::Relative(JitterPolicy::ALWAYS.start)
+    }
+}
+
+impl KuuJitter {
+    /// GPflow's K_uu jitter: a fixed 10⁻⁶.
+    pub const GPFLOW: KuuJitter = KuuJitter::Absolute(1e-6);
+
+    /// The K_uu ladder starting at this jitter; the default is [`JitterPolicy::ALWAYS`] itself.
+    pub fn policy(self) -> JitterPolicy {
+        match self {
+            KuuJitter::Relative(r) => JitterPolicy { start: r, ..JitterPolicy::ALWAYS },
+            KuuJitter::Absolute(e) => JitterPolicy { start: e, scale: JitterScale::Absolute, ..JitterPolicy::ALWAYS },
+        }
+    }
+}
+
+impl std::fmt::Display for KuuJitter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KuuJitter::Relative(r) => write!(f, "relative:{r:e}"),
+            KuuJitter::Absolute(e) => write!(f, "absolute:{e:e}"),
+        }
+    }
+}
+
+impl std::str::FromStr for KuuJitter {
+    type Err = String;
+
+    /// `relative` (= `relative:1e-6`, the default), `relative:R`, `absolute` (= `absolute:1e-6`,
+    /// GPflow's) or `absolute:E`; R and E positive and finite.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (kind, value) = match s.trim().split_once(':') {
+            Some((k, v)) => (k.trim(), Some(v.trim())),
+            None => (s.trim(), None),
+        };
+        let value = match value {
+            None => 1e-6,
+            Some(v) => match v.parse::<f64>() {
+                Ok(x) if x.is_finite() && x > 0.0 => x,
+                _ => return Err(format!("{v:?} is not a positive finite number (e.g. absolute:1e-6)")),
+            },
+        };
+        match kind {
+            "relative" => Ok(KuuJitter::Relative(value)),
+            "absolute" => Ok(KuuJitter::Absolute(value)),
+            _ => Err(format!(
+                "{s:?}: expected relative, relative:R (R·mean of K_uu's diagonal; default relative:1e-6) or absolute:E (GPflow's is absolute:1e-6)"
+            )),
+        }
+    }
+}
+
+/// The jitter actually added: ε = `absolute` on the diagonal, `relative` = ε/mean(diag A).
 #[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct Jitter {
     pub relative: f64,
@@ -61,6 +145,7 @@ pub struct Jitter {
 pub struct Cholesky {
     l: DMatrix<f64>,
     jitter: Jitter,
+    scale: JitterScale,
 }
 
 /// Parallelism for a kernel of about `work` flops: rayon overhead hurts below ~1e8 flops
@@ -113,13 +198,18 @@ impl Cholesky {
             attempts.push(rel);
             rel *= policy.factor;
         }
+        // A rung's (relative, absolute) jitter.
+        let rung = |value: f64| match policy.scale {
+            JitterScale::MeanDiagonal => (value, value * scale),
+            JitterScale::Absolute => (value / scale, value),
+        };
         let par = par_for(n as f64 * n as f64 * n as f64 / 3.0);
         let mut work = a.clone();
-        for (t, &relative) in attempts.iter().enumerate() {
+        for (t, &value) in attempts.iter().enumerate() {
             if t > 0 {
                 work.copy_from(&a);
             }
-            let eps = relative * scale;
+            let (relative, eps) = rung(value);
             for (i, d) in orig_diag.iter().enumerate() {
                 work[(i, i)] = d + eps;
             }
@@ -129,17 +219,11 @@ impl Cholesky {
                     work.as_mut_slice()[j * n..j * n + j].fill(0.0);
                 }
                 let _ = &mut a;
-                return Ok(Cholesky { l: work, jitter: Jitter { relative, absolute: eps } });
+                return Ok(Cholesky { l: work, jitter: Jitter { relative, absolute: eps }, scale: policy.scale });
             }
         }
-        let last = attempts.last().copied().unwrap_or(0.0);
-        Err(LinalgError::NotPositiveDefinite {
-            stage,
-            size: n,
-            jitter: last * scale,
-            relative: last,
-            tries: attempts.len(),
-        })
+        let (relative, jitter) = rung(attempts.last().copied().unwrap_or(0.0));
+        Err(LinalgError::NotPositiveDefinite { stage, size: n, jitter, relative, tries: attempts.len() })
     }
 
     /// The lower-triangular factor L.
@@ -150,6 +234,16 @@ impl Cholesky {
     /// The jitter that was added to the diagonal.
     pub fn jitter(&self) -> Jitter {
         self.jitter
+    }
+
+    /// ∂ε/∂mean(diag A), how the added jitter moves with the matrix: the relative jitter of a
+    /// [`JitterScale::MeanDiagonal`] ladder, 0 for an absolute one. A gradient with respect to
+    /// A adds `jitter_slope()·tr(Ā)/n` to Ā's diagonal.
+    pub fn jitter_slope(&self) -> f64 {
+        match self.scale {
+            JitterScale::MeanDiagonal => self.jitter.relative,
+            JitterScale::Absolute => 0.0,
+        }
     }
 
     pub fn dim(&self) -> usize {
@@ -385,7 +479,7 @@ mod tests {
         let n = 6;
         let a = spd(n, 11);
         let g = random(n, n, 12);
-        let policy = JitterPolicy { start: 0.0, factor: 10.0, tries: 1, try_without: true };
+        let policy = JitterPolicy { start: 0.0, tries: 1, ..JitterPolicy::IF_NEEDED };
         let f = |a: &DMatrix<f64>| {
             let l = Cholesky::factor(a.clone(), "A", policy).unwrap();
             (0..n).flat_map(|j| (j..n).map(move |i| (i, j))).map(|(i, j)| g[(i, j)] * l.l()[(i, j)]).sum::<f64>()
@@ -481,6 +575,55 @@ mod tests {
         let mut nan = DMatrix::identity(2, 2);
         nan[(1, 0)] = f64::NAN;
         assert!(matches!(Cholesky::factor(nan, "K", JitterPolicy::IF_NEEDED), Err(LinalgError::NonFinite { .. })));
+    }
+
+    /// An absolute ladder adds `start`·factorᵏ whatever the matrix's scale, records it with its
+    /// share of the mean diagonal, and is a constant for gradients (`jitter_slope` 0); the
+    /// relative ladder's slope is its relative jitter.
+    #[test]
+    fn absolute_jitter_ladder_adds_a_fixed_epsilon() {
+        let policy = KuuJitter::Absolute(1e-6).policy();
+        assert_eq!(policy.scale, JitterScale::Absolute);
+        let c = Cholesky::factor(DMatrix::identity(3, 3) * 4.0, "K_uu", policy).unwrap();
+        assert_eq!(c.jitter(), Jitter { relative: 2.5e-7, absolute: 1e-6 });
+        assert_eq!(c.jitter_slope(), 0.0);
+        let l = c.l();
+        assert!((l[(0, 0)] * l[(0, 0)] - (4.0 + 1e-6)).abs() < 1e-15);
+        // A rank-1 matrix of mean diagonal 14/3 needs more than 1e-6·14/3: the ladder climbs
+        // in absolute steps.
+        let v = DVector::from_vec(vec![1.0, 2.0, 3.0]);
+        let c = Cholesky::factor(&v * v.transpose(), "K_uu", policy).unwrap();
+        let eps = c.jitter().absolute;
+        assert!([1e-6, 1e-5, 1e-4, 1e-3, 1e-2].iter().any(|e| (eps - e).abs() < 1e-18), "{eps}");
+        assert!((c.jitter().relative - eps * 3.0 / 14.0).abs() < 1e-18);
+        let r = Cholesky::factor(DMatrix::identity(3, 3) * 4.0, "K_uu", JitterPolicy::ALWAYS).unwrap();
+        assert_eq!((r.jitter().absolute, r.jitter_slope()), (4e-6, 1e-6));
+        // Failure names the absolute jitter of the last rung.
+        let bad = DMatrix::from_row_slice(2, 2, &[1.0, 0.0, 0.0, -1.0]);
+        match Cholesky::factor(bad, "K_uu", policy) {
+            Err(LinalgError::NotPositiveDefinite { jitter, tries: 5, .. }) => assert!((jitter - 1e-2).abs() < 1e-15),
+            other => panic!("expected failure, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn kuu_jitter_parses_and_prints() {
+        for (s, want) in [
+            ("relative", KuuJitter::Relative(1e-6)),
+            ("relative:1e-5", KuuJitter::Relative(1e-5)),
+            ("absolute", KuuJitter::GPFLOW),
+            ("absolute:1e-6", KuuJitter::Absolute(1e-6)),
+            (" absolute : 0.001 ", KuuJitter::Absolute(1e-3)),
+        ] {
+            assert_eq!(s.parse::<KuuJitter>(), Ok(want), "{s}");
+            assert_eq!(want.to_string().parse::<KuuJitter>(), Ok(want), "{want}");
+        }
+        assert_eq!(KuuJitter::GPFLOW.to_string(), "absolute:1e-6");
+        for bad in ["", "abs:1e-6", "absolute:", "absolute:0", "absolute:-1e-6", "absolute:nan", "relative:inf", "1e-6"]
+        {
+            let err = bad.parse::<KuuJitter>().unwrap_err();
+            assert!(err.contains("positive finite") || err.contains("expected relative"), "{bad}: {err}");
+        }
     }
 
     #[test]

@@ -14,7 +14,8 @@
 //! ∂/∂k_nn  = VFE: −1/(2λ_n);  FITC: ∂/∂λ_n;  DTC: 0
 //! ```
 //!
-//! and the jitter ε = r_ε·mean(diag K_uu) contributes r_ε·tr(∂/∂K_uu)/M on the diagonal.
+//! and the jitter ε = r_ε·mean(diag K_uu) contributes r_ε·tr(∂/∂K_uu)/M on the diagonal (an
+//! absolute jitter, [`crate::KuuJitter::Absolute`], is a constant and contributes nothing).
 //!
 //! Implementation: every M×M quantity follows from Gram matrices S_w = K_uf diag(w) K_ufᵀ and
 //! M×M triangular solves, e.g. AAᵀ = L⁻¹ S_{1/λ} L⁻ᵀ, which saves the M×N triangular solve. Since
@@ -27,7 +28,7 @@
 //! the memory traffic it saves (docs/results.md "Speed").
 
 use super::{ObjectiveTerms, SparseGp, SparseKind, SparsePosterior};
-use crate::linalg::{Cholesky, JitterPolicy, ata_acc, col_sq_norms, gemm, symmetrize_from_lower};
+use crate::linalg::{Cholesky, JitterPolicy, JitterScale, aat_acc, ata_acc, col_sq_norms, gemm, symmetrize_from_lower};
 use crate::{GpError, Jitter};
 use nalgebra::{DMatrix, DVector};
 use rayon::prelude::*;
@@ -78,6 +79,8 @@ struct Terms {
     qnn: Option<DVector<f64>>,
     /// Σ y_n²/λ_n.
     quad_y: f64,
+    /// Formed through A = L⁻¹K_uf ([`solved`]), as with an absolute jitter.
+    solved: bool,
 }
 
 /// Column blocks of an M×N matrix of about BLOCK_ENTRIES entries.
@@ -130,6 +133,42 @@ fn gram(
     } else {
         s = (&s + s.transpose()) * 0.5;
     }
+    (s, proj)
+}
+
+/// The solved form (GPflow's order of operations): L⁻¹K_uf diag(w) K_ufᵀL⁻ᵀ (M×M; w > 0) as
+/// Σ over column blocks of A_b A_bᵀ with A_b = L⁻¹K_uf,b diag(w)^½, and, with `project`,
+/// K_uf·project from the same pass.
+///
+/// [`inner`] of the Gram matrix S_w is the same matrix for an extra M×N triangular solve less,
+/// but its round-off grows with cond(K_uu), that of this form with cond(L) = cond(K_uu)^½. The
+/// default relative jitter caps cond(K_uu) near 10⁶·M whatever the kernel's variance, and D29
+/// measured what that leaves; an absolute jitter caps nothing as the variance grows (through
+/// the Gram form, the joint fit of docs/results.md "gp fit against GPflow" with GPflow's jitter
+/// stopped after 17 iterations on a failed line search, 96 nats short), so with it every M×M
+/// product of K_uf goes through A (`Terms::solved`).
+fn solved_gram(
+    gp: &SparseGp,
+    chol_uu: &Cholesky,
+    w: &DVector<f64>,
+    project: Option<&DVector<f64>>,
+) -> (DMatrix<f64>, Option<DVector<f64>>) {
+    let (m, n) = (gp.z().nrows(), gp.x().nrows());
+    let mut s = DMatrix::<f64>::zeros(m, m);
+    let mut proj = project.map(|_| DVector::<f64>::zeros(m));
+    let mut kb = DMatrix::<f64>::zeros(0, 0);
+    for (i, (start, len)) in blocks(m, n).enumerate() {
+        kuf_block(gp, start, len, &mut kb);
+        if let (Some(acc), Some(y)) = (&mut proj, project) {
+            acc.gemv(1.0, &kb, &y.rows(start, len), 1.0);
+        }
+        chol_uu.solve_l_in_place(&mut kb);
+        for (j, mut col) in kb.column_iter_mut().enumerate() {
+            col *= w[start + j].sqrt();
+        }
+        aat_acc(kb.as_view(), &mut s, 1.0, i > 0);
+    }
+    symmetrize_from_lower(&mut s);
     (s, proj)
 }
 
@@ -189,20 +228,26 @@ fn terms(gp: &SparseGp) -> Result<Terms, GpError> {
     }
     let homo = lambda.iter().all(|l| *l == lambda[0]);
     let y_over = gp.y().component_div(&lambda);
-    let (s1, s0, kuf_y) = if homo {
-        let (s0, kuf_y) = gram(gp, None, Some(&y_over));
-        (&s0 / lambda[0], Some(s0), kuf_y)
+    let solved = gp.jitter.scale == JitterScale::Absolute;
+    let (aat, s0, kuf_y) = if solved {
+        let (aat, kuf_y) = solved_gram(gp, &chol_uu, &lambda.map(|l| 1.0 / l), Some(&y_over));
+        (aat, None, kuf_y)
     } else {
-        let (s1, kuf_y) = gram(gp, Some(&lambda.map(|l| 1.0 / l)), Some(&y_over));
-        (s1, None, kuf_y)
+        let (s1, s0, kuf_y) = if homo {
+            let (s0, kuf_y) = gram(gp, None, Some(&y_over));
+            (&s0 / lambda[0], Some(s0), kuf_y)
+        } else {
+            let (s1, kuf_y) = gram(gp, Some(&lambda.map(|l| 1.0 / l)), Some(&y_over));
+            (s1, None, kuf_y)
+        };
+        (inner(&chol_uu, &s1), s0, kuf_y)
     };
     let kuf_y = kuf_y.expect("gram projects when asked");
-    let aat = inner(&chol_uu, &s1);
     let m = z.nrows();
     let chol_b = Cholesky::factor(&aat + DMatrix::<f64>::identity(m, m), "B = I + AAᵀ", JitterPolicy::IF_NEEDED)?;
     let c = chol_b.solve_l_vec(&chol_uu.solve_l_vec(&kuf_y));
     let quad_y = gp.y().dot(&y_over);
-    Ok(Terms { chol_uu, aat, chol_b, c, lambda, homo, s0, knn, qnn, quad_y })
+    Ok(Terms { chol_uu, aat, chol_b, c, lambda, homo, s0, knn, qnn, quad_y, solved })
 }
 
 /// log N(y | 0, Q + Λ) and, for VFE, minus the trace term.
@@ -247,6 +292,10 @@ fn trace_k_minus_q(gp: &SparseGp, t: &Terms) -> f64 {
     let sum_q = match (&t.qnn, &t.s0) {
         (Some(q), _) => q.sum(),
         (None, Some(s0)) => inner(&t.chol_uu, s0).trace(),
+        (None, None) if t.solved && t.homo => t.aat.trace() * t.lambda[0],
+        (None, None) if t.solved => {
+            solved_gram(gp, &t.chol_uu, &DVector::from_element(t.lambda.len(), 1.0), None).0.trace()
+        }
         (None, None) => inner(&t.chol_uu, &gram(gp, None, None).0).trace(),
     };
     t.knn.sum() - sum_q
@@ -303,15 +352,23 @@ fn gradients(gp: &SparseGp, t: &Terms) -> Gradients {
     let r = t.chol_uu.solve_lt_vec(&w_u);
     let b_inv = t.chol_b.inverse();
     let eye = DMatrix::<f64>::identity(m, m);
+    // The solved form (`Terms::solved`) keeps P = L⁻ᵀP̃L⁻¹ unsandwiched and applies L⁻¹ and
+    // L⁻ᵀ to each block of K_uf instead; it needs none of the sandwiches below.
+    let p_tilde = t.solved.then(|| match kind {
+        SparseKind::Vfe => &eye - &b_inv,
+        SparseKind::Dtc | SparseKind::Fitc => -&b_inv,
+    });
+    let empty = || DMatrix::<f64>::zeros(0, 0);
     // L⁻ᵀ(I − B⁻¹)L⁻¹: VFE's P and a term of ∂/∂K_uu.
-    let s_ib = sandwich(&t.chol_uu, &(&eye - &b_inv));
+    let s_ib = if t.solved { empty() } else { sandwich(&t.chol_uu, &(&eye - &b_inv)) };
 
     // ∂/∂K_uf = r vᵀ + P K_uf Λ⁻¹ [+ P₂ K_uf diag(g_λ)], in column blocks.
     let p = match kind {
+        _ if t.solved => empty(),
         SparseKind::Vfe => s_ib.clone(),
         SparseKind::Dtc | SparseKind::Fitc => -sandwich(&t.chol_uu, &b_inv),
     };
-    let p2 = (kind == SparseKind::Fitc).then(|| sandwich(&t.chol_uu, &eye) * -2.0);
+    let p2 = (kind == SparseKind::Fitc && !t.solved).then(|| sandwich(&t.chol_uu, &eye) * -2.0);
     let mut g_theta = vec![0.0; kernel.n_params()];
     let mut g_z = DMatrix::<f64>::zeros(z.nrows(), z.ncols());
     let mut g_widths: Option<DMatrix<f64>> = None;
@@ -343,6 +400,37 @@ fn gradients(gp: &SparseGp, t: &Terms) -> Gradients {
         let lam = t.lambda.rows(start, len);
         if g.shape() != (m, len) {
             g = DMatrix::zeros(m, len);
+        }
+        if let Some(pt) = &p_tilde {
+            // Solved form: with A_b = L⁻¹K_uf,b and v_j = (y_j − a_jᵀw_u)/λ_j,
+            // ∂/∂K_uf,b = L⁻ᵀ[P̃ A_b Λ⁻¹ + w_u vᵀ (FITC: − 2 A_b diag(g_λ))].
+            let mut a = kb.clone();
+            t.chol_uu.solve_l_in_place(&mut a);
+            let y = gp.y().rows(start, len);
+            let v = DVector::from_fn(len, |j, _| (y[j] - a.column(j).dot(&w_u)) / lam[j]);
+            gemm(&mut g, 1.0, pt.as_view(), false, a.as_view(), false, false);
+            for (j, mut col) in g.column_iter_mut().enumerate() {
+                col *= 1.0 / lam[j];
+                col.axpy(v[j], &w_u, 1.0);
+            }
+            v_sq += v.norm_squared();
+            if fitc {
+                let mut ab = a.clone();
+                t.chol_b.solve_l_in_place(&mut ab);
+                let lbn = col_sq_norms(&ab);
+                let gl = DVector::from_fn(len, |j, _| 0.5 * (v[j] * v[j] - (1.0 - lbn[j] / lam[j]) / lam[j]));
+                g_lambda.rows_mut(start, len).copy_from(&gl);
+                let mut s2 = a.clone();
+                for (j, mut col) in s2.column_iter_mut().enumerate() {
+                    col *= gl[j];
+                }
+                // Here s_gl accumulates L⁻¹ K_uf diag(g_λ) K_ufᵀ L⁻ᵀ.
+                gemm(&mut s_gl, 1.0, s2.as_view(), false, a.as_view(), true, i > 0);
+                g -= s2 * 2.0;
+            }
+            t.chol_uu.solve_lt_in_place(&mut g);
+            add(features.vjp_kuf(kernel, z, x.rows(start, len), kb.as_view(), g.as_view(), want_z));
+            continue;
         }
         gemm(&mut g, 1.0, p.as_view(), false, kb.as_view(), false, false);
         // Column j, in one parallel pass over the cache-resident block (DOT_COLUMNS columns per
@@ -391,6 +479,8 @@ fn gradients(gp: &SparseGp, t: &Terms) -> Gradients {
         // A Λ⁻¹ Aᵀ = L⁻¹ K_uf Λ⁻² K_ufᵀ L⁻ᵀ.
         let m2 = if t.homo {
             &t.aat / t.lambda[0]
+        } else if t.solved {
+            solved_gram(gp, &t.chol_uu, &t.lambda.map(|l| 1.0 / (l * l)), None).0
         } else {
             inner(&t.chol_uu, &gram(gp, Some(&t.lambda.map(|l| 1.0 / (l * l))), None).0)
         };
@@ -406,14 +496,26 @@ fn gradients(gp: &SparseGp, t: &Terms) -> Gradients {
     };
 
     // ∂/∂K_uu.
-    let mut g_uu = &r * r.transpose() * -0.5 + s_ib * 0.5;
-    match kind {
-        SparseKind::Vfe => g_uu -= sandwich(&t.chol_uu, &t.aat) * 0.5,
-        SparseKind::Dtc => {}
-        SparseKind::Fitc => g_uu += sandwich(&t.chol_uu, &inner(&t.chol_uu, &((&s_gl + s_gl.transpose()) * 0.5))),
-    }
-    // Jitter ε = rel·mean(diag K_uu): ∂ε/∂K_uu,ii = rel/M.
-    let rel = t.chol_uu.jitter().relative;
+    let mut g_uu = if t.solved {
+        // L⁻ᵀ[−½ w_u w_uᵀ + ½(I − B⁻¹) (VFE: − ½AAᵀ; FITC: + the solved s_gl)]L⁻¹, one sandwich.
+        let mut core = &w_u * w_u.transpose() * -0.5 + (&eye - &b_inv) * 0.5;
+        match kind {
+            SparseKind::Vfe => core -= &t.aat * 0.5,
+            SparseKind::Dtc => {}
+            SparseKind::Fitc => core += (&s_gl + s_gl.transpose()) * 0.5,
+        }
+        sandwich(&t.chol_uu, &core)
+    } else {
+        let mut g_uu = &r * r.transpose() * -0.5 + s_ib * 0.5;
+        match kind {
+            SparseKind::Vfe => g_uu -= sandwich(&t.chol_uu, &t.aat) * 0.5,
+            SparseKind::Dtc => {}
+            SparseKind::Fitc => g_uu += sandwich(&t.chol_uu, &inner(&t.chol_uu, &((&s_gl + s_gl.transpose()) * 0.5))),
+        }
+        g_uu
+    };
+    // Jitter ε = rel·mean(diag K_uu): ∂ε/∂K_uu,ii = rel/M (0 for an absolute jitter).
+    let rel = t.chol_uu.jitter_slope();
     let shift = rel * g_uu.trace() / m as f64;
     for i in 0..m {
         g_uu[(i, i)] += shift;

@@ -88,7 +88,8 @@ pub struct SparseGp {
     /// false and a fixed noise, training moves only the inducing features: Walder et al.'s
     /// (2008) "basis" variants, whose hyperparameters come from a GP on a subset.
     pub optimize_kernel: bool,
-    /// Jitter ladder for K_uu (default: always 1e-6·mean diag, ×10 up to 5 tries).
+    /// Jitter ladder for K_uu (default: always 1e-6·mean diag, ×10 up to 5 tries;
+    /// [`crate::KuuJitter::policy`] gives GPflow's fixed 10⁻⁶ and other user choices).
     pub jitter: crate::JitterPolicy,
 }
 

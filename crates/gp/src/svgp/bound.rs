@@ -141,7 +141,7 @@ impl Svgp {
         chol_uu.solve_lt_in_place(&mut g_kuf);
         let l_bar = -matmul(g_kuf.as_view(), false, a.as_view(), true);
         let mut g_uu = chol_uu.backward(&l_bar);
-        let shift = jitter.relative * g_uu.trace() / m as f64;
+        let shift = chol_uu.jitter_slope() * g_uu.trace() / m as f64;
         for i in 0..m {
             g_uu[(i, i)] += shift;
         }

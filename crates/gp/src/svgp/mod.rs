@@ -97,7 +97,7 @@ pub struct Svgp {
     /// Whether Z is part of the hyperparameter vector.
     pub optimize_inducing: bool,
     /// Jitter ladder for K_uu (the collapsed models' default, so the identity test compares
-    /// like with like).
+    /// like with like; [`crate::KuuJitter::policy`] gives GPflow's fixed 10⁻⁶).
     pub jitter: JitterPolicy,
 }
 
