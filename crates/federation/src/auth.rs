@@ -15,10 +15,8 @@
 //! new RPC therefore cannot forget to authenticate, and a handler reached without the layer
 //! fails closed (`INTERNAL`), never open.
 
-use std::future::Future;
-use std::pin::Pin;
+use crate::layer::{Around, Body, BoxFuture, Served, Wrapped};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use tonic::metadata::MetadataValue;
 use tonic::{Request, Status};
 
@@ -133,44 +131,23 @@ impl AuthLayer {
 }
 
 impl<S> tower_layer::Layer<S> for AuthLayer {
-    type Service = AuthService<S>;
+    type Service = Wrapped<AuthLayer, S>;
 
-    fn layer(&self, inner: S) -> AuthService<S> {
-        AuthService { inner, auth: self.auth.clone() }
+    fn layer(&self, inner: S) -> Self::Service {
+        Wrapped::new(self.clone(), inner)
     }
 }
 
-/// [`AuthLayer`]'s service.
-#[derive(Clone)]
-pub struct AuthService<S> {
-    inner: S,
-    auth: Arc<Auth>,
-}
-
-type BoxFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
-
-impl<S, B> tower_service::Service<http::Request<B>> for AuthService<S>
-where
-    S: tower_service::Service<http::Request<B>, Response = http::Response<tonic::body::Body>> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    B: Send + 'static,
-{
-    type Response = http::Response<tonic::body::Body>;
-    type Error = S::Error;
-    type Future = BoxFuture<Self::Response, Self::Error>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
+impl Around for AuthLayer {
+    fn around<S: Served<B>, B: Send + 'static>(
+        &self,
+        mut inner: S,
+        mut req: http::Request<B>,
+    ) -> BoxFuture<http::Response<Body>, S::Error> {
         let header = req.headers().get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
         match self.auth.authenticate(header, req.extensions()) {
             Ok(who) => {
                 req.extensions_mut().insert(who);
-                // The clone that was polled ready is the one that serves this call.
-                let clone = self.inner.clone();
-                let mut inner = std::mem::replace(&mut self.inner, clone);
                 Box::pin(inner.call(req))
             }
             Err(status) => Box::pin(async move { Ok(status.into_http()) }),
@@ -194,6 +171,7 @@ pub fn request<T>(msg: T, token: Option<&str>, timeout: std::time::Duration) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::task::{Context, Poll};
 
     #[test]
     fn tokens_name_principals() {
@@ -233,7 +211,7 @@ mod tests {
         }
     }
 
-    fn call(svc: &mut AuthService<Inner>, token: Option<&str>) -> http::Response<tonic::body::Body> {
+    fn call(svc: &mut Wrapped<AuthLayer, Inner>, token: Option<&str>) -> http::Response<tonic::body::Body> {
         use tower_service::Service;
         let mut b = http::Request::builder().uri("/dpcotrain.v2.Node/Predict");
         if let Some(t) = token {

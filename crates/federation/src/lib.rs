@@ -26,6 +26,7 @@ pub mod convert;
 pub mod durable;
 pub mod error;
 pub mod launch;
+pub mod layer;
 pub mod metrics;
 pub mod ops;
 pub mod orchestrator;

@@ -13,11 +13,9 @@
 //! reason — never a label, covariate or released value. The messages of the codes a node returns
 //! are built from counts, indices and configuration (`crate::error`).
 
+use crate::layer::{Around, Body, BoxFuture, Served, Wrapped};
 use crate::metrics::Metrics;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Instant;
 use tonic::{Code, Request, Status};
 use tracing::Instrument;
@@ -84,44 +82,23 @@ impl TraceLayer {
 }
 
 impl<S> tower_layer::Layer<S> for TraceLayer {
-    type Service = TraceService<S>;
+    type Service = Wrapped<TraceLayer, S>;
 
-    fn layer(&self, inner: S) -> TraceService<S> {
-        TraceService { inner, metrics: self.metrics.clone() }
+    fn layer(&self, inner: S) -> Self::Service {
+        Wrapped::new(self.clone(), inner)
     }
 }
 
-/// [`TraceLayer`]'s service.
-#[derive(Clone)]
-pub struct TraceService<S> {
-    inner: S,
-    metrics: Arc<Metrics>,
-}
-
-type BoxFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
-
-impl<S, B> tower_service::Service<http::Request<B>> for TraceService<S>
-where
-    S: tower_service::Service<http::Request<B>, Response = http::Response<tonic::body::Body>> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    B: Send + 'static,
-{
-    type Response = http::Response<tonic::body::Body>;
-    type Error = S::Error;
-    type Future = BoxFuture<Self::Response, Self::Error>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
+impl Around for TraceLayer {
+    fn around<S: Served<B>, B: Send + 'static>(
+        &self,
+        mut inner: S,
+        mut req: http::Request<B>,
+    ) -> BoxFuture<http::Response<Body>, S::Error> {
         let started = Instant::now();
         let method = method_name(req.uri().path());
         let note = RpcNote::default();
         req.extensions_mut().insert(note.clone());
-        // The clone that was polled ready is the one that serves this call.
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
         let metrics = self.metrics.clone();
         let span = tracing::info_span!("rpc", rpc = method);
         Box::pin(
@@ -180,6 +157,7 @@ fn log_rpc(metrics: &Metrics, method: &str, note: &NoteFields, started: Instant,
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::task::{Context, Poll};
     use tower_layer::Layer;
     use tower_service::Service;
 
