@@ -244,7 +244,7 @@ pub async fn run_in_process(parties: &[Arc<Mutex<Party>>], rounds: usize) -> Res
             epsilon_released: eps,
             refit_evaluations: g.model.refit_evaluations,
             rmse_change_se: crate::metrics::rmse_change_se(&errors_before[i], &errors_after),
-            mean_baseline_rmse: crate::metrics::mean_baseline_rmse(&g.data.y_test, crate::metrics::PUBLIC_MEAN),
+            mean_baseline_rmse: g.mean_baseline_rmse(crate::metrics::PUBLIC_MEAN),
         });
     }
     Ok(RunReport { rounds, parties: outcomes, turns })

@@ -92,13 +92,8 @@ impl Party {
                 st.batches[b].sigma.powi(2)
             })
             .collect();
-        let budget = st.ledger.as_ref().map(|l| l.rho_remaining());
+        let base = answer_to(&self.name, req, &st);
         self.requesters.insert(req.requester.clone(), st);
-        Ok(reply(
-            &self.name,
-            req,
-            budget,
-            Released { mean, var, answered, cov, prior_cov, model_version: 0, charge, noise_var: Some(noise_var) },
-        ))
+        Ok(Answer { mean, var, answered, cov, prior_cov, model_version: 0, charge, noise_var: Some(noise_var), ..base })
     }
 }

@@ -178,37 +178,23 @@ fn mix(seed: u64, name: &str, version: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// What a release policy computes for one request ([`Party::answer`]'s three paths); [`reply`]
-/// makes it an [`Answer`].
-pub(super) struct Released {
-    /// The released (noised under DP) means at the request's indices.
-    pub mean: Vec<f64>,
-    pub var: Option<Vec<f64>>,
-    pub answered: Vec<usize>,
-    pub cov: Option<DMatrix<f64>>,
-    pub prior_cov: Option<DMatrix<f64>>,
-    pub model_version: u64,
-    pub charge: Option<ChargeInfo>,
-    pub noise_var: Option<Vec<f64>>,
-}
-
-/// The one place an [`Answer`] is built: the responder's name, the request's indices in request
-/// order, what the policy released, and the ρ left in the requester's budget. Unsigned: a
-/// node's store adds the receipt after saving.
-fn reply(responder: &str, req: &PredictRequest, budget_rho_left: Option<f64>, r: Released) -> Answer {
-    let Released { mean, var, answered, cov, prior_cov, model_version, charge, noise_var } = r;
+/// The part of every [`Answer`] no release policy decides: the responder's name, the request's
+/// indices in request order, and the ρ left in the requester's budget (unsigned: a node's store
+/// adds the receipt after saving). A policy fills in what it released with struct-update
+/// syntax, so an answer is put together in one way.
+fn answer_to(responder: &str, req: &PredictRequest, st: &RequesterState) -> Answer {
     Answer {
         responder: responder.to_string(),
         indices: req.indices.clone(),
-        mean,
-        var,
-        answered,
-        cov,
-        prior_cov,
-        model_version,
-        charge,
-        budget_rho_left,
-        noise_var,
+        mean: Vec::new(),
+        var: None,
+        answered: Vec::new(),
+        cov: None,
+        prior_cov: None,
+        model_version: 0,
+        charge: None,
+        budget_rho_left: st.ledger.as_ref().map(|l| l.rho_remaining()),
+        noise_var: None,
         receipt: None,
     }
 }
@@ -573,11 +559,6 @@ impl Party {
     /// The privacy configuration (public terms: the agreement a peer sees is built from it).
     pub fn dp(&self) -> &DpConfig {
         &self.dp
-    }
-
-    /// The simulation-noise seed (`None`: the OS CSPRNG).
-    pub fn seed(&self) -> Option<u64> {
-        self.seed
     }
 
     /// Draw the release noise from the OS CSPRNG (`None`) or a seeded stream from here on.

@@ -135,13 +135,8 @@ impl Party {
         };
         let noise_var = (self.dp.inflate_variance || sigma == 0.0)
             .then(|| req.indices.iter().map(|&i| inflate * prior_all[(pos(i), pos(i))]).collect());
-        let budget = st.ledger.as_ref().map(|l| l.rho_remaining());
+        let base = answer_to(&self.name, req, &st);
         self.requesters.insert(req.requester.clone(), st);
-        Ok(reply(
-            &self.name,
-            req,
-            budget,
-            Released { mean, var, answered, cov, prior_cov, model_version: version, charge, noise_var },
-        ))
+        Ok(Answer { mean, var, answered, cov, prior_cov, model_version: version, charge, noise_var, ..base })
     }
 }

@@ -118,12 +118,7 @@ impl Party {
         let prior_cov = req.want_prior.then(|| f.prior.select_rows(answered.iter()).select_columns(answered.iter()));
         let noise_var = (f.isotropic || self.dp.inflate_variance || f.sigma == 0.0)
             .then(|| req.indices.iter().map(|&i| noise_cov(i, i)).collect());
-        let budget = st.ledger.as_ref().map(|l| l.rho_remaining());
-        Ok(reply(
-            &self.name,
-            req,
-            budget,
-            Released { mean, var, answered, cov, prior_cov, model_version: 0, charge, noise_var },
-        ))
+        let base = answer_to(&self.name, req, st);
+        Ok(Answer { mean, var, answered, cov, prior_cov, model_version: 0, charge, noise_var, ..base })
     }
 }
