@@ -5,7 +5,7 @@
 mod cli;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use cli::{bench, certs, data, demo, experiment, gp, node, privacy, run, status, svgp};
+use cli::{bench, certs, data, demo, gp, node, privacy, run, status, svgp};
 
 #[derive(Debug, Parser)]
 #[command(name = "dpcotrain", version, about = "Differentially private co-training of Gaussian processes")]
@@ -32,7 +32,7 @@ enum Command {
     Privacy(privacy::PrivacyCommand),
     /// The thesis's experiment grids: floors, simulated, ccpp.
     #[command(subcommand)]
-    Experiment(experiment::ExperimentCommand),
+    Experiment(dpcotrain_experiments::ExperimentCommand),
     /// A party's gRPC node.
     #[command(subcommand)]
     Node(NodeCommand),
@@ -124,7 +124,7 @@ fn main() {
         Command::Gp(GpCommand::Fit(args)) => gp::run(args),
         Command::Gp(GpCommand::Svgp(args)) => svgp::run(args),
         Command::Privacy(cmd) => privacy::run(cmd),
-        Command::Experiment(cmd) => experiment::run(cmd),
+        Command::Experiment(cmd) => dpcotrain_experiments::run(cmd),
         Command::Bench(cmd) => bench::run(cmd),
     };
     if let Err(e) = result {

@@ -1,5 +1,6 @@
 //! Invariants of the code's shape (ARCHITECTURE.md, "Invariants"), checked on the source:
-//! no import circle between the files of a crate, and the protocol at the top level.
+//! no import circle between the files of a crate, the crates' layers with no arrow pointing up,
+//! the experiments apart from the product, and the protocol at the top level.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -126,6 +127,7 @@ fn no_import_circle_between_the_files_of_a_crate() {
         "crates/cotrain/src",
         "crates/federation/src",
         "crates/report/src",
+        "crates/experiments/src",
     ] {
         for c in circles(&edges(&root().join(src))) {
             found.push(format!("{src}: {}", c.join(" ↔ ")));
@@ -153,4 +155,109 @@ fn the_protocol_lives_at_the_top_level() {
     assert!(!root().join("crates/federation/proto").exists(), "one copy of the protocol, at proto/");
     let build = std::fs::read_to_string(root().join("crates/federation/build.rs")).unwrap();
     assert!(build.contains("../../proto/dpcotrain/v2/node.proto"), "build.rs compiles the top-level proto/");
+}
+
+/// The workspace crates each crate's `Cargo.toml` depends on, as (dependency, features asked for),
+/// from its `[dependencies]` table (dev-dependencies are a test's business, not a layer's).
+fn workspace_deps(manifest: &str) -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(root().join(manifest)).unwrap();
+    let mut out = Vec::new();
+    let mut in_deps = false;
+    for line in text.lines() {
+        let t = line.trim();
+        if t.starts_with('[') {
+            in_deps = t == "[dependencies]";
+        } else if in_deps && t.starts_with("dpcotrain-") {
+            let name = t.split(['.', ' ', '=']).next().unwrap().to_string();
+            out.push((name, t.to_string()));
+        }
+    }
+    out
+}
+
+/// The layers of ARCHITECTURE.md ("Dependency rules"), top to bottom: a crate may depend only on
+/// crates of a lower layer.
+const LAYERS: [(&str, &str, usize); 7] = [
+    ("dpcotrain", "Cargo.toml", 5),
+    ("dpcotrain-experiments", "crates/experiments/Cargo.toml", 4),
+    ("dpcotrain-federation", "crates/federation/Cargo.toml", 3),
+    ("dpcotrain-report", "crates/report/Cargo.toml", 3),
+    ("dpcotrain-cotrain", "crates/cotrain/Cargo.toml", 2),
+    ("dpcotrain-privacy", "crates/privacy/Cargo.toml", 1),
+    ("dpcotrain-gp", "crates/gp/Cargo.toml", 0),
+];
+
+/// A crate, its layer, and its workspace dependencies (name, the manifest's line).
+type Crate<'a> = (&'a str, usize, Vec<(String, String)>);
+
+fn layer_violations(deps: &[Crate]) -> Vec<String> {
+    let level = |n: &str| deps.iter().find(|(c, _, _)| *c == n).map(|(_, l, _)| *l);
+    let mut bad = Vec::new();
+    for (c, l, ds) in deps {
+        for (d, line) in ds {
+            match level(d) {
+                Some(dl) if dl < *l => {}
+                Some(_) => bad.push(format!("{c} → {d}: not a lower layer")),
+                None => bad.push(format!("{c} → {d}: a crate the layers do not name")),
+            }
+            if line.contains("white-box") && *c != "dpcotrain-experiments" {
+                bad.push(format!("{c} turns on cotrain's white-box feature (only the experiments may)"));
+            }
+        }
+    }
+    bad
+}
+
+#[test]
+fn the_crates_form_layers_and_the_experiments_stay_apart() {
+    let deps: Vec<Crate> = LAYERS.iter().map(|(c, m, l)| (*c, *l, workspace_deps(m))).collect();
+    let members = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    for (_, m, _) in &LAYERS[1..] {
+        let dir = m.trim_end_matches("/Cargo.toml");
+        assert!(members.contains(&format!("\"{dir}\"")), "{dir} is a workspace member the layers name");
+    }
+    let bad = layer_violations(&deps);
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+    // The experiments use the co-training layer, and nothing of the product uses them.
+    let exp = &deps[1].2;
+    assert!(exp.iter().any(|(d, l)| d == "dpcotrain-cotrain" && l.contains("white-box")));
+    for (c, _, ds) in &deps[1..] {
+        assert!(ds.iter().all(|(d, _)| d != "dpcotrain-experiments"), "{c} depends on the experiments");
+    }
+    // The product's sources never name the white-box view.
+    let mut files = Vec::new();
+    for dir in ["src", "crates/federation/src", "crates/report/src"] {
+        rust_files(&root().join(dir), &mut files);
+    }
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        assert!(
+            !text.contains("private_data()") && !text.contains("model_mut()"),
+            "{} looks inside a party (white-box is the experiments' view)",
+            f.display()
+        );
+    }
+    // No experiment is left in the product's crates.
+    for gone in
+        ["crates/cotrain/src/grid.rs", "crates/cotrain/src/frontier.rs", "src/cli/sparse", "src/cli/experiment.rs"]
+    {
+        assert!(!root().join(gone).exists(), "{gone} belongs in crates/experiments");
+    }
+}
+
+#[test]
+fn the_layer_check_can_fail() {
+    let d = |n: &str, line: &str| (n.to_string(), line.to_string());
+    let deps = vec![
+        ("dpcotrain-cotrain", 2, vec![d("dpcotrain-report", "dpcotrain-report.workspace = true")]),
+        (
+            "dpcotrain-report",
+            3,
+            vec![d("dpcotrain-cotrain", "dpcotrain-cotrain = { workspace = true, features = [\"white-box\"] }")],
+        ),
+        ("dpcotrain-gp", 0, vec![d("dpcotrain-nope", "dpcotrain-nope.workspace = true")]),
+    ];
+    let bad = layer_violations(&deps);
+    assert_eq!(bad.len(), 3, "{bad:?}");
+    assert!(bad[0].contains("not a lower layer") && bad[1].contains("white-box") && bad[2].contains("do not name"));
 }

@@ -11,7 +11,6 @@
 //! computed in-process.
 
 use crate::cli::data::write_views;
-use crate::cli::files::write_atomic;
 use crate::cli::party_figures::{baseline_lines, party_json, verdict};
 use anyhow::Context;
 use clap::Args;
@@ -24,6 +23,7 @@ use dpcotrain_cotrain::data::Scenario;
 use dpcotrain_cotrain::driver::{PartyOutcome, block_on, build_parties, default_kernel, evaluate, run_in_process};
 use dpcotrain_cotrain::party::{DpConfig, Party, ReleasePolicy, THETA_SELECTION_ID};
 use dpcotrain_cotrain::simulate::{SimConfig, simulate};
+use dpcotrain_experiments::files::write_atomic;
 use dpcotrain_federation::config::{
     DataConfig, FederationConfig, HostPort, ModelConfig, PartyConfig, PeerConfig, PrivacyConfig, PrivacyMode,
     SecurityConfig, dev_hosts, load, to_toml,

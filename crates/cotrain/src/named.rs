@@ -141,9 +141,6 @@ mod tests {
         round_trips::<AnswerGuard>();
         round_trips::<ReleasePolicy>();
         round_trips::<RefitTheta>();
-        round_trips::<crate::frontier::RunCell>();
-        // The frontier's journal keeps its spelling: a runs.jsonl written before the enum resumes.
-        assert_eq!(serde_json::to_string(&crate::frontier::RunCell::NoDp).unwrap(), "\"no-dp\"");
         assert_eq!(
             "hybird".parse::<CombinerKind>().unwrap_err().to_string(),
             "combiner \"hybird\" is not blocky, noisy or hybrid"

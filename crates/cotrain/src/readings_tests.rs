@@ -5,7 +5,6 @@
 use crate::answer::{PredictRequest, Uncertainty};
 use crate::combiner::CombinerKind;
 use crate::driver::{block_on, build_parties_with, run_in_process};
-use crate::grid::DpSetting;
 use crate::party::{DpConfig, Party};
 use crate::readings::{
     AnswerSource, BlockyTheta, FitStarts, HybridForm, Readings, SelectionVariance, SharedVariance, ThesisNoise,
@@ -112,7 +111,7 @@ fn blocky_theta_querier_evaluates_the_responders_view_with_the_queriers_theta() 
 /// Noise of two answers from `seed`'s responder at two close pool points, asked in separate
 /// requests with nothing folded in between (so the model mean is the same for both).
 fn noise_pair(seed: u64, readings: Readings) -> (f64, f64) {
-    let ps = parties(CombinerKind::Noisy, Uncertainty::None, &DpSetting::Thesis.config(), seed, readings, 0);
+    let ps = parties(CombinerKind::Noisy, Uncertainty::None, &DpConfig::thesis(), seed, readings, 0);
     let mut p = ps[0].lock().unwrap();
     let x = p.data.x_pool.column(0).clone_owned();
     // The two pool points closest to each other.

@@ -8,7 +8,7 @@
 use crate::CotrainError;
 use crate::answer::Uncertainty;
 use crate::release_model::{PublicTheta, QueryPolicy, ReleaseForm, ThetaPolicy};
-use dpcotrain_privacy::calibrate::{Mechanism, calibrate};
+use dpcotrain_privacy::calibrate::{Mechanism, THESIS_MULTIPLIER, calibrate};
 use dpcotrain_privacy::finite::CapRule;
 use dpcotrain_privacy::gaussian::{gdp_epsilon, gdp_mu_for};
 use dpcotrain_privacy::low_rank::RankRule;
@@ -147,6 +147,12 @@ impl DpConfig {
             theta: ThetaPolicy::Fitted,
             queries: QueryPolicy::Adaptive,
         }
+    }
+
+    /// Thomas's reproduction mode (Thomas 2017 §4.2.4): each per-query release adds a GP-prior
+    /// sample scaled by [`THESIS_MULTIPLIER`] (0.42); no guarantee is claimed.
+    pub fn thesis() -> Self {
+        DpConfig { mode: DpMode::Thesis { multiplier: THESIS_MULTIPLIER }, ..DpConfig::off() }
     }
 
     /// Calibrated label DP (analytic Gaussian mechanism) with (ε, δ) per release, an ε budget

@@ -573,6 +573,24 @@ impl Party {
         &self.model
     }
 
+    /// Inside the party, for experiments only (cargo feature `white-box`, which only
+    /// `dpcotrain-experiments` turns on): its private rows, labels included. The frontier's
+    /// harm study and the exchange picture read them; a node never does —
+    /// `crates/federation` does not ask for the feature, so built alone it cannot name this
+    /// (tests/architecture.rs checks that no product crate asks for it).
+    #[cfg(feature = "white-box")]
+    pub fn private_data(&self) -> &PartyData {
+        &self.data
+    }
+
+    /// Inside the party, for experiments only (cargo feature `white-box`): the model, mutable,
+    /// so the frontier's counterfactuals can set a querier's research switches and re-read its
+    /// answers under an oracle.
+    #[cfg(feature = "white-box")]
+    pub fn model_mut(&mut self) -> &mut CoModel {
+        &mut self.model
+    }
+
     /// The size of the shared pool (public: entities are named by index).
     pub fn pool_size(&self) -> usize {
         self.data.pool_size()

@@ -4,7 +4,7 @@
 //! counts are arguments (defaults: the thesis's where it states them).
 
 use super::{boston, split_90_10};
-use crate::cli::sparse::{ccpp_xy, progress, test_metrics, write};
+use crate::sparse::{ccpp_xy, progress, test_metrics, write};
 use clap::Args;
 use dpcotrain_gp::kernels::SquaredExponential;
 use dpcotrain_gp::variational::cg::CgOptions;

@@ -74,17 +74,17 @@ struct Fit {
 pub(super) fn load(name: &str) -> anyhow::Result<(DMatrix<f64>, DVector<f64>)> {
     let (x, y) = match name {
         "wine" => {
-            const CSV: &str = include_str!("../../../data/wine/winequality-red.csv");
+            const CSV: &str = include_str!("../../../../data/wine/winequality-red.csv");
             let t = dpcotrain_cotrain::table::Table::parse(Path::new("data/wine/winequality-red.csv"), CSV.as_bytes())?;
             let s = t.split_target(Some("quality"))?;
             (s.0, s.1)
         }
         "energy" | "concrete" | "airfoil" | "solar" => {
             let (file, csv) = match name {
-                "energy" => ("data/uci/energy.csv", include_str!("../../../data/uci/energy.csv")),
-                "concrete" => ("data/uci/concrete.csv", include_str!("../../../data/uci/concrete.csv")),
-                "airfoil" => ("data/uci/airfoil.csv", include_str!("../../../data/uci/airfoil.csv")),
-                _ => ("data/uci/solar.csv", include_str!("../../../data/uci/solar.csv")),
+                "energy" => ("data/uci/energy.csv", include_str!("../../../../data/uci/energy.csv")),
+                "concrete" => ("data/uci/concrete.csv", include_str!("../../../../data/uci/concrete.csv")),
+                "airfoil" => ("data/uci/airfoil.csv", include_str!("../../../../data/uci/airfoil.csv")),
+                _ => ("data/uci/solar.csv", include_str!("../../../../data/uci/solar.csv")),
             };
             let t = dpcotrain_cotrain::table::Table::parse(Path::new(file), csv.as_bytes())?;
             let s = t.split_target(Some("y"))?;

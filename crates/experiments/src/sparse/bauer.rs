@@ -15,7 +15,7 @@
 //!   the marginal likelihood with σ_n far too small at intermediate M.
 
 use super::{TestMetrics, TrainTest, clusters, progress, se, se_params, snelson, test_metrics, write};
-use crate::cli::summary::{mean_sd, median};
+use crate::summary::{mean_sd, median};
 use clap::Args;
 use dpcotrain_gp::inducing::random_subset;
 use dpcotrain_gp::kernels::Bounds;

@@ -6,12 +6,12 @@
 //! Cells pool both parties' rows (docs/decisions.md D14). An anchor cell (Table C.1 unmasked rows;
 //! Table 4.4 Noisy/Hybrid unmasked rows, §3.8) passes when |ours − thesis| ≤ max(0.02, thesis sd).
 
-use crate::svg::{ExchangePanel, Figure, LineChart, Marker, Series};
-use crate::thesis::{self, Cell};
+use crate::exchange::ExchangeRun;
+use crate::grid::{DpLabel, RunRow};
 use dpcotrain_cotrain::answer::Uncertainty;
 use dpcotrain_cotrain::combiner::CombinerKind;
-use dpcotrain_cotrain::exchange::ExchangeRun;
-use dpcotrain_cotrain::grid::{DpLabel, RunRow};
+use dpcotrain_report::svg::{ExchangePanel, Figure, LineChart, Marker, Series};
+use dpcotrain_report::thesis::{self, Cell};
 use std::fmt::Write;
 
 fn mean_sd(v: &[f64]) -> (f64, f64, usize) {
@@ -39,7 +39,7 @@ fn cell(v: &[f64], t: Option<Cell>, anchor: bool, fails: &mut Vec<String>, label
     let mut out = format!("{m:.3} ± {s:.3}");
     if let Some(t) = t {
         let dag = if t.2 { "†" } else { "" };
-        let _ = write!(out, " ({:.3}{dag}; {})", t.0, crate::numbers::signed(m - t.0, 3));
+        let _ = write!(out, " ({:.3}{dag}; {})", t.0, dpcotrain_report::numbers::signed(m - t.0, 3));
         if anchor {
             if within(m, t) {
                 out += " ✓";
@@ -340,7 +340,7 @@ pub fn rmse_rounds_svg(rows: &[RunRow], title: &str) -> String {
 }
 
 /// The Fig 4.3/4.4-style picture of one simulated co-training (party P1): one panel per run of
-/// [`dpcotrain_cotrain::exchange::exchange_runs`] — its private points, the pool points it asked
+/// [`crate::exchange::exchange_runs`] — its private points, the pool points it asked
 /// about (at the answers' means), its posterior mean and 95% band after co-training, and the
 /// generator's true regression line.
 pub fn exchange_svg(seed: u64, runs: &[ExchangeRun]) -> String {

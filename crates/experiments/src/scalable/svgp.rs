@@ -3,7 +3,7 @@
 //! Thomas 2017 §2.5's protocol; its best SVIGP: test RMSE 0.269 ± 0.00175 with m = 200,
 //! b = 100) and on Snelson-style 1-D data at N = 10⁵: test RMSE, NLPD and wall time per seed.
 
-use crate::cli::sparse::{TestMetrics, ccpp_xy, progress, split_standardised, test_metrics, write};
+use crate::sparse::{TestMetrics, ccpp_xy, progress, split_standardised, test_metrics, write};
 use clap::Args;
 use dpcotrain_gp::inducing::kmeans;
 use dpcotrain_gp::kernels::SquaredExponential;
@@ -83,7 +83,7 @@ fn snelson_large(n: usize, seed: u64) -> (DMatrix<f64>, DVector<f64>) {
     (x, y)
 }
 
-fn data_set(name: &str, a: &SvgpCompareArgs, seed: u64) -> anyhow::Result<crate::cli::sparse::TrainTest> {
+fn data_set(name: &str, a: &SvgpCompareArgs, seed: u64) -> anyhow::Result<crate::sparse::TrainTest> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     match name {
         "ccpp" => {

@@ -57,7 +57,7 @@ pub fn run(cmd: SparseCommand) -> anyhow::Result<()> {
 
 /// Snelson & Ghahramani's (2006) 200-point 1-D data set (data/snelson/README.md).
 fn snelson() -> anyhow::Result<(DMatrix<f64>, DVector<f64>)> {
-    const CSV: &str = include_str!("../../../data/snelson/snelson.csv");
+    const CSV: &str = include_str!("../../../../data/snelson/snelson.csv");
     let t = dpcotrain_cotrain::table::Table::parse(Path::new("data/snelson/snelson.csv"), CSV.as_bytes())?;
     let s = t.split_target(Some("y"))?;
     Ok((s.0, s.1))
@@ -78,8 +78,8 @@ pub(crate) fn ccpp_xy() -> anyhow::Result<(DMatrix<f64>, DVector<f64>)> {
 /// Returns the inputs and the target, unstandardised.
 fn uci_gz(name: &str) -> anyhow::Result<(DMatrix<f64>, DVector<f64>)> {
     let (file, bytes): (&str, &[u8]) = match name {
-        "pumadyn32nm" => ("data/uci/pumadyn32nm.csv.gz", include_bytes!("../../../data/uci/pumadyn32nm.csv.gz")),
-        "kin40k" => ("data/uci/kin40k.csv.gz", include_bytes!("../../../data/uci/kin40k.csv.gz")),
+        "pumadyn32nm" => ("data/uci/pumadyn32nm.csv.gz", include_bytes!("../../../../data/uci/pumadyn32nm.csv.gz")),
+        "kin40k" => ("data/uci/kin40k.csv.gz", include_bytes!("../../../../data/uci/kin40k.csv.gz")),
         other => anyhow::bail!("no gzipped data set {other:?}: expected pumadyn32nm or kin40k"),
     };
     headerless_gz_csv(Path::new(file), bytes)
@@ -210,7 +210,7 @@ fn clusters(z: &DMatrix<f64>, tol: f64) -> usize {
 
 /// Write `name` into `out` durably and say so.
 pub(crate) fn write(out: &Path, name: &str, text: &str) -> anyhow::Result<()> {
-    crate::cli::files::write_atomic(&out.join(name), text)?;
+    crate::files::write_atomic(&out.join(name), text)?;
     eprintln!("wrote {}", out.join(name).display());
     Ok(())
 }

@@ -11,16 +11,18 @@
 //! are seeded per (seed, party, requester, batch), so all cells of a seed share them (common
 //! random numbers: differences between cells are not noise-draw luck).
 
-use crate::CotrainError;
-use crate::answer::Uncertainty;
-use crate::ccpp::{CcppConfig, RealData, ccpp};
-use crate::combiner::{AnswerForm, AnswerGuard, CombinerKind, PeerBlock, RefitTheta};
-use crate::data::Scenario;
-use crate::driver::{RunReport, block_on, build_parties, run_in_process};
-use crate::party::{DpConfig, DpMode, ReleasePolicy};
-use crate::release_model::{PublicTheta, QueryPolicy, ReleaseForm, ThetaPolicy};
-use crate::settings::{AnswerDiscount, DEFAULT_ANSWER_DISCOUNT};
-use crate::simulate::{SimConfig, simulate};
+pub mod command;
+
+use dpcotrain_cotrain::CotrainError;
+use dpcotrain_cotrain::answer::Uncertainty;
+use dpcotrain_cotrain::ccpp::{CcppConfig, RealData, ccpp};
+use dpcotrain_cotrain::combiner::{AnswerForm, AnswerGuard, CombinerKind, PeerBlock, RefitTheta};
+use dpcotrain_cotrain::data::Scenario;
+use dpcotrain_cotrain::driver::{RunReport, block_on, build_parties, run_in_process};
+use dpcotrain_cotrain::party::{DpConfig, DpMode, ReleasePolicy};
+use dpcotrain_cotrain::release_model::{PublicTheta, QueryPolicy, ReleaseForm, ThetaPolicy};
+use dpcotrain_cotrain::settings::{AnswerDiscount, DEFAULT_ANSWER_DISCOUNT};
+use dpcotrain_cotrain::simulate::{SimConfig, simulate};
 use dpcotrain_privacy::calibrate::Mechanism;
 use dpcotrain_privacy::finite::CapRule;
 use dpcotrain_privacy::gaussian::{gdp_epsilon, gdp_mu_for};
@@ -156,7 +158,7 @@ pub struct FrontierConfig {
     pub refit_theta: RefitTheta,
     /// What a querier adds to each answer's reported variance.
     pub answer_noise: AnswerNoise,
-    /// The answer check's threshold z (None: off; [`crate::combiner::CoModel::answer_check_z`]).
+    /// The answer check's threshold z (None: off; [`dpcotrain_cotrain::combiner::CoModel::answer_check_z`]).
     pub answer_check: Option<f64>,
     /// Factor on every answer's variance (`CoModel::answer_var_scale`; 1: as reported).
     pub answer_temper: f64,
@@ -197,7 +199,7 @@ fn subsample(views: &Scenario, nobs: usize, seed: u64) -> Result<Scenario, Cotra
 }
 
 /// What a querier adds to each received answer's variance (a counterfactual switch of the
-/// harm study in docs/results.md; [`crate::combiner::CoModel::answer_extra_var`]).
+/// harm study in docs/results.md; [`dpcotrain_cotrain::combiner::CoModel::answer_extra_var`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum AnswerNoise {
     /// A querier's own discount, as a node applies it (D30): `reported` (nothing: the protocol
@@ -207,7 +209,7 @@ pub enum AnswerNoise {
     /// released; for the diagnosis only).
     Responder,
     /// Chosen at each re-fit by the querier's augmented objective over a grid of variances
-    /// ([`crate::combiner::CoModel::answer_noise_grid`]).
+    /// ([`dpcotrain_cotrain::combiner::CoModel::answer_noise_grid`]).
     Profile,
 }
 
@@ -405,7 +407,7 @@ impl RunCell {
     }
 }
 
-crate::named_enum!(RunCell, "frontier run", [Alone, NoDp, Dp]);
+dpcotrain_cotrain::named_enum!(RunCell, "frontier run", [Alone, NoDp, Dp]);
 
 /// One party's test RMSE in one cell.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -465,7 +467,7 @@ impl TraceOracle {
     }
 }
 
-crate::named_enum!(TraceOracle, "trace oracle", [AnswerError, Level, OwnCalibration]);
+dpcotrain_cotrain::named_enum!(TraceOracle, "trace oracle", [AnswerError, Level, OwnCalibration]);
 
 /// One party's run seen from inside (`experiment frontier --trace`): the harm study's
 /// diagnostics. Label-dependent: an experiment's view, never a node's.
@@ -489,8 +491,8 @@ pub struct PartyTrace {
 }
 
 fn lock_party(
-    p: &std::sync::Mutex<crate::party::Party>,
-) -> Result<std::sync::MutexGuard<'_, crate::party::Party>, CotrainError> {
+    p: &std::sync::Mutex<dpcotrain_cotrain::party::Party>,
+) -> Result<std::sync::MutexGuard<'_, dpcotrain_cotrain::party::Party>, CotrainError> {
     p.lock().map_err(|_| CotrainError::invalid("party lock poisoned"))
 }
 
@@ -502,11 +504,11 @@ fn rows_at(x: &DMatrix<f64>, idx: &[usize]) -> DMatrix<f64> {
 /// Read a finished run's answers again under `oracle` (true pool labels `labels`), re-fit and
 /// predict at the party's test points. Returns the means and the oracle's value.
 fn reread(
-    p: &mut crate::party::Party,
+    p: &mut dpcotrain_cotrain::party::Party,
     labels: &nalgebra::DVector<f64>,
     oracle: TraceOracle,
 ) -> Result<(nalgebra::DVector<f64>, f64), CotrainError> {
-    let s2 = p.model.noise.variance;
+    let s2 = p.model_mut().noise.variance;
     let mut value = f64::NAN;
     // An answer's message (docs/honest-dp.md): latent variance v, gain g = p/(p − v), and
     // variance v·g + s²·g².
@@ -526,7 +528,7 @@ fn reread(
     };
     match oracle {
         TraceOracle::AnswerError => {
-            for b in &mut p.model.blocks {
+            for b in &mut p.model_mut().blocks {
                 for (k, &j) in b.indices.clone().iter().enumerate() {
                     let (_, g, msg) = message(b, k);
                     let err = (b.means[k] * g - labels[j]).powi(2) - s2;
@@ -538,7 +540,7 @@ fn reread(
         }
         TraceOracle::Level => {
             let (mut sum, mut vsum, mut n) = (0.0, 0.0, 0usize);
-            for b in &p.model.blocks {
+            for b in &p.model_mut().blocks {
                 for (k, &j) in b.indices.iter().enumerate() {
                     sum += b.means[k] - labels[j];
                     vsum += b.vars[k] + s2;
@@ -547,16 +549,16 @@ fn reread(
             }
             let nf = n.max(1) as f64;
             value = ((sum / nf).powi(2) - vsum / nf / nf).max(0.0);
-            p.model.answer_level_var = value;
+            p.model_mut().answer_level_var = value;
         }
         TraceOracle::OwnCalibration => {
-            let asked = p.model.asked();
-            let xq = rows_at(p.model.x_pool(), &asked);
-            let own = p.model.predict_private(&xq, false)?;
+            let asked = p.model_mut().asked();
+            let xq = rows_at(p.model_mut().x_pool(), &asked);
+            let own = p.model_mut().predict_private(&xq, false)?;
             let err: f64 = asked.iter().enumerate().map(|(k, &j)| (own.mean[k] - labels[j]).powi(2) - s2).sum();
             let var: f64 = own.var.iter().map(|v| v.max(1e-12)).sum();
             value = (err / var).max(0.05);
-            for b in &mut p.model.blocks {
+            for b in &mut p.model_mut().blocks {
                 for k in 0..b.indices.len() {
                     let (_, _, msg) = message(b, k);
                     set(b, k, msg / value);
@@ -564,10 +566,10 @@ fn reread(
             }
         }
     }
-    p.model.version += 1;
-    p.model.refit()?;
-    let x = p.data.x_test.clone();
-    Ok((p.model.predict(&x, false)?.mean, value))
+    p.model_mut().version += 1;
+    p.model_mut().refit()?;
+    let x = p.private_data().x_test.clone();
+    Ok((p.model_mut().predict(&x, false)?.mean, value))
 }
 
 /// [`PartyTrace`] of every party of one run (the first θ policy of `cfg`, one round).
@@ -584,9 +586,9 @@ pub fn trace_run(
     let mut before = Vec::new();
     for p in &parties {
         let mut g = lock_party(p)?;
-        let x = g.data.x_test.clone();
-        let pred = g.model.predict(&x, false)?;
-        before.push((pred, g.model.noise.variance));
+        let x = g.private_data().x_test.clone();
+        let pred = g.model_mut().predict(&x, false)?;
+        before.push((pred, g.model_mut().noise.variance));
     }
     block_on(run_in_process(&parties, 1))?;
     // The same run read again under the oracle (same seed: the same queries and noise draws).
@@ -601,14 +603,14 @@ pub fn trace_run(
     let mut out = Vec::new();
     for (i, (p, (alone, noise_before))) in parties.iter().zip(before).enumerate() {
         let mut g = lock_party(p)?;
-        let x = g.data.x_test.clone();
-        let after = g.model.predict(&x, false)?;
-        let y = g.data.y_test.clone();
+        let x = g.private_data().x_test.clone();
+        let after = g.model_mut().predict(&x, false)?;
+        let y = g.private_data().y_test.clone();
         let nan = nalgebra::DVector::from_element(y.len(), f64::NAN);
         // True labels at the asked entities, fitted as the party fits its own rows.
         let with_labels = match &sc.pool_labels {
             Some(labels) => {
-                let asked = g.model.asked();
+                let asked = g.model_mut().asked();
                 let mut o = sc.clone();
                 let d = &mut o.parties[i];
                 let extra = rows_at(&d.x_pool, &asked);
@@ -622,7 +624,7 @@ pub fn trace_run(
                 d.y_train = y_new;
                 let op = build_parties(&o, CombinerKind::Noisy, Uncertainty::Marginal, &cfg.dp(None, theta), job.seed)?;
                 let mut og = lock_party(&op[i])?;
-                og.model.predict(&x, false)?.mean
+                og.model_mut().predict(&x, false)?.mean
             }
             None => nan.clone(),
         };
@@ -641,9 +643,9 @@ pub fn trace_run(
             })
             .collect();
         let mut answers = Vec::new();
-        for b in &g.model.blocks.clone() {
-            let xq = rows_at(g.model.x_pool(), &b.indices);
-            let own = g.model.predict_private(&xq, false)?;
+        for b in &g.model_mut().blocks.clone() {
+            let xq = rows_at(g.model_mut().x_pool(), &b.indices);
+            let own = g.model_mut().predict_private(&xq, false)?;
             for (k, &j) in b.indices.iter().enumerate() {
                 let truth = sc.pool_labels.as_ref().map_or(f64::NAN, |l| l[j]);
                 let noise = b.noise_vars[k].unwrap_or(0.0);
@@ -651,11 +653,11 @@ pub fn trace_run(
             }
         }
         out.push(PartyTrace {
-            party: g.data.name.clone(),
+            party: g.private_data().name.clone(),
             test,
             answers,
             noise_before,
-            noise_after: g.model.noise.variance,
+            noise_after: g.model_mut().noise.variance,
             oracle_value,
         });
     }
@@ -668,27 +670,27 @@ fn configured_parties(
     dp: &DpConfig,
     seed: u64,
     cfg: &FrontierConfig,
-) -> Result<Vec<std::sync::Arc<std::sync::Mutex<crate::party::Party>>>, CotrainError> {
+) -> Result<Vec<std::sync::Arc<std::sync::Mutex<dpcotrain_cotrain::party::Party>>>, CotrainError> {
     let parties = build_parties(sc, CombinerKind::Noisy, Uncertainty::Marginal, dp, seed)?;
     let fitted_noise: Vec<f64> =
-        parties.iter().map(|p| lock_party(p).map(|g| g.model.noise.variance)).collect::<Result<_, _>>()?;
+        parties.iter().map(|p| lock_party(p).map(|g| g.model().noise.variance)).collect::<Result<_, _>>()?;
     for (i, p) in parties.iter().enumerate() {
         let mut p = lock_party(p)?;
-        p.model.set_answer_form(cfg.answers)?;
-        p.model.set_guard(cfg.guard)?;
-        p.model.refit_theta = cfg.refit_theta;
-        p.model.answer_check_z = cfg.answer_check;
-        p.model.answer_var_scale = cfg.answer_temper;
+        p.model_mut().set_answer_form(cfg.answers)?;
+        p.model_mut().set_guard(cfg.guard)?;
+        p.model_mut().refit_theta = cfg.refit_theta;
+        p.model_mut().answer_check_z = cfg.answer_check;
+        p.model_mut().answer_var_scale = cfg.answer_temper;
         match cfg.answer_noise {
-            AnswerNoise::Discount(d) => p.model.set_answer_discount(d)?,
+            AnswerNoise::Discount(d) => p.model_mut().set_answer_discount(d)?,
             // Two parties: the responder is the other one (more: the largest of the others).
             AnswerNoise::Responder => {
-                p.model.answer_extra_var =
+                p.model_mut().answer_extra_var =
                     fitted_noise.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, v)| *v).fold(0.0, f64::max)
             }
             AnswerNoise::Profile => {
-                p.model.answer_noise_grid = Some(vec![0.0, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0]);
-                p.model.answer_extra_var = 0.0;
+                p.model_mut().answer_noise_grid = Some(vec![0.0, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0]);
+                p.model_mut().answer_extra_var = 0.0;
             }
         }
     }
@@ -958,6 +960,20 @@ pub fn summarise(rows: &[FrontierRow]) -> Vec<FrontierCell> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dpcotrain_cotrain::named::Named;
+
+    #[test]
+    fn the_journal_spells_its_cells_as_before() {
+        // A runs.jsonl written before RunCell was an enum resumes: the spellings are fixed.
+        let spelled: Vec<String> = RunCell::ALL.iter().map(|c| serde_json::to_string(c).unwrap()).collect();
+        assert_eq!(spelled, ["\"alone\"", "\"no-dp\"", "\"dp\""]);
+        for &c in RunCell::ALL {
+            assert_eq!(serde_json::from_str::<RunCell>(&serde_json::to_string(&c).unwrap()).unwrap(), c);
+        }
+        let e = "nodp".parse::<RunCell>().unwrap_err().to_string();
+        assert!(e.contains("\"nodp\"") && e.contains("no-dp"), "{e}");
+        assert_eq!("own-calibration".parse::<TraceOracle>().unwrap(), TraceOracle::OwnCalibration);
+    }
 
     fn row(party: &str, seed: u64, cell: &str, rmse: f64, se: Option<f64>) -> FrontierRow {
         FrontierRow {

@@ -2,7 +2,7 @@
 //! the formulas below; the published cells in the tests at the end).
 //!
 //! For unit-variance jointly Gaussian (x, y) the unexplained variance of y is the Schur complement
-//! 1 − c_xyᵀ Σ_xx⁻¹ c_xy. For the simulator of [`crate::simulate`] (decision D1) this gives:
+//! 1 − c_xyᵀ Σ_xx⁻¹ c_xy. For the simulator of [`dpcotrain_cotrain::simulate`] (decision D1) this gives:
 //!
 //! | Floor | Formula |
 //! |---|---|
@@ -17,7 +17,7 @@
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 
-use crate::simulate::{SimConfig, sample_joint};
+use dpcotrain_cotrain::simulate::{SimConfig, sample_joint};
 
 /// The correlation grid of Tables 4.1 and 4.2.
 pub const TABLE_R: [f64; 4] = [0.5, 0.75, 0.9, 0.99];

@@ -3,16 +3,15 @@
 //! in parallel (rayon); each run's numbers depend only on its own seed, so the grid is
 //! deterministic whatever the thread count.
 
-use crate::CotrainError;
-use crate::answer::Uncertainty;
-use crate::ccpp::{CcppConfig, ccpp};
-use crate::combiner::{CombinerKind, RefitPolicy};
-use crate::data::Scenario;
-use crate::driver::{RunReport, block_on, build_parties_with, run_in_process};
-use crate::party::{DpConfig, DpMode, ReleasePolicy};
-use crate::readings::Readings;
-use crate::simulate::{SimConfig, simulate};
-use dpcotrain_privacy::calibrate::THESIS_MULTIPLIER;
+use dpcotrain_cotrain::CotrainError;
+use dpcotrain_cotrain::answer::Uncertainty;
+use dpcotrain_cotrain::ccpp::{CcppConfig, ccpp};
+use dpcotrain_cotrain::combiner::{CombinerKind, RefitPolicy};
+use dpcotrain_cotrain::data::Scenario;
+use dpcotrain_cotrain::driver::{RunReport, block_on, build_parties_with, run_in_process};
+use dpcotrain_cotrain::party::{DpConfig, ReleasePolicy};
+use dpcotrain_cotrain::readings::Readings;
+use dpcotrain_cotrain::simulate::{SimConfig, simulate};
 use dpcotrain_privacy::sensitivity::LabelRange;
 use rayon::prelude::*;
 use serde::Serialize;
@@ -90,7 +89,7 @@ impl PartialOrd for DpLabel {
     }
 }
 
-crate::serde_via_str!(DpLabel);
+dpcotrain_cotrain::serde_via_str!(DpLabel);
 
 impl DpSetting {
     /// How run rows record this setting.
@@ -109,12 +108,7 @@ impl DpSetting {
     pub fn config(&self) -> DpConfig {
         match self {
             DpSetting::Off => DpConfig::off(),
-            DpSetting::Thesis => DpConfig {
-                mode: DpMode::Thesis { multiplier: THESIS_MULTIPLIER },
-                policy: ReleasePolicy::PerQuery,
-                inflate_variance: false,
-                ..DpConfig::off()
-            },
+            DpSetting::Thesis => DpConfig::thesis(),
             DpSetting::Calibrated { epsilon, delta, policy, range } => {
                 DpConfig::calibrated(*epsilon, *delta, *epsilon, *range, *policy)
             }
@@ -452,7 +446,7 @@ pub fn run_grid_resumable(
             let sc = grid.scenario(dc)?;
             let rep = build_parties_with(&sc, *kind, *unc, &dp, dc.seed, grid.readings).and_then(|ps| {
                 for p in &ps {
-                    p.lock().map_err(|_| CotrainError::invalid("party lock poisoned"))?.model.refit_policy = grid.refit;
+                    p.lock().map_err(|_| CotrainError::invalid("party lock poisoned"))?.set_refit_policy(grid.refit);
                 }
                 block_on(run_in_process(&ps, grid.rounds))
             });

@@ -9,7 +9,7 @@
 mod ch23;
 mod svgp;
 
-use crate::cli::sparse::{TrainTest, split_standardised};
+use crate::sparse::{TrainTest, split_standardised};
 use clap::Subcommand;
 use nalgebra::{DMatrix, DVector};
 use rand::SeedableRng;
@@ -43,7 +43,7 @@ pub fn run(cmd: ScalableCommand) -> anyhow::Result<()> {
 /// Boston housing (Harrison & Rubinfeld 1978) as shipped in ISLP 0.6.0 (data/islp/README.md):
 /// 506 rows, 12 covariates (ISLP drops the original's `B` column), target `medv`.
 pub(crate) fn boston() -> anyhow::Result<(DMatrix<f64>, DVector<f64>)> {
-    const CSV: &str = include_str!("../../../data/islp/boston.csv");
+    const CSV: &str = include_str!("../../../../data/islp/boston.csv");
     let t = dpcotrain_cotrain::table::Table::parse(Path::new("data/islp/boston.csv"), CSV.as_bytes())?;
     let (x, y, _, _) = t.split_target(Some("medv"))?;
     Ok((x, y))

@@ -1,15 +1,14 @@
 //! `dpcotrain experiment floors | simulated | ccpp`: the thesis's grids (Thomas 2017 §4.3, §4.5).
 
-use crate::cli::files::{load_jsonl, write_atomic};
-use crate::cli::summary::mean_sd;
+use crate::files::{load_jsonl, write_atomic};
+use crate::floors::{floors_table, monte_carlo_floor};
+use crate::grid::{Dataset, DpLabel, DpSetting, Grid, RunRow, Shard, job_keys, run_grid_resumable, sort_rows};
+use crate::summary::mean_sd;
+use crate::thesis_tables as report;
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use dpcotrain_cotrain::answer::Uncertainty;
 use dpcotrain_cotrain::combiner::{CombinerKind, RefitPolicy};
-use dpcotrain_cotrain::floors::{floors_table, monte_carlo_floor};
-use dpcotrain_cotrain::grid::{
-    Dataset, DpLabel, DpSetting, Grid, RunRow, Shard, job_keys, run_grid_resumable, sort_rows,
-};
 use dpcotrain_cotrain::party::ReleasePolicy;
 use dpcotrain_cotrain::readings::{
     AnswerSource, BlockyTheta, FitStarts, HybridForm, ReadingPreset, Readings, SelectionVariance, SharedVariance,
@@ -17,7 +16,6 @@ use dpcotrain_cotrain::readings::{
 };
 use dpcotrain_cotrain::simulate::SimConfig;
 use dpcotrain_privacy::sensitivity::LabelRange;
-use dpcotrain_report::tables as report;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -38,14 +36,14 @@ pub enum ExperimentCommand {
     Ccpp(GridArgs),
     /// The privacy–utility frontier of honest co-training: RMSE alone / without DP / at each ε
     /// for each release mechanism and θ policy, with the share of the no-DP gain recovered.
-    Frontier(crate::cli::frontier::FrontierArgs),
+    Frontier(crate::frontier::command::FrontierArgs),
     /// The sparse-GP papers' experiments (Bauer et al. 2016; Walder et al. 2008).
     #[command(subcommand)]
-    Sparse(crate::cli::sparse::SparseCommand),
+    Sparse(crate::sparse::SparseCommand),
     /// The scalable variational GPs of Thomas 2017 ch. 1–3 (SVGP against SGPR; Kronecker/Tucker
     /// VGP; RNVGP).
     #[command(subcommand)]
-    Scalable(crate::cli::scalable::ScalableCommand),
+    Scalable(crate::scalable::ScalableCommand),
     /// One report (tables vs the thesis, orderings, figures) from the runs.jsonl of several
     /// experiment folders (e.g. no DP, thesis DP, calibrated ε = 1 and ε = 4).
     Report {
@@ -260,9 +258,9 @@ pub fn run(cmd: ExperimentCommand) -> anyhow::Result<()> {
             fill_grid(&mut grid, &a)?;
             execute(&grid, &a)
         }
-        ExperimentCommand::Frontier(a) => crate::cli::frontier::run(a),
-        ExperimentCommand::Sparse(c) => crate::cli::sparse::run(c),
-        ExperimentCommand::Scalable(c) => crate::cli::scalable::run(c),
+        ExperimentCommand::Frontier(a) => crate::frontier::command::run(a),
+        ExperimentCommand::Sparse(c) => crate::sparse::run(c),
+        ExperimentCommand::Scalable(c) => crate::scalable::run(c),
         ExperimentCommand::Merge { shards, out } => merge(&shards, &out),
         ExperimentCommand::Report { runs, out } => {
             let mut rows = Vec::new();
@@ -459,9 +457,9 @@ Each cell: our mean ± sd (the thesis's value; our difference). Anchor \
     }
     for ((dataset, dp), g) in &groups {
         if dataset == "simulated" {
-            md += &dpcotrain_report::compare::simulated_comparison(g);
+            md += &crate::compare::simulated_comparison(g);
             if *dp == DpLabel::Off {
-                md += &dpcotrain_report::compare::c1_comparison(g);
+                md += &crate::compare::c1_comparison(g);
             }
         }
     }
@@ -477,10 +475,7 @@ Each cell: our mean ± sd (the thesis's value; our difference). Anchor \
         md += &format!("- {f}\n");
     }
     if groups.keys().any(|(d, _)| d == "simulated") {
-        write_atomic(
-            &dir.join("exchange.svg"),
-            &report::exchange_svg(0, &dpcotrain_cotrain::exchange::exchange_runs(0)?),
-        )?;
+        write_atomic(&dir.join("exchange.svg"), &report::exchange_svg(0, &crate::exchange::exchange_runs(0)?))?;
         md += "\n![One exchange without and with DP](exchange.svg)\n";
     }
     write_atomic(&dir.join("tables.md"), &md)?;

@@ -2,16 +2,16 @@
 //! (docs/honest-dp.md): test RMSE alone / co-trained without DP / co-trained at each ε for each
 //! release mechanism and θ policy, the share of the non-private gain recovered, and a figure.
 
-use crate::cli::files::{load_jsonl, write_atomic};
+use crate::files::{load_jsonl, write_atomic};
+use crate::frontier::{
+    AnswerNoise, FrontierCell, FrontierConfig, FrontierData, FrontierMechanism, FrontierRow, ThetaChoice, TraceOracle,
+    run_frontier, summarise, trace_run,
+};
 use anyhow::Context as _;
 use clap::Args;
 use dpcotrain_cotrain::ccpp::RealData;
 use dpcotrain_cotrain::combiner::{AnswerForm, AnswerGuard, RefitTheta};
 use dpcotrain_cotrain::data::Scenario;
-use dpcotrain_cotrain::frontier::{
-    AnswerNoise, FrontierCell, FrontierConfig, FrontierData, FrontierMechanism, FrontierRow, ThetaChoice, TraceOracle,
-    run_frontier, summarise, trace_run,
-};
 use dpcotrain_cotrain::release_model::PublicTheta;
 use dpcotrain_federation::config::{PartyConfig, data_from_config, load};
 use dpcotrain_privacy::finite::CapRule;

@@ -11,7 +11,7 @@
 //! of the paper's sizes (the paper's is not published).
 
 use super::{TestMetrics, progress, se, se_params, split_standardised, test_metrics, write};
-use crate::cli::summary::mean_sd;
+use crate::summary::mean_sd;
 use clap::Args;
 use dpcotrain_gp::inducing::random_subset;
 use dpcotrain_gp::train::{SgprStrategy, TrainOptions, train, train_sparse};

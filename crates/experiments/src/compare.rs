@@ -8,11 +8,11 @@
 //! every level of the dimensions the cell pools; Thomas 2017 §4.3.1.1), e.g. 2,880 per combiner
 //! for Table 4.3.
 
-use crate::thesis::{self, Cell};
+use crate::grid::{DpLabel, RunRow};
 use dpcotrain_cotrain::answer::Uncertainty;
 use dpcotrain_cotrain::combiner::CombinerKind;
-use dpcotrain_cotrain::grid::{DpLabel, RunRow};
 use dpcotrain_privacy::gaussian::phi;
+use dpcotrain_report::thesis::{self, Cell};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
@@ -102,7 +102,7 @@ fn row_line(label: &str, s: &CellStats, t: Cell, n_thesis: usize) -> (String, f6
             100.0 * s.tail,
             t.0,
             t.1,
-            crate::numbers::signed(z, 2)
+            dpcotrain_report::numbers::signed(z, 2)
         ),
         z,
     )
@@ -119,7 +119,7 @@ fn combined(md: &mut String, zs: &[f64]) {
         md,
         "\nCombined (Stouffer, {} cells): z = {}, p = {p:.3}.\n",
         zs.iter().filter(|z| z.is_finite()).count(),
-        crate::numbers::signed(z, 2)
+        dpcotrain_report::numbers::signed(z, 2)
     );
 }
 
@@ -343,7 +343,7 @@ mod tests {
         assert!(
             md.contains(&format!(
                 "| CI no | 2 | 0.500 | 0.500 | 0.0% | 0.562 ± 0.280 | {} |",
-                crate::numbers::signed(z_no, 2)
+                dpcotrain_report::numbers::signed(z_no, 2)
             )),
             "{md}"
         );

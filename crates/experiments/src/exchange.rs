@@ -3,13 +3,13 @@
 //! rounds — without DP, with the thesis's DP, and with calibrated DP (ε = 1, release-once).
 //! This module runs the experiments and returns the numbers; `dpcotrain-report` draws them.
 
-use crate::CotrainError;
-use crate::answer::Uncertainty;
-use crate::combiner::CombinerKind;
-use crate::driver::{block_on, build_parties, run_in_process};
 use crate::grid::DpSetting;
-use crate::party::ReleasePolicy;
-use crate::simulate::{SimConfig, simulate};
+use dpcotrain_cotrain::CotrainError;
+use dpcotrain_cotrain::answer::Uncertainty;
+use dpcotrain_cotrain::combiner::CombinerKind;
+use dpcotrain_cotrain::driver::{block_on, build_parties, run_in_process};
+use dpcotrain_cotrain::party::ReleasePolicy;
+use dpcotrain_cotrain::simulate::{SimConfig, simulate};
 use dpcotrain_privacy::sensitivity::LabelRange;
 use nalgebra::DMatrix;
 
@@ -56,14 +56,16 @@ pub fn exchange_runs(seed: u64) -> Result<Vec<ExchangeRun>, CotrainError> {
         let parties = build_parties(&sc, CombinerKind::Noisy, Uncertainty::Marginal, &dp.config(), seed)?;
         block_on(run_in_process(&parties, 25))?;
         let mut p = parties[0].lock().map_err(|_| CotrainError::invalid("party lock poisoned"))?;
-        let pred = p.model.predict(&xs, false)?;
+        let pred = p.model_mut().predict(&xs, false)?;
         let sd: Vec<f64> = pred.var.iter().map(|v| v.max(0.0).sqrt()).collect();
-        let train = (0..p.data.x_train.nrows()).map(|i| (p.data.x_train[(i, 0)], p.data.y_train[i])).collect();
+        let train = (0..p.private_data().x_train.nrows())
+            .map(|i| (p.private_data().x_train[(i, 0)], p.private_data().y_train[i]))
+            .collect();
         let queried = p
             .turns()
             .iter()
             .filter_map(|t| Some((t.index?, t.answers.first()?.mean.first().copied()?)))
-            .map(|(i, m)| (p.data.x_pool[(i, 0)], m))
+            .map(|(i, m)| (p.private_data().x_pool[(i, 0)], m))
             .collect();
         runs.push(ExchangeRun {
             title: title.into(),
