@@ -126,6 +126,34 @@ for _ in range(R):
 print(json.dumps({"lib": "numpy " + np.__version__, "gflops": 2 * n**3 / best / 1e9}))
 "#;
 
+/// LAPACK's Cholesky (dpotrf) and inverse from the factor (dpotri: the same 2n³/3 as ours) at one
+/// size, one thread, on an SE kernel matrix of the same shape as ours; with numpy's one-core GEMM
+/// 2000³ measured in the same process, so each rate is read against its own library's GEMM.
+const LAPACK_SMALL: &str = r#"
+import os
+for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"): os.environ[v] = "1"
+import json, sys, time, numpy as np, scipy
+from scipy.linalg import lapack
+n, R, inner = int(sys.argv[1]), int(sys.argv[2]), 200
+def best(f, reps, inner):
+    b = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(inner): f()
+        b = min(b, (time.perf_counter() - t0) / inner)
+    return b
+rng = np.random.default_rng(9)
+g = 2000; a = rng.uniform(-1, 1, (g, g)); b = rng.uniform(-1, 1, (g, g)); a @ b
+gemm = 2 * g**3 / best(lambda: a @ b, min(R, 3), 1) / 1e9
+x = rng.uniform(-2, 2, (n, 2))
+k = np.asfortranarray(np.exp(-0.5 * (((x[:, None, :] - x[None, :, :]) / 0.7)**2).sum(-1)) + 0.1 * np.eye(n))
+l = lapack.dpotrf(k, lower=1)[0]
+tc = best(lambda: lapack.dpotrf(k, lower=1, overwrite_a=0), R, inner)
+ti = best(lambda: lapack.dpotri(l, lower=1, overwrite_c=0), R, inner)
+print(json.dumps({"lib": "scipy " + scipy.__version__ + " LAPACK", "gemm_one_core_gflops": gemm,
+                  "cholesky_seconds": tc, "inverse_seconds": ti}))
+"#;
+
 #[derive(Debug, Args)]
 pub struct MemoryArgs {
     #[arg(long, default_value_t = 1_000_000)]
@@ -166,6 +194,7 @@ fn exact_breakdown(
     gp: &ExactGp,
     reps: usize,
     peak1: f64,
+    python: Option<&std::path::Path>,
     say: &dyn Fn(String),
 ) -> anyhow::Result<Vec<serde_json::Value>> {
     use dpcotrain_gp::linalg::{Cholesky, JitterPolicy};
@@ -197,9 +226,40 @@ fn exact_breakdown(
         100.0 * g_inv / peak1,
         t_grad * 1e6
     ));
-    Ok(vec![json!({"case": "exact_breakdown", "n": n, "kernel_seconds": t_kernel, "cholesky_seconds": t_chol,
+    let mut rows =
+        vec![json!({"case": "exact_breakdown", "n": n, "kernel_seconds": t_kernel, "cholesky_seconds": t_chol,
                    "cholesky_gflops": g_chol, "inverse_seconds": t_inv, "inverse_gflops": g_inv,
-                   "gradient_seconds": t_grad, "one_core_gemm_gflops": peak1})])
+                   "gradient_seconds": t_grad, "one_core_gemm_gflops": peak1})];
+    // The same two factorisations by LAPACK (numpy's BLAS, one thread): what a tuned library
+    // reaches at this size on this machine, each against its own one-core GEMM.
+    if let Some(py) = python {
+        match svgp::python(py, LAPACK_SMALL, &[n.to_string(), reps.to_string()]) {
+            Ok(v) => {
+                let lib = v["lib"].as_str().unwrap_or("LAPACK");
+                let (tc, ti) = (
+                    v["cholesky_seconds"].as_f64().unwrap_or(f64::NAN),
+                    v["inverse_seconds"].as_f64().unwrap_or(f64::NAN),
+                );
+                let g1 = v["gemm_one_core_gflops"].as_f64().unwrap_or(f64::NAN);
+                let (lc, li) = (cube / 3.0 / tc / 1e9, 2.0 * cube / 3.0 / ti / 1e9);
+                say(format!(
+                    "  n={n} by {lib} (one thread): Cholesky {:.0} µs ({lc:.1} GFLOP/s = {:.0}% of its one-core GEMM {g1:.1}), \
+                     inverse {:.0} µs ({li:.1} GFLOP/s = {:.0}%); dpcotrain is {:.2}× and {:.2}× as fast",
+                    tc * 1e6,
+                    100.0 * lc / g1,
+                    ti * 1e6,
+                    100.0 * li / g1,
+                    tc / t_chol,
+                    ti / t_inv
+                ));
+                rows.push(json!({"case": "exact_breakdown", "lib": lib, "n": n, "cholesky_seconds": tc,
+                                 "cholesky_gflops": lc, "inverse_seconds": ti, "inverse_gflops": li,
+                                 "one_core_gemm_gflops": g1}));
+            }
+            Err(e) => say(format!("  LAPACK: not measured ({e})")),
+        }
+    }
+    Ok(rows)
 }
 
 fn gemm_peak(reps: usize) -> f64 {
@@ -364,7 +424,8 @@ fn run_gp(a: GpBenchArgs) -> anyhow::Result<()> {
         ));
         rows.push(json!({"case": "exact_lml_grad_small", "n": n, "seconds": per}));
         if n == 225 {
-            rows.extend(exact_breakdown(&gp, a.reps, peak1, &say)?);
+            let python = a.vs.is_some().then_some(a.python.as_path());
+            rows.extend(exact_breakdown(&gp, a.reps, peak1, python, &say)?);
         }
     }
     let exact_ns: &[usize] = if a.quick { &[2000] } else { &[2000, 5000] };
