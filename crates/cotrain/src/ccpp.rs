@@ -165,7 +165,7 @@ pub fn ccpp_raw() -> Result<(Vec<String>, DMatrix<f64>), CotrainError> {
 /// `file` with the line and column.
 fn parse_csv(text: &str, file: &str) -> Result<(Vec<String>, DMatrix<f64>), CotrainError> {
     let t =
-        Table::parse(std::path::Path::new(file), text.as_bytes()).map_err(|e| CotrainError::invalid(e.to_string()))?;
+        Table::parse(std::path::Path::new(file), text.as_bytes()).map_err(|e| CotrainError::config(e.to_string()))?;
     Ok((t.columns, t.data))
 }
 
@@ -184,13 +184,13 @@ fn ccpp_standardised() -> Result<(Vec<String>, DMatrix<f64>), CotrainError> {
 fn standardise(x: &mut DMatrix<f64>) -> Result<(), CotrainError> {
     let n = x.nrows();
     if n < 2 {
-        return Err(CotrainError::invalid("standardising needs at least 2 rows"));
+        return Err(CotrainError::config("standardising needs at least 2 rows"));
     }
     for mut col in x.column_iter_mut() {
         let mean = col.sum() / n as f64;
         let sd = (col.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt();
         if sd <= 0.0 {
-            return Err(CotrainError::invalid("cannot standardise a constant column"));
+            return Err(CotrainError::config("cannot standardise a constant column"));
         }
         col.apply(|v| *v = (*v - mean) / sd);
     }
@@ -212,24 +212,24 @@ struct Selection {
 /// Column indices of a view, checked against the covariate names.
 fn view_columns(names: &[String], view: &[String], label: &str, data: RealData) -> Result<Vec<usize>, CotrainError> {
     if view.is_empty() {
-        return Err(CotrainError::invalid(format!("{label} has no columns")));
+        return Err(CotrainError::config(format!("{label} has no columns")));
     }
     let response = data.response();
     let covariates: Vec<&str> = names.iter().map(String::as_str).filter(|n| *n != response).collect();
     let mut cols = Vec::with_capacity(view.len());
     for name in view {
         if name == response {
-            return Err(CotrainError::invalid(format!("{label}: {response} is the response, not a covariate")));
+            return Err(CotrainError::config(format!("{label}: {response} is the response, not a covariate")));
         }
         let Some(j) = names.iter().position(|n| n == name) else {
-            return Err(CotrainError::invalid(format!(
+            return Err(CotrainError::config(format!(
                 "{label}: unknown {} column {name:?} (covariates are {})",
                 data.label(),
                 covariates.join(", ")
             )));
         };
         if cols.contains(&j) {
-            return Err(CotrainError::invalid(format!("{label}: column {name:?} is listed twice")));
+            return Err(CotrainError::config(format!("{label}: column {name:?} is listed twice")));
         }
         cols.push(j);
     }
@@ -240,7 +240,7 @@ fn view_columns(names: &[String], view: &[String], label: &str, data: RealData) 
 /// relabelled so that cluster 0 has the lower mean of `at`.
 fn kmeans_clusters(cov: &DMatrix<f64>, at: usize, seed: u64) -> Result<Vec<usize>, CotrainError> {
     let cent = dpcotrain_gp::inducing::kmeans(cov, 2, KMEANS_ITERS, seed)
-        .map_err(|e| CotrainError::invalid(format!("k-means masking failed: {e}")))?;
+        .map_err(|e| CotrainError::config(format!("k-means masking failed: {e}")))?;
     let dist2 = |i: usize, k: usize| -> f64 { (0..cov.ncols()).map(|d| (cov[(i, d)] - cent[(k, d)]).powi(2)).sum() };
     let mut cluster: Vec<usize> = (0..cov.nrows()).map(|i| if dist2(i, 1) < dist2(i, 0) { 1 } else { 0 }).collect();
     let mut sum = [0.0; 2];
@@ -250,7 +250,7 @@ fn kmeans_clusters(cov: &DMatrix<f64>, at: usize, seed: u64) -> Result<Vec<usize
         count[c] += 1;
     }
     if count.contains(&0) {
-        return Err(CotrainError::invalid("k-means masking produced an empty cluster"));
+        return Err(CotrainError::config("k-means masking produced an empty cluster"));
     }
     let (m0, m1) = (sum[0] / count[0] as f64, sum[1] / count[1] as f64);
     if m1 < m0 {
@@ -265,11 +265,11 @@ fn select(cfg: &CcppConfig, names: &[String], data: &DMatrix<f64>) -> Result<Sel
         [(cfg.n_obs, "n_obs (private labelled rows per party)"), (cfg.n_pool, "n_pool"), (cfg.n_test, "n_test")]
     {
         if value == 0 {
-            return Err(CotrainError::invalid(format!("{what} must be at least 1")));
+            return Err(CotrainError::config(format!("{what} must be at least 1")));
         }
     }
     let shared = cfg.n_test.checked_add(cfg.n_pool).filter(|&s| s <= n).ok_or_else(|| {
-        CotrainError::invalid(format!(
+        CotrainError::config(format!(
             "n_test + n_pool = {} + {} exceeds the {n} {} rows",
             cfg.n_test,
             cfg.n_pool,
@@ -290,14 +290,14 @@ fn select(cfg: &CcppConfig, names: &[String], data: &DMatrix<f64>) -> Result<Sel
             .iter()
             .filter(|n| *n != response)
             .position(|n| n == order_by)
-            .ok_or_else(|| CotrainError::invalid(format!("masking needs the {order_by} column")))?;
+            .ok_or_else(|| CotrainError::config(format!("masking needs the {order_by} column")))?;
         let cov = data.select_columns(cov_cols.iter());
         let cluster = kmeans_clusters(&cov, at, cfg.seed)?;
         let mut train = [Vec::new(), Vec::new()];
         for (p, rows) in train.iter_mut().enumerate() {
             let cand: Vec<usize> = rest.iter().copied().filter(|&i| cluster[i] == p).collect();
             if cand.len() < cfg.n_obs {
-                return Err(CotrainError::invalid(format!(
+                return Err(CotrainError::config(format!(
                     "party P{} needs {} labelled rows but its k-means cluster has only {} rows outside the \
                      test set and pool",
                     p + 1,
@@ -311,7 +311,7 @@ fn select(cfg: &CcppConfig, names: &[String], data: &DMatrix<f64>) -> Result<Sel
     } else {
         let need = cfg.n_obs.saturating_mul(2);
         if rest.len() < need {
-            return Err(CotrainError::invalid(format!(
+            return Err(CotrainError::config(format!(
                 "two parties × {} labelled rows need {need} rows but only {} remain after the test set and pool",
                 cfg.n_obs,
                 rest.len()
@@ -344,7 +344,7 @@ pub fn ccpp_views(
     seed: u64,
 ) -> Result<Scenario, CotrainError> {
     if views.is_empty() {
-        return Err(CotrainError::invalid("at least one view is needed"));
+        return Err(CotrainError::config("at least one view is needed"));
     }
     let (names, data) = ccpp_standardised()?;
     let cols = views
@@ -352,11 +352,11 @@ pub fn ccpp_views(
         .enumerate()
         .map(|(i, v)| view_columns(&names, v, &format!("view {}", i + 1), RealData::Ccpp))
         .collect::<Result<Vec<_>, _>>()?;
-    let yj = names.iter().position(|n| n == RESPONSE).ok_or_else(|| CotrainError::invalid("no PE column"))?;
+    let yj = names.iter().position(|n| n == RESPONSE).ok_or_else(|| CotrainError::config("no PE column"))?;
     let n = data.nrows();
     let need = n_test + n_pool + views.len() * n_obs;
     if n_obs == 0 || n_pool == 0 || n_test == 0 || need > n {
-        return Err(CotrainError::invalid(format!(
+        return Err(CotrainError::config(format!(
             "{} parties × {n_obs} labelled rows + {n_pool} pool + {n_test} test rows: need 1..={n} rows in all, asked {need}",
             views.len()
         )));
@@ -405,7 +405,7 @@ pub fn ccpp_pooled(cfg: &CcppConfig) -> Result<PartyData, CotrainError> {
     let yj = names
         .iter()
         .position(|n| n == response)
-        .ok_or_else(|| CotrainError::invalid(format!("no {response} column")))?;
+        .ok_or_else(|| CotrainError::config(format!("no {response} column")))?;
     let train: Vec<usize> = sel.train.iter().flatten().copied().collect();
     let rows = |idx: &[usize]| DMatrix::from_fn(idx.len(), cols.len(), |a, b| data[(idx[a], cols[b])]);
     let labels = |idx: &[usize]| DVector::from_iterator(idx.len(), idx.iter().map(|&i| data[(i, yj)]));
@@ -424,10 +424,10 @@ fn build(cfg: &CcppConfig, names: &[String], data: &DMatrix<f64>) -> Result<(Sce
     let v1 = view_columns(names, &cfg.view1, "view1", cfg.data)?;
     let v2 = view_columns(names, &cfg.view2, "view2", cfg.data)?;
     if let Some(j) = v1.iter().find(|j| v2.contains(j)) {
-        return Err(CotrainError::invalid(format!("views overlap: column {:?} is in both", names[*j])));
+        return Err(CotrainError::config(format!("views overlap: column {:?} is in both", names[*j])));
     }
     let yj = names.iter().position(|n| n == cfg.data.response()).ok_or_else(|| {
-        CotrainError::invalid(format!("the {} data have no {} column", cfg.data.name(), cfg.data.response()))
+        CotrainError::config(format!("the {} data have no {} column", cfg.data.name(), cfg.data.response()))
     })?;
     let sel = select(cfg, names, data)?;
     let rows = |idx: &[usize], cols: &[usize]| DMatrix::from_fn(idx.len(), cols.len(), |a, b| data[(idx[a], cols[b])]);

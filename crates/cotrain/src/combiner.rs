@@ -54,7 +54,7 @@ impl AnswerForm {
     /// for the noisy combiner with marginal uncertainty only).
     pub fn check(self, kind: CombinerKind, uncertainty: Uncertainty) -> Result<(), CotrainError> {
         if self == AnswerForm::Likelihood && (kind != CombinerKind::Noisy || uncertainty != Uncertainty::Marginal) {
-            return Err(CotrainError::invalid(format!(
+            return Err(CotrainError::config(format!(
                 "the likelihood reading of answers is defined for the noisy combiner with marginal uncertainty, not {} + {}",
                 kind.name(),
                 uncertainty.name()
@@ -400,10 +400,10 @@ impl CoModel {
         x_pool: DMatrix<f64>,
     ) -> Result<Self, CotrainError> {
         if x_tr.nrows() != y_tr.len() || x_tr.nrows() == 0 {
-            return Err(CotrainError::invalid("private data: need ≥ 1 row and one label per row"));
+            return Err(CotrainError::config("private data: need ≥ 1 row and one label per row"));
         }
         if x_pool.ncols() != x_tr.ncols() {
-            return Err(CotrainError::invalid("pool view and private view have different columns"));
+            return Err(CotrainError::config("pool view and private view have different columns"));
         }
         let noise = NoiseVariance { learn: true, ..noise };
         Ok(CoModel {
@@ -447,23 +447,23 @@ impl CoModel {
     /// over every private row), which is what a sparse model avoids.
     pub fn use_sparse(&mut self, m: usize) -> Result<(), CotrainError> {
         if self.kind != CombinerKind::Noisy {
-            return Err(CotrainError::invalid(format!(
+            return Err(CotrainError::config(format!(
                 "the {} combiner needs the exact GP path (it works with the full private covariance block); with a sparse (VFE) local model use the noisy combiner",
                 self.kind.name()
             )));
         }
         if self.uncertainty == Uncertainty::Full {
-            return Err(CotrainError::invalid(
+            return Err(CotrainError::config(
                 "full uncertainty needs a dense noise block, which the sparse (VFE) local model does not support; use marginal",
             ));
         }
         if self.guard != AnswerGuard::Off {
-            return Err(CotrainError::invalid(
+            return Err(CotrainError::config(
                 "the leave-one-out answer guard needs the exact local model (not VFE); set guard = \"off\"",
             ));
         }
         if m == 0 || m > self.x_tr.nrows() {
-            return Err(CotrainError::invalid(format!("need 1 ≤ M ≤ {} inducing points, got {m}", self.x_tr.nrows())));
+            return Err(CotrainError::config(format!("need 1 ≤ M ≤ {} inducing points, got {m}", self.x_tr.nrows())));
         }
         self.sparse_m = Some(m);
         Ok(())
@@ -484,7 +484,7 @@ impl CoModel {
             && training.natgrad_step > 0.0
             && training.natgrad_step <= 1.0)
         {
-            return Err(CotrainError::invalid(format!("invalid SVGP training settings {training:?}")));
+            return Err(CotrainError::config(format!("invalid SVGP training settings {training:?}")));
         }
         self.use_sparse(m)?;
         self.svgp = Some(training);
@@ -705,7 +705,7 @@ impl CoModel {
         let mut clipped = 0;
         let mut v_msg: Vec<f64> = Vec::with_capacity(q);
         if self.answer_form == AnswerForm::Likelihood && self.uncertainty != Uncertainty::Marginal {
-            return Err(CotrainError::invalid("the likelihood reading of answers needs marginal uncertainty"));
+            return Err(CotrainError::config("the likelihood reading of answers needs marginal uncertainty"));
         }
         for b in &self.blocks {
             let nb = b.indices.len();
@@ -836,13 +836,13 @@ impl CoModel {
     pub fn set_guard(&mut self, guard: AnswerGuard) -> Result<(), CotrainError> {
         if guard != AnswerGuard::Off {
             if self.kind != CombinerKind::Noisy {
-                return Err(CotrainError::invalid(format!(
+                return Err(CotrainError::config(format!(
                     "the leave-one-out answer guard is defined for the noisy combiner, not {}",
                     self.kind.name()
                 )));
             }
             if self.is_sparse() {
-                return Err(CotrainError::invalid(
+                return Err(CotrainError::config(
                     "the leave-one-out answer guard needs the exact local model (not VFE); set guard = \"off\"",
                 ));
             }
@@ -875,7 +875,7 @@ impl CoModel {
         let alpha = post.alpha();
         let r: Vec<f64> = (0..n).map(|i| (alpha[i] / kinv[(i, i)]).powi(2)).collect();
         if r.iter().any(|v| !v.is_finite()) {
-            return Err(CotrainError::invalid("leave-one-out residuals are not finite"));
+            return Err(CotrainError::config("leave-one-out residuals are not finite"));
         }
         Ok(r)
     }
@@ -902,7 +902,7 @@ impl CoModel {
             return Ok(());
         }
         let Built::Noisy(aug) = self.build()? else {
-            return Err(CotrainError::invalid("the answer guard needs the noisy combiner's exact model"));
+            return Err(CotrainError::config("the answer guard needs the noisy combiner's exact model"));
         };
         let with = Self::loo_squared(&aug, n)?;
         let own = Self::loo_squared(&self.private_only()?, n)?;
@@ -961,9 +961,7 @@ impl CoModel {
     /// responder answers from under `answer_source = private` (exact local model only).
     pub fn predict_private(&mut self, xs: &DMatrix<f64>, full_cov: bool) -> Result<Prediction, CotrainError> {
         if self.is_sparse() {
-            return Err(CotrainError::invalid(
-                "readings.answer_source = private needs the exact local model (not VFE)",
-            ));
+            return Err(CotrainError::config("readings.answer_source = private needs the exact local model (not VFE)"));
         }
         if self.private_post.is_none() {
             self.private_post = Some(self.private_only()?.posterior()?);
@@ -985,7 +983,7 @@ impl CoModel {
     /// times [`Self::private_noise_variance`], the private-only fit's σ² — read from the
     /// party's own labels for its own model, so nothing released changes.
     pub fn set_answer_discount(&mut self, discount: AnswerDiscount) -> Result<(), CotrainError> {
-        discount.validate().map_err(CotrainError::invalid)?;
+        discount.validate().map_err(CotrainError::config)?;
         self.answer_extra_var = discount.variance(self.private_noise_variance());
         Ok(())
     }
@@ -1134,7 +1132,7 @@ impl CoModel {
                 }
             }
             let best =
-                best.ok_or_else(|| CotrainError::invalid("re-fitting the augmented model failed from every start"))?;
+                best.ok_or_else(|| CotrainError::config("re-fitting the augmented model failed from every start"))?;
             Ok((best, evaluations))
         }
         let curvature = &mut self.refit_curvature;
@@ -1221,7 +1219,7 @@ impl CoModel {
             Built::Blocky(m) => m.mean_weights()?,
             Built::Hybrid(m) => m.mean_weights()?,
             Built::Sparse(_) => {
-                return Err(CotrainError::invalid("mean weights of a sparse model live on Z; use label_influence"));
+                return Err(crate::Invariant::SparseMeanWeights.into());
             }
         })
     }

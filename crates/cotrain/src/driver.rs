@@ -32,7 +32,7 @@ pub struct TurnReport {
 }
 
 fn lock(p: &Mutex<Party>) -> Result<std::sync::MutexGuard<'_, Party>, CotrainError> {
-    p.lock().map_err(|_| CotrainError::invalid("party lock poisoned"))
+    p.lock().map_err(|_| CotrainError::Own(crate::OwnError::Poisoned))
 }
 
 /// One querier turn against `peers` (never holds the querier's lock across an await).

@@ -84,18 +84,24 @@ macro_rules! kernel_noise_params {
 /// Errors of the co-training layer.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum CotrainError {
-    /// A configuration, data file or internal state this party cannot use (its own operator's
-    /// to fix, never a peer's request: that is [`CotrainError::Request`]).
-    #[error("invalid input: {0}")]
-    Invalid(String),
+    /// This party's own fault: a setting or data file it cannot use, a saved state it refuses,
+    /// or an invariant of its code broken. Its operator's to fix, never the caller's (that is
+    /// [`CotrainError::Request`]); a node maps it to gRPC `INTERNAL` by this type.
+    #[error(transparent)]
+    Own(#[from] OwnError),
     /// What a peer's request got wrong: the caller can fix it, and asking again unchanged will
     /// not help.
     #[error("invalid request: {0}")]
     Request(#[from] RequestError),
     #[error(transparent)]
     Gp(#[from] dpcotrain_gp::GpError),
+    /// The requester's privacy budget would be exceeded: refused before anything was released
+    /// (a node maps it to `RESOURCE_EXHAUSTED`). Every `PrivacyError::BudgetExceeded` arrives here.
     #[error(transparent)]
-    Privacy(#[from] dpcotrain_privacy::PrivacyError),
+    Budget(dpcotrain_privacy::BudgetExceeded),
+    /// Any other error of the privacy layer: this party's privacy parameters or numerics, its own.
+    #[error(transparent)]
+    Privacy(dpcotrain_privacy::PrivacyError),
     #[error("peer {peer}: {message}")]
     Peer { peer: String, message: String },
     /// The request never reached an answer: the peer was unreachable, timed out, or refused
@@ -125,9 +131,70 @@ pub enum RequestError {
     Repeated(usize),
 }
 
+/// What is wrong on this party's own side (see [`CotrainError::Own`]).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum OwnError {
+    /// A setting, a combination of settings or a data file this party cannot use, found when it
+    /// is built or configured (the message names the setting, file or row).
+    #[error("invalid setting or data: {0}")]
+    Config(String),
+    /// A saved state this party refuses to restore (another party's, edited, or inconsistent).
+    #[error("saved state refused: {0}")]
+    State(String),
+    /// A step the code never reaches while its invariants hold: a bug, reported instead of a
+    /// panic. Nothing was released.
+    #[error("internal: {0}")]
+    Invariant(#[from] Invariant),
+    /// A party's lock was poisoned by a panic while it was held.
+    #[error("party state unavailable (a worker panicked while holding it)")]
+    Poisoned,
+}
+
+/// The invariants of the release path and the model that a step relies on ([`OwnError::Invariant`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Invariant {
+    #[error("no release model was built for this privacy mode")]
+    NoReleaseModel,
+    #[error("release-once: no frozen release")]
+    NoFrozenRelease,
+    #[error("a calibrated DP mode gave no noise scale; nothing was released")]
+    NoNoiseScale,
+    #[error("θ selection was not made before the release model was built")]
+    ThetaNotSelected,
+    #[error("the thesis mode has no finite release")]
+    ThesisHasNoFiniteRelease,
+    #[error("finite release requested under the function-space form")]
+    FiniteUnderFunctionSpace,
+    #[error("mean weights of a sparse model live on Z; use label_influence")]
+    SparseMeanWeights,
+    #[error("turn {0} is not recorded")]
+    TurnNotRecorded(usize),
+}
+
 impl CotrainError {
-    pub fn invalid(msg: impl Into<String>) -> Self {
-        CotrainError::Invalid(msg.into())
+    /// A setting or data this party cannot use ([`OwnError::Config`]).
+    pub fn config(msg: impl Into<String>) -> Self {
+        CotrainError::Own(OwnError::Config(msg.into()))
+    }
+
+    /// A saved state this party refuses ([`OwnError::State`]).
+    pub fn state(msg: impl Into<String>) -> Self {
+        CotrainError::Own(OwnError::State(msg.into()))
+    }
+}
+
+impl From<dpcotrain_privacy::PrivacyError> for CotrainError {
+    fn from(e: dpcotrain_privacy::PrivacyError) -> Self {
+        match e {
+            dpcotrain_privacy::PrivacyError::BudgetExceeded(b) => CotrainError::Budget(b),
+            e => CotrainError::Privacy(e),
+        }
+    }
+}
+
+impl From<Invariant> for CotrainError {
+    fn from(e: Invariant) -> Self {
+        CotrainError::Own(OwnError::Invariant(e))
     }
 }
 

@@ -13,7 +13,7 @@ pub struct UnknownName(pub String);
 
 impl From<UnknownName> for CotrainError {
     fn from(e: UnknownName) -> Self {
-        CotrainError::Invalid(e.0)
+        CotrainError::config(e.0)
     }
 }
 
@@ -30,7 +30,7 @@ pub trait Named: Sized + Copy + 'static {
     /// what was given (cut at 64 characters: the text may come from a peer) and every accepted
     /// spelling.
     fn from_name(s: &str) -> Result<Self, CotrainError> {
-        Self::parse_name(s).map_err(CotrainError::invalid)
+        Self::parse_name(s).map_err(CotrainError::config)
     }
 
     /// [`Named::from_name`] with the bare message as the error (what serde reports).

@@ -27,7 +27,7 @@ impl Peer for InProcessPeer {
         let res = self
             .party
             .lock()
-            .map_err(|_| CotrainError::invalid("party lock poisoned"))
+            .map_err(|_| CotrainError::Own(crate::OwnError::Poisoned))
             .and_then(|mut p| p.answer(&req));
         std::future::ready(res)
     }

@@ -49,7 +49,7 @@ impl PublicTheta {
             (self.noise_variance, "noise_variance"),
         ] {
             if !(v.is_finite() && v > 0.0) {
-                return Err(CotrainError::invalid(format!("public θ: {what} must be positive and finite, got {v}")));
+                return Err(CotrainError::config(format!("public θ: {what} must be positive and finite, got {v}")));
             }
         }
         Ok(())
@@ -272,7 +272,7 @@ impl ReleaseModel {
         seed: u64,
     ) -> Result<Self, CotrainError> {
         if !(noise.is_finite() && noise > 0.0) {
-            return Err(CotrainError::invalid(format!("release model noise variance must be positive, got {noise}")));
+            return Err(CotrainError::config(format!("release model noise variance must be positive, got {noise}")));
         }
         let z = match inducing {
             Some(m) => Some(greedy_variance(kernel.as_ref(), &x, m.min(x.nrows()), 0.0, seed)?.z),

@@ -41,7 +41,7 @@ pub fn public_greedy(
     use dpcotrain_gp::linalg::{Cholesky, JitterPolicy, matmul};
     use nalgebra::DMatrix;
     if !(noise > 0.0 && nominal > 0.0 && noise.is_finite() && nominal.is_finite()) {
-        return Err(CotrainError::invalid("public query selection needs positive finite noise variances"));
+        return Err(CotrainError::config("public query selection needs positive finite noise variances"));
     }
     let candidates: Vec<usize> = (0..x_pool.nrows()).filter(|i| !asked.contains(i)).collect();
     if candidates.is_empty() || count == 0 {

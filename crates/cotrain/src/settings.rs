@@ -214,7 +214,7 @@ impl DpConfig {
     /// label-free choice of model.
     pub fn check_guard(&self, guard: AnswerGuard) -> Result<(), CotrainError> {
         if guard != AnswerGuard::Off && !matches!(self.mode, DpMode::Off) && self.policy == ReleasePolicy::PerQuery {
-            return Err(CotrainError::invalid(
+            return Err(CotrainError::config(
                 "the answer guard reads the private labels to choose the model, and policy per-query releases that model: use policy batches or release-once, or guard off",
             ));
         }
@@ -228,12 +228,12 @@ impl DpConfig {
             ThetaPolicy::Selected { default, mu } => {
                 default.validate()?;
                 if !(mu.is_finite() && *mu > 0.0) {
-                    return Err(CotrainError::invalid(format!(
+                    return Err(CotrainError::config(format!(
                         "θ selection: its GDP μ must be positive and finite, got {mu}"
                     )));
                 }
                 if matches!(self.mode, DpMode::Thesis { .. }) {
-                    return Err(CotrainError::invalid(
+                    return Err(CotrainError::config(
                         "θ selection is a calibrated mechanism; the thesis reproduction mode uses the fitted θ",
                     ));
                 }
@@ -245,7 +245,7 @@ impl DpConfig {
                     let need = (mu * mu + mu_release * mu_release).sqrt();
                     let have = gdp_mu_for(*budget_epsilon, *delta);
                     if need > have * (1.0 + 1e-9) {
-                        return Err(CotrainError::invalid(format!(
+                        return Err(CotrainError::config(format!(
                             "θ selection (GDP μ = {mu:.4}) and one release at ε = {epsilon} need a budget of ε = {:.4} per requester (δ = {delta:e}), but budget_epsilon is {budget_epsilon}: raise budget_epsilon or lower the θ vote's ε",
                             gdp_epsilon(need, *delta)
                         )));
@@ -257,30 +257,30 @@ impl DpConfig {
         if let QueryPolicy::Public { per_turn, theta } = &self.queries {
             theta.validate()?;
             if *per_turn == 0 {
-                return Err(CotrainError::invalid("public queries: per_turn must be at least 1"));
+                return Err(CotrainError::config("public queries: per_turn must be at least 1"));
             }
         }
         let finite = matches!(self.release, ReleaseForm::Finite { .. });
         match (self.policy, finite) {
             (ReleasePolicy::PerQuery, true) => {
-                return Err(CotrainError::invalid(
+                return Err(CotrainError::config(
                     "the finite release is of the label-free private-only posterior: use policy release-once or batches, not per-query",
                 ));
             }
             (ReleasePolicy::PerQuery, false) if self.theta.is_counted() => {
-                return Err(CotrainError::invalid(
+                return Err(CotrainError::config(
                     "per-query answers come from the co-trained model with its fitted θ: public or selected θ needs policy release-once or batches",
                 ));
             }
             (ReleasePolicy::Batches, false) => {
-                return Err(CotrainError::invalid(
+                return Err(CotrainError::config(
                     "policy batches releases at the requested points: it needs the finite release form",
                 ));
             }
             _ => {}
         }
         if finite && matches!(self.mode, DpMode::Thesis { .. }) {
-            return Err(CotrainError::invalid(
+            return Err(CotrainError::config(
                 "the thesis reproduction mode has its own noise scale; it cannot be combined with the finite release",
             ));
         }
@@ -304,7 +304,7 @@ pub fn discounts_answer_noise(kind: CombinerKind, uncertainty: Uncertainty) -> R
         (CombinerKind::Blocky, _) => "the blocky combiner ignores each answer's variance",
         (CombinerKind::Hybrid, _) => "the hybrid combiner's predictive mean does not depend on the answers' variance",
     };
-    Err(CotrainError::invalid(format!(
+    Err(CotrainError::config(format!(
         "{} + {} under calibrated DP: {why}, so the DP noise would enter as if it were data (test RMSE can grow several-fold); use combiner noisy with uncertainty marginal (the default) or full, or DP off / thesis mode to study this combination",
         kind.name(),
         uncertainty.name()

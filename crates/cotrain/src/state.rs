@@ -178,7 +178,7 @@ impl PartyState {
     /// before anything is changed (the store relies on it to keep the last proven state).
     pub fn apply(&mut self, d: &StateDelta) -> Result<(), CotrainError> {
         if d.turns_from > self.turns.len() {
-            return Err(CotrainError::invalid(format!(
+            return Err(CotrainError::state(format!(
                 "state delta replaces turns from {} but the state has {}",
                 d.turns_from,
                 self.turns.len()
@@ -222,7 +222,7 @@ impl PartyState {
 /// and every finite batch released to the requester has its charge (same id, Δ and σ). A
 /// ledger edited outside the node (a release dropped, a ρ zeroed) fails here, naming the entry.
 fn check_ledger(name: &str, r: &RequesterRecord, theta: Option<&ThetaSelection>) -> Result<(), CotrainError> {
-    let bad = |m: String| CotrainError::invalid(format!("saved ledger of requester {name:?}: {m}"));
+    let bad = |m: String| CotrainError::state(format!("saved ledger of requester {name:?}: {m}"));
     let Some(ledger) = &r.ledger else {
         return Ok(());
     };
@@ -318,7 +318,7 @@ impl Party {
     /// recorded objectives, the release-once σ against the recomputed one — a mismatch means
     /// the data or configuration changed, and is refused rather than silently released anew.
     pub fn restore(&mut self, s: &PartyState) -> Result<(), CotrainError> {
-        let bad = |m: String| CotrainError::invalid(format!("saved state of party {:?}: {m}", s.party));
+        let bad = |m: String| CotrainError::state(format!("saved state of party {:?}: {m}", s.party));
         if s.format != STATE_FORMAT {
             return Err(bad(format!("format {} is not {STATE_FORMAT}", s.format)));
         }

@@ -6,6 +6,7 @@ use crate::store::StoreError;
 use dpcotrain_cotrain::CotrainError;
 #[cfg(test)]
 use dpcotrain_cotrain::RequestError;
+#[cfg(test)]
 use dpcotrain_privacy::PrivacyError;
 use tonic::Status;
 
@@ -18,7 +19,7 @@ pub enum NodeError {
     Save(#[from] StoreError),
     /// A blocking worker panicked or was cancelled.
     #[error("worker failed: {0}")]
-    Worker(String),
+    Worker(#[from] tokio::task::JoinError),
     /// The node's state is behind a receipt the requester holds (a rollback): nothing released.
     #[error(transparent)]
     Behind(#[from] crate::receipt::Behind),
@@ -33,16 +34,16 @@ impl From<&NodeError> for tonic::Code {
         match e {
             NodeError::Cotrain(c) => match c {
                 // Refused before anything was released: asking again will not help.
-                CotrainError::Privacy(PrivacyError::BudgetExceeded { .. }) => Code::ResourceExhausted,
+                CotrainError::Budget(_) => Code::ResourceExhausted,
                 // What the caller's request got wrong: asking again unchanged will not help.
                 CotrainError::Request(_) => Code::InvalidArgument,
-                // This node's own configuration, data or state: not the caller's to fix.
-                CotrainError::Invalid(_) | CotrainError::Privacy(PrivacyError::Invalid(_)) => Code::Internal,
-                // A peer of this node could not be reached: transient.
+                // This node's own settings, state, invariants, privacy parameters or numerics:
+                // not the caller's to fix.
+                CotrainError::Own(_) | CotrainError::Privacy(_) | CotrainError::Gp(_) => Code::Internal,
+                // A peer of this node could not be reached, or answered what it cannot use: transient.
                 CotrainError::Peer { .. } | CotrainError::Unreached { .. } => Code::Unavailable,
                 // Not retried by the orchestrator: the querier already retried its peers.
                 CotrainError::TurnNotTaken { .. } => Code::FailedPrecondition,
-                CotrainError::Gp(_) | CotrainError::Privacy(PrivacyError::Gp(_)) => Code::Internal,
             },
             // Never a retryable code: a disk that refused a save will not take it on a retry.
             NodeError::Save(_) | NodeError::Worker(_) | NodeError::Poisoned => Code::Internal,
@@ -65,11 +66,16 @@ mod tests {
 
     #[test]
     fn codes_come_from_the_type() {
-        let budget = PrivacyError::BudgetExceeded { cost: 1.0, remaining: 0.0, budget: 1.0, epsilon: 1.0, delta: 1e-5 };
+        let budget =
+            dpcotrain_privacy::BudgetExceeded { cost: 1.0, remaining: 0.0, budget: 1.0, epsilon: 1.0, delta: 1e-5 };
         let cases = [
-            (NodeError::Cotrain(CotrainError::Privacy(budget)), Code::ResourceExhausted),
+            // A budget refusal from the privacy layer becomes CotrainError::Budget on its way up.
+            (NodeError::Cotrain(CotrainError::from(PrivacyError::from(budget))), Code::ResourceExhausted),
+            (NodeError::Cotrain(CotrainError::from(PrivacyError::invalid("ε must be positive"))), Code::Internal),
             // A message's words never decide: an internal state that mentions a request is internal.
-            (NodeError::Cotrain(CotrainError::invalid("the word budget in a message: bad request")), Code::Internal),
+            (NodeError::Cotrain(CotrainError::config("the word budget in a message: bad request")), Code::Internal),
+            (NodeError::Cotrain(dpcotrain_cotrain::Invariant::NoReleaseModel.into()), Code::Internal),
+            (NodeError::Cotrain(CotrainError::Own(dpcotrain_cotrain::OwnError::Poisoned)), Code::Internal),
             (
                 NodeError::Cotrain(CotrainError::Request(RequestError::OutsidePool { index: 9, pool: 5 })),
                 Code::InvalidArgument,

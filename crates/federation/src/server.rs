@@ -184,7 +184,7 @@ fn turn_to_pb(querier: &str, t: &TurnRecord, rmse: Option<f64>) -> pb::RunRoundR
 }
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, NodeError> + Send + 'static) -> Result<T, Status> {
-    Ok(tokio::task::spawn_blocking(f).await.map_err(|e| NodeError::Worker(e.to_string()))??)
+    Ok(tokio::task::spawn_blocking(f).await.map_err(NodeError::Worker)??)
 }
 
 #[tonic::async_trait]
@@ -435,7 +435,7 @@ impl NodeService {
             let (party, peers, rt) = (self.party.clone(), self.peers.clone(), tokio::runtime::Handle::current());
             tokio::task::spawn_blocking(move || rt.block_on(query_turn(&party, &peers, round)))
                 .await
-                .map_err(|e| NodeError::Worker(e.to_string()))?
+                .map_err(NodeError::Worker)?
                 .map_err(NodeError::from)?;
         }
         let party = self.party.clone();
@@ -447,7 +447,10 @@ impl NodeService {
             let rmse = evaluate(&mut p)?.rmse;
             p.record_test_rmse(round, rmse);
             save(&store, &p)?;
-            let t = p.turn(round).cloned().ok_or_else(|| CotrainError::invalid("turn not recorded"))?;
+            let t = p
+                .turn(round)
+                .cloned()
+                .ok_or_else(|| CotrainError::from(dpcotrain_cotrain::Invariant::TurnNotRecorded(round)))?;
             Ok(turn_to_pb(p.name(), &t, share.then_some(rmse)))
         })
         .await?;

@@ -142,13 +142,14 @@ impl Ledger {
     pub fn check(&self, rho: f64) -> Result<(), PrivacyError> {
         let spent = self.rho_spent();
         if spent + rho > self.rho_budget * (1.0 + BUDGET_TOLERANCE) {
-            return Err(PrivacyError::BudgetExceeded {
+            return Err(crate::BudgetExceeded {
                 cost: rho,
                 remaining: self.rho_remaining(),
                 budget: self.rho_budget,
                 epsilon: self.epsilon,
                 delta: self.delta,
-            });
+            }
+            .into());
         }
         Ok(())
     }
@@ -241,7 +242,7 @@ mod tests {
         assert!((l.epsilon_spent() - 1.0).abs() < 1e-6, "{}", l.epsilon_spent());
         // ...and the eleventh is refused, leaving the ledger unchanged.
         let err = l.charge("q10", 1.0, sigma, "analytic", true).unwrap_err();
-        assert!(matches!(err, PrivacyError::BudgetExceeded { .. }));
+        assert!(matches!(err, PrivacyError::BudgetExceeded(_)));
         assert_eq!(l.releases.len(), 10);
         // A retry of a recorded id spends nothing, even with the budget exhausted.
         assert_eq!(l.charge("q3", 1.0, sigma, "analytic", true).unwrap(), Charge::Replayed);

@@ -25,15 +25,26 @@ pub mod noise;
 pub mod select;
 pub mod sensitivity;
 
+/// A release refused before anything left: its cost does not fit the requester's budget.
+#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
+#[error(
+    "privacy budget would be exceeded: this release costs ρ = {cost:.6e} but only {remaining:.6e} of ρ = {budget:.6e} remains (ε = {epsilon}, δ = {delta:e}); refused before release"
+)]
+pub struct BudgetExceeded {
+    pub cost: f64,
+    pub remaining: f64,
+    pub budget: f64,
+    pub epsilon: f64,
+    pub delta: f64,
+}
+
 /// Errors of the privacy layer.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum PrivacyError {
     #[error("invalid privacy parameter: {0}")]
     Invalid(String),
-    #[error(
-        "privacy budget would be exceeded: this release costs ρ = {cost:.6e} but only {remaining:.6e} of ρ = {budget:.6e} remains (ε = {epsilon}, δ = {delta:e}); refused before release"
-    )]
-    BudgetExceeded { cost: f64, remaining: f64, budget: f64, epsilon: f64, delta: f64 },
+    #[error(transparent)]
+    BudgetExceeded(#[from] BudgetExceeded),
     #[error(transparent)]
     Gp(#[from] dpcotrain_gp::GpError),
 }

@@ -78,7 +78,7 @@ impl Party {
             })
         });
         let prior_cov = if req.want_prior {
-            let rm = self.release_model.as_ref().ok_or_else(|| CotrainError::invalid("no release model"))?;
+            let rm = self.release_model.as_ref().ok_or_else(|| CotrainError::from(crate::Invariant::NoReleaseModel))?;
             let xa = self.data.x_pool.select_rows(answered.iter());
             Some(rm.kernel.k(xa.as_view(), xa.as_view()))
         } else {

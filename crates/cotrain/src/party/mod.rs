@@ -163,7 +163,7 @@ pub fn own_model_is_released(dp: &DpConfig) -> bool {
 
 /// A calibrated mode that yielded no σ: never released unnoised.
 fn uncalibrated() -> CotrainError {
-    CotrainError::invalid("internal: a calibrated DP mode gave no noise scale; nothing was released")
+    CotrainError::from(crate::Invariant::NoNoiseScale)
 }
 
 fn mix(seed: u64, name: &str, version: u64) -> u64 {
@@ -398,7 +398,7 @@ impl Party {
         mut staged: StagedTurn,
     ) -> Result<&TurnRecord, CotrainError> {
         if self.model.version != staged.base_version {
-            return Err(CotrainError::invalid(format!(
+            return Err(CotrainError::config(format!(
                 "the model changed (version {} → {}) while a turn was re-fitted away from it",
                 staged.base_version, self.model.version
             )));
@@ -507,7 +507,7 @@ impl Party {
     pub fn set_requester_theta(&mut self, requester: &str, theta: Vec<f64>) -> Result<(), CotrainError> {
         let n = self.model.kernel.n_params();
         if theta.len() != n {
-            return Err(CotrainError::invalid(format!(
+            return Err(CotrainError::config(format!(
                 "readings.blocky_theta = querier: {requester}'s θ has {} parameters but {}'s kernel has {n} (views of different dimension)",
                 theta.len(),
                 self.name
@@ -640,7 +640,7 @@ impl Party {
                 (t.kernel(self.data.dim()), t.noise_variance)
             }
             (ThetaPolicy::Selected { .. }, None) => {
-                return Err(CotrainError::invalid("θ selection was not made before the release model was built"));
+                return Err(crate::Invariant::ThetaNotSelected.into());
             }
             (ThetaPolicy::Fitted, _) => (self.model.kernel.clone(), self.model.noise.variance),
         };
@@ -666,7 +666,7 @@ impl Party {
                 let unit = self.dp.mode.calibrated_sigma(1.0)?;
                 Ok(unit.map(|u| (1.0 / u, *range)))
             }
-            DpMode::Thesis { .. } => Err(CotrainError::invalid("the thesis mode has no finite release")),
+            DpMode::Thesis { .. } => Err(crate::Invariant::ThesisHasNoFiniteRelease.into()),
         }
     }
 
@@ -680,9 +680,9 @@ impl Party {
         whole_pool: bool,
     ) -> Result<(FiniteRelease, &ReleaseModel, Option<LabelRange>), CotrainError> {
         let ReleaseForm::Finite { cap, rank } = &self.dp.release else {
-            return Err(CotrainError::invalid("finite release requested under the function-space form"));
+            return Err(crate::Invariant::FiniteUnderFunctionSpace.into());
         };
-        let rm = self.release_model.as_ref().ok_or_else(|| CotrainError::invalid("no release model"))?;
+        let rm = self.release_model.as_ref().ok_or_else(|| CotrainError::from(crate::Invariant::NoReleaseModel))?;
         let xq = self.data.x_pool.select_rows(indices.iter());
         let dp = self.finite_dp()?;
         let plan = rm.plan(&xq, dp, cap, if whole_pool { &RankRule::Full } else { rank })?;

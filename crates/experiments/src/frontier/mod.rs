@@ -62,7 +62,7 @@ impl FrontierData {
     fn scenario(&self, cfg: &FrontierConfig, nobs: usize, seed: u64) -> Result<Scenario, CotrainError> {
         match *self {
             FrontierData::Views => {
-                let views = cfg.views.as_ref().ok_or_else(|| CotrainError::invalid("frontier: no views given"))?;
+                let views = cfg.views.as_ref().ok_or_else(|| CotrainError::config("frontier: no views given"))?;
                 subsample(views, nobs, seed)
             }
             FrontierData::Simulated { r, masked } => {
@@ -176,7 +176,7 @@ fn subsample(views: &Scenario, nobs: usize, seed: u64) -> Result<Scenario, Cotra
     for (i, p) in views.parties.iter().enumerate() {
         let n = p.x_train.nrows();
         if nobs > n {
-            return Err(CotrainError::invalid(format!(
+            return Err(CotrainError::config(format!(
                 "frontier: n_obs = {nobs} but party {} has only {n} labelled rows",
                 p.name
             )));
@@ -276,25 +276,25 @@ impl FrontierConfig {
 
     pub fn validate(&self) -> Result<(), CotrainError> {
         if self.data.is_empty() || self.nobs.is_empty() || self.seeds.is_empty() {
-            return Err(CotrainError::invalid("frontier: need at least one data set, one n_obs and one seed"));
+            return Err(CotrainError::config("frontier: need at least one data set, one n_obs and one seed"));
         }
         if let Some(e) = self.epsilons.iter().find(|e| !(e.is_finite() && **e > 0.0)) {
-            return Err(CotrainError::invalid(format!("frontier: ε = {e} must be positive and finite")));
+            return Err(CotrainError::config(format!("frontier: ε = {e} must be positive and finite")));
         }
         if !(self.delta > 0.0 && self.delta < 1.0) {
-            return Err(CotrainError::invalid(format!("frontier: δ = {} must lie in (0, 1)", self.delta)));
+            return Err(CotrainError::config(format!("frontier: δ = {} must lie in (0, 1)", self.delta)));
         }
         if !(self.answer_temper.is_finite() && self.answer_temper >= 1.0) {
-            return Err(CotrainError::invalid(format!(
+            return Err(CotrainError::config(format!(
                 "frontier: the answer temper {} must be a finite number ≥ 1",
                 self.answer_temper
             )));
         }
         if self.queries == 0 {
-            return Err(CotrainError::invalid("frontier: queries must be at least 1"));
+            return Err(CotrainError::config("frontier: queries must be at least 1"));
         }
         if self.data.contains(&FrontierData::Views) != self.views.is_some() {
-            return Err(CotrainError::invalid("frontier: the views data set and the user's views go together"));
+            return Err(CotrainError::config("frontier: the views data set and the user's views go together"));
         }
         Ok(())
     }
@@ -493,7 +493,7 @@ pub struct PartyTrace {
 fn lock_party(
     p: &std::sync::Mutex<dpcotrain_cotrain::party::Party>,
 ) -> Result<std::sync::MutexGuard<'_, dpcotrain_cotrain::party::Party>, CotrainError> {
-    p.lock().map_err(|_| CotrainError::invalid("party lock poisoned"))
+    p.lock().map_err(|_| CotrainError::Own(dpcotrain_cotrain::OwnError::Poisoned))
 }
 
 /// The rows of `x` at `idx`.
@@ -580,7 +580,7 @@ pub fn trace_run(
     oracle: TraceOracle,
 ) -> Result<Vec<PartyTrace>, CotrainError> {
     let sc = job.data.scenario(cfg, job.nobs, job.seed)?;
-    let theta = *cfg.thetas.first().ok_or_else(|| CotrainError::invalid("frontier: no θ policy"))?;
+    let theta = *cfg.thetas.first().ok_or_else(|| CotrainError::config("frontier: no θ policy"))?;
     let dpc = cfg.dp(dp, theta);
     let parties = configured_parties(&sc, &dpc, job.seed, cfg)?;
     let mut before = Vec::new();
