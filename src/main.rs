@@ -97,6 +97,7 @@ fn with_negative_numbers(cmd: clap::Command) -> clap::Command {
 }
 
 fn main() {
+    keep_freed_memory();
     let matches = match with_negative_numbers(Cli::command()).try_get_matches() {
         Ok(m) => m,
         Err(e) => usage_error(&e),
@@ -170,6 +171,25 @@ fn default_sigpipe() {
     // SAFETY: restoring the default disposition of one signal before any thread is started.
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+/// Keep freed memory in the process. glibc's malloc serves a block above its mmap threshold
+/// (128 KiB, raised only as large blocks are freed) from a fresh mapping and trims the heap
+/// above 128 KiB of free top, so every step of a model that allocates a few 4 MB matrices
+/// (the SVGP step's K_uf, A = L⁻¹K_uf and their gradients at M = 500, batch 1,000) faulted and
+/// zeroed them in again: a fresh `bench svgp --n 10000` spent a third of a step in the kernel's
+/// page faults (69–78 ms per step; 49–51 ms with these two settings, A B A B on one machine,
+/// docs/results.md "Allocator"). Blocks up to 32 MiB (glibc's ceiling) come from the heap, and
+/// up to 256 MiB of free heap stays mapped for the next step. Numbers do not change (only
+/// where memory lives); library users keep their allocator's defaults.
+fn keep_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt sets two thresholds of glibc's allocator; called at start, before any
+    // thread is started.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
     }
 }
 
