@@ -39,7 +39,7 @@ pub fn answer_bytes(a: &Answer) -> usize {
 
 /// Whether `a` answers exactly `req` (same indices, uncertainty and prior request): a retried id
 /// must ask the same thing.
-pub fn answers_request(a: &Answer, req: &PredictRequest) -> bool {
+pub(crate) fn answers_request(a: &Answer, req: &PredictRequest) -> bool {
     a.indices == req.indices
         && a.var.is_some() == (req.uncertainty == Uncertainty::Marginal)
         && a.cov.is_some() == (req.uncertainty == Uncertainty::Full)
@@ -47,7 +47,7 @@ pub fn answers_request(a: &Answer, req: &PredictRequest) -> bool {
 }
 
 #[derive(Debug, Clone, Default)]
-pub struct AnswerCache {
+pub(crate) struct AnswerCache {
     answers: HashMap<String, Answer>,
     /// Every key, oldest first (the saved order).
     order: VecDeque<String>,
@@ -64,6 +64,7 @@ impl AnswerCache {
         self.answers.get(key)
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.answers.len()
     }

@@ -127,7 +127,7 @@ pub struct LooCheck {
 
 /// Largest noise variance (relative to the prior variance) given to a pseudo-row that carries
 /// no information: such a row is kept (the model's shape does not change) but weighs nothing.
-pub const UNINFORMATIVE_NOISE: f64 = 1e8;
+pub(crate) const UNINFORMATIVE_NOISE: f64 = 1e8;
 
 /// Everything received from one peer.
 #[derive(Debug, Clone, PartialEq)]

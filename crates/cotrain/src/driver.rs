@@ -192,9 +192,6 @@ pub struct RunReport {
     pub turns: Vec<TurnReport>,
 }
 
-/// The thesis's number of rounds (D7).
-pub const DEFAULT_ROUNDS: usize = 25;
-
 /// Run `rounds` rounds among in-process parties (each asks all the others, D16).
 pub async fn run_in_process(parties: &[Arc<Mutex<Party>>], rounds: usize) -> Result<RunReport, CotrainError> {
     let mut before = Vec::new();

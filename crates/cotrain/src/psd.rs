@@ -4,7 +4,7 @@
 use nalgebra::DMatrix;
 
 /// Nearest symmetric PSD matrix; returns it and the number of eigenvalues clipped.
-pub fn project_psd(m: &DMatrix<f64>) -> (DMatrix<f64>, usize) {
+pub(crate) fn project_psd(m: &DMatrix<f64>) -> (DMatrix<f64>, usize) {
     let s = (m + m.transpose()) * 0.5;
     let eig = s.clone().symmetric_eigen();
     let clipped = eig.eigenvalues.iter().filter(|v| **v < 0.0).count();

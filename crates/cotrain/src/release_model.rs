@@ -78,21 +78,21 @@ pub enum ThetaPolicy {
 }
 
 /// Length-scale multipliers of the θ-selection grid (relative to the default's).
-pub const GRID_LENGTHSCALES: [f64; 5] = [0.25, 0.5, 1.0, 2.0, 4.0];
+pub(crate) const GRID_LENGTHSCALES: [f64; 5] = [0.25, 0.5, 1.0, 2.0, 4.0];
 /// Noise-variance multipliers of the θ-selection grid.
-pub const GRID_NOISES: [f64; 3] = [0.1, 1.0, 5.0];
+pub(crate) const GRID_NOISES: [f64; 3] = [0.1, 1.0, 5.0];
 /// Private rows per voting group (at most [`MAX_GROUPS`] groups, at least one).
-pub const ROWS_PER_GROUP: usize = 40;
-pub const MAX_GROUPS: usize = 64;
+pub(crate) const ROWS_PER_GROUP: usize = 40;
+pub(crate) const MAX_GROUPS: usize = 64;
 /// Head start of the default candidate, in noise sds of the vote histogram: another candidate
 /// must out-vote it by this much, so that drowned votes keep the default (noise alone lets one
 /// given rival overturn it with chance Φ(−4/√2) ≈ 0.23%, any of the 14 rivals with about 3.2%
 /// at equal counts).
-pub const HEAD_START_SD: f64 = 4.0;
+pub(crate) const HEAD_START_SD: f64 = 4.0;
 
 /// The public candidate grid of θ selection: every length-scale multiplier × noise multiplier
 /// applied to `default` (signal variance kept), and the index of `default` itself.
-pub fn theta_grid(default: PublicTheta) -> (Vec<PublicTheta>, usize) {
+pub(crate) fn theta_grid(default: PublicTheta) -> (Vec<PublicTheta>, usize) {
     let mut grid = Vec::with_capacity(GRID_LENGTHSCALES.len() * GRID_NOISES.len());
     let mut at = 0;
     for &l in &GRID_LENGTHSCALES {
@@ -132,7 +132,7 @@ pub struct ThetaSelection {
 /// ([`dpcotrain_privacy::select::random_order`], drawn with `z`). The labels need no clipping
 /// here: however far one label moves, it changes at most its own group's vote, so the
 /// histogram's sensitivity is √2 for any labels and any order the rows arrive in.
-pub fn select_theta(
+pub(crate) fn select_theta(
     x: &DMatrix<f64>,
     y: &DVector<f64>,
     default: PublicTheta,
@@ -158,7 +158,7 @@ pub fn select_theta(
 }
 
 /// Number of voting groups for `n` private rows.
-pub fn voting_groups(n: usize) -> usize {
+pub(crate) fn voting_groups(n: usize) -> usize {
     (n / ROWS_PER_GROUP).clamp(1, MAX_GROUPS).min(n.max(1))
 }
 
@@ -245,7 +245,7 @@ impl QueryPolicy {
 
 /// Nominal noise variance (relative to s_f²) of an already-asked pool point in label-free
 /// selection: the querier assumes an answer about as good as one of its own rows.
-pub const NOMINAL_ANSWER_NOISE: f64 = 0.1;
+pub(crate) const NOMINAL_ANSWER_NOISE: f64 = 0.1;
 
 /// The label-free part of a party's private-only release: covariates, kernel, base noise and
 /// (for a large private set) inducing inputs chosen from covariates only.

@@ -7,7 +7,7 @@ use crate::CotrainError;
 use crate::combiner::CoModel;
 
 /// The next pool index to ask about, or `None` when every index has been asked.
-pub fn most_uncertain(model: &mut CoModel) -> Result<Option<usize>, CotrainError> {
+pub(crate) fn most_uncertain(model: &mut CoModel) -> Result<Option<usize>, CotrainError> {
     let asked = model.asked();
     let candidates: Vec<usize> = (0..model.x_pool().nrows()).filter(|i| asked.binary_search(i).is_err()).collect();
     if candidates.is_empty() {

@@ -45,7 +45,7 @@ const MAX_LISTED_COLUMNS: usize = 20;
 
 /// What [`Table::split_target`] returns: `(inputs, target values, input column names, target
 /// column name)`. A plain tuple; the alias only names it.
-pub type Split = (DMatrix<f64>, DVector<f64>, Vec<String>, String);
+pub(crate) type Split = (DMatrix<f64>, DVector<f64>, Vec<String>, String);
 
 /// A numeric table read from a CSV file with a header row.
 #[derive(Debug, Clone, PartialEq)]

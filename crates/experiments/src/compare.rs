@@ -18,7 +18,7 @@ use std::fmt::Write;
 
 /// The statistics of one cell.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct CellStats {
+pub(crate) struct CellStats {
     pub n: usize,
     /// Equal-weight mean of the per-n_obs means.
     pub mean: f64,
@@ -30,7 +30,7 @@ pub struct CellStats {
 }
 
 /// [`CellStats`] of `rows` (NaN where no finite value); `value` picks the RMSE compared.
-pub fn cell_stats(rows: &[&RunRow], value: impl Fn(&RunRow) -> f64) -> CellStats {
+pub(crate) fn cell_stats(rows: &[&RunRow], value: impl Fn(&RunRow) -> f64) -> CellStats {
     let ok: Vec<&RunRow> = rows.iter().copied().filter(|r| value(r).is_finite()).collect();
     let n = ok.len();
     if n == 0 {
@@ -57,12 +57,12 @@ pub fn cell_stats(rows: &[&RunRow], value: impl Fn(&RunRow) -> f64) -> CellStats
 }
 
 /// Welch's z of our mean against the thesis's mean ± sd over `n_thesis` runs.
-pub fn welch_z(ours: &CellStats, t: Cell, n_thesis: usize) -> f64 {
+pub(crate) fn welch_z(ours: &CellStats, t: Cell, n_thesis: usize) -> f64 {
     (ours.mean - t.0) / (ours.se.powi(2) + t.1.powi(2) / n_thesis as f64).sqrt()
 }
 
 /// Stouffer's combination of independent z-scores: (Σz/√k, two-sided p).
-pub fn stouffer(zs: &[f64]) -> (f64, f64) {
+pub(crate) fn stouffer(zs: &[f64]) -> (f64, f64) {
     let zs: Vec<f64> = zs.iter().copied().filter(|z| z.is_finite()).collect();
     if zs.is_empty() {
         return (f64::NAN, f64::NAN);
@@ -72,7 +72,7 @@ pub fn stouffer(zs: &[f64]) -> (f64, f64) {
 }
 
 /// Two-sided exact sign test of `pos` positive among `pos + neg` non-zero differences.
-pub fn sign_test(pos: usize, neg: usize) -> f64 {
+pub(crate) fn sign_test(pos: usize, neg: usize) -> f64 {
     let n = pos + neg;
     let k = pos.min(neg);
     // P(X ≤ k) for X ~ Bin(n, ½), doubled and capped at 1.
@@ -124,7 +124,7 @@ fn combined(md: &mut String, zs: &[f64]) {
 }
 
 /// The statistical comparison for the simulated rows of one DP setting (off or thesis).
-pub fn simulated_comparison(rows: &[RunRow]) -> String {
+pub(crate) fn simulated_comparison(rows: &[RunRow]) -> String {
     let rows: Vec<&RunRow> = rows.iter().filter(|r| r.dataset == "simulated").collect();
     let Some(dp) = rows.first().map(|r| r.dp) else { return String::new() };
     let (t3, t4, t7, names) = match dp {
@@ -230,7 +230,7 @@ pub fn simulated_comparison(rows: &[RunRow]) -> String {
 
 /// Table C.1 (before co-training) as a two-sample test: per cell Welch z, Stouffer's combined
 /// z, and the sign test of our differences from the thesis.
-pub fn c1_comparison(rows: &[RunRow]) -> String {
+pub(crate) fn c1_comparison(rows: &[RunRow]) -> String {
     let rows: Vec<&RunRow> = rows.iter().filter(|r| r.dataset == "simulated" && r.dp == DpLabel::Off).collect();
     let Some(first) = rows.first() else { return String::new() };
     // One row per run and party: the before RMSE does not depend on the method.

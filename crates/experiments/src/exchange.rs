@@ -15,7 +15,7 @@ use nalgebra::DMatrix;
 
 /// What P1 ends one run with, on a grid of x₁.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ExchangeRun {
+pub(crate) struct ExchangeRun {
     pub title: String,
     /// P1's private (x₁, y).
     pub train: Vec<(f64, f64)>,
@@ -31,7 +31,7 @@ pub struct ExchangeRun {
 }
 
 /// The three runs (no DP, thesis DP, calibrated DP at ε = 1) of seed `seed`.
-pub fn exchange_runs(seed: u64) -> Result<Vec<ExchangeRun>, CotrainError> {
+pub(crate) fn exchange_runs(seed: u64) -> Result<Vec<ExchangeRun>, CotrainError> {
     let cfg =
         SimConfig { r: 0.9, conditional_independence: true, masking: true, n_obs: 25, seed, ..SimConfig::default() };
     let sc = simulate(&cfg)?;

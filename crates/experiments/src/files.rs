@@ -12,7 +12,7 @@ pub fn write_atomic(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
 
 /// Every row of a JSON-lines journal; a missing file is empty, and a torn last line (a crash
 /// mid-write) is skipped with a note. Any other bad line is an error naming file and line.
-pub fn load_jsonl<T: serde::de::DeserializeOwned>(path: &std::path::Path) -> anyhow::Result<Vec<T>> {
+pub(crate) fn load_jsonl<T: serde::de::DeserializeOwned>(path: &std::path::Path) -> anyhow::Result<Vec<T>> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),

@@ -20,11 +20,11 @@ use rand_chacha::ChaCha20Rng;
 use dpcotrain_cotrain::simulate::{SimConfig, sample_joint};
 
 /// The correlation grid of Tables 4.1 and 4.2.
-pub const TABLE_R: [f64; 4] = [0.5, 0.75, 0.9, 0.99];
+pub(crate) const TABLE_R: [f64; 4] = [0.5, 0.75, 0.9, 0.99];
 
 /// One cell pair of Tables 4.1/4.2: the unexplained sd of y for one (r, CI, masking) setting.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct FloorRow {
+pub(crate) struct FloorRow {
     pub r: f64,
     pub ci: bool,
     pub masked: bool,
@@ -36,7 +36,7 @@ pub struct FloorRow {
 
 /// Table 4.1: the unexplained sd of y for one party on its own view: √(1 − r²) unmasked,
 /// √(1 − r²/2) masked. Independent of CI. Returns NaN unless 0 ≤ r ≤ 1.
-pub fn individual_floor(r: f64, masked: bool) -> f64 {
+pub(crate) fn individual_floor(r: f64, masked: bool) -> f64 {
     if !(0.0..=1.0).contains(&r) {
         return f64::NAN;
     }
@@ -46,7 +46,7 @@ pub fn individual_floor(r: f64, masked: bool) -> f64 {
 /// Table 4.2: the unexplained sd of y given both views: √((1 − r²)/(1 + r²)) with CI,
 /// √(1 − r²) without (the views are the same variable). Masking does not change it: the two
 /// halves together cover the covariate space. Returns NaN unless 0 ≤ r ≤ 1.
-pub fn joint_floor(r: f64, ci: bool) -> f64 {
+pub(crate) fn joint_floor(r: f64, ci: bool) -> f64 {
     if !(0.0..=1.0).contains(&r) {
         return f64::NAN;
     }
@@ -55,7 +55,7 @@ pub fn joint_floor(r: f64, ci: bool) -> f64 {
 
 /// All 16 cells of Tables 4.1/4.2: r ∈ {0.5, 0.75, 0.9, 0.99} (outer) × CI ∈ {no, yes} × masking
 /// ∈ {no, yes} (inner).
-pub fn floors_table() -> Vec<FloorRow> {
+pub(crate) fn floors_table() -> Vec<FloorRow> {
     let mut rows = Vec::with_capacity(16);
     for r in TABLE_R {
         for ci in [false, true] {
@@ -85,7 +85,7 @@ pub fn floors_table() -> Vec<FloorRow> {
 ///   without; masking does not change it.
 ///
 /// Returns NaN for `n == 0` or r outside (0, 1].
-pub fn monte_carlo_floor(cfg: &SimConfig, n: usize) -> (f64, f64) {
+pub(crate) fn monte_carlo_floor(cfg: &SimConfig, n: usize) -> (f64, f64) {
     let r = cfg.r;
     if n == 0 || !(r > 0.0 && r <= 1.0) {
         return (f64::NAN, f64::NAN);

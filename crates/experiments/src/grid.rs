@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// The privacy setting of a grid.
 #[derive(Debug, Clone, PartialEq)]
-pub enum DpSetting {
+pub(crate) enum DpSetting {
     Off,
     /// Thomas's reproduction mode: multiplier 0.42, per-query releases, no guarantee.
     Thesis,
@@ -124,7 +124,7 @@ pub enum Dataset {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct Grid {
+pub(crate) struct Grid {
     pub dataset: Dataset,
     pub seeds: Vec<u64>,
     pub nobs: Vec<usize>,
@@ -201,11 +201,6 @@ impl Grid {
         out
     }
 
-    /// Number of co-training runs.
-    pub fn n_runs(&self) -> usize {
-        self.data_configs().len() * self.combiners.len() * self.uncertainty.len()
-    }
-
     fn scenario(&self, dc: &DataConfig) -> Result<Scenario, CotrainError> {
         match &self.dataset {
             Dataset::Simulated { n_pool, n_test, .. } => simulate(&SimConfig {
@@ -240,7 +235,7 @@ struct DataConfig {
 
 /// One row per run and party (the `--json` / CSV schema of `dpcotrain experiment`).
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
-pub struct RunRow {
+pub(crate) struct RunRow {
     pub dataset: String,
     pub r: Option<f64>,
     pub ci: Option<bool>,
@@ -337,14 +332,9 @@ fn rows_of(
     }
 }
 
-/// Run the whole grid in parallel; `progress(done, total)` is called after each run.
-pub fn run_grid(grid: &Grid, progress: &(dyn Fn(usize, usize) + Sync)) -> Result<Vec<RunRow>, CotrainError> {
-    run_grid_resumable(grid, &HashSet::new(), &|_| {}, progress).map(|(rows, _)| rows)
-}
-
 /// The identity of one run (everything but the party): equal for a job and its rows.
 #[allow(clippy::too_many_arguments)] // the flat identity of one run
-pub fn run_key(
+pub(crate) fn run_key(
     dataset: &str,
     r: Option<f64>,
     ci: Option<bool>,
@@ -376,7 +366,7 @@ impl RunRow {
 }
 
 /// The [`run_key`] of every run of `grid`.
-pub fn job_keys(grid: &Grid) -> Vec<String> {
+pub(crate) fn job_keys(grid: &Grid) -> Vec<String> {
     let dataset = match grid.dataset {
         Dataset::Simulated { .. } => "simulated",
         Dataset::Ccpp { .. } => "ccpp",
@@ -396,16 +386,16 @@ pub fn job_keys(grid: &Grid) -> Vec<String> {
 /// What a grid invocation cost, beyond wall time: the objective evaluations of every party's
 /// D5 re-fits (deterministic per run, so a change to the optimiser is measured without noise).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct GridCost {
+pub(crate) struct GridCost {
     /// Re-fit objective evaluations, summed over runs and parties.
     pub refit_evaluations: u64,
 }
 
-/// [`run_grid`] that skips the runs whose [`run_key`] is in `done` (rows saved by an earlier,
+/// Run the whole grid in parallel, skipping the runs whose [`run_key`] is in `done` (rows saved by an earlier,
 /// interrupted invocation) and hands each finished run's rows to `on_run` as soon as it
 /// completes (to be saved), so a long grid loses nothing on a crash. Returns the new rows;
 /// `progress` counts skipped runs as done.
-pub fn run_grid_resumable(
+pub(crate) fn run_grid_resumable(
     grid: &Grid,
     done: &HashSet<String>,
     on_run: &(dyn Fn(&[RunRow]) + Sync),
@@ -509,7 +499,7 @@ impl std::str::FromStr for Shard {
 /// Rows in one canonical order, whatever order runs finished or shards were merged in: by
 /// dataset, r, CI, masking, n_obs, seed, combiner, uncertainty, DP setting and party. Tables
 /// built from rows in this order are identical bit for bit however the grid was run.
-pub fn sort_rows(rows: &mut [RunRow]) {
+pub(crate) fn sort_rows(rows: &mut [RunRow]) {
     rows.sort_by(|a, b| {
         let r = |x: &RunRow| x.r.unwrap_or(f64::NEG_INFINITY);
         a.dataset

@@ -72,7 +72,7 @@ const UNC: [Uncertainty; 3] = [Uncertainty::None, Uncertainty::Marginal, Uncerta
 
 /// The simulated-grid tables for rows of one DP setting (`dp`: "off", "thesis", or a
 /// calibrated name). Appends failed anchors to `fails`.
-pub fn simulated_tables(rows: &[RunRow], fails: &mut Vec<String>) -> String {
+pub(crate) fn simulated_tables(rows: &[RunRow], fails: &mut Vec<String>) -> String {
     let rows: Vec<RunRow> = rows.iter().filter(|r| r.dataset == "simulated").cloned().collect();
     let Some(dp) = rows.first().map(|r| r.dp) else { return String::new() };
     let nodp = dp == DpLabel::Off;
@@ -209,7 +209,7 @@ pub fn simulated_tables(rows: &[RunRow], fails: &mut Vec<String>) -> String {
 }
 
 /// The CCPP tables (4.13 before; 4.14 no DP / 4.15 with DP, full covariance as in the thesis).
-pub fn ccpp_tables(rows: &[RunRow]) -> String {
+pub(crate) fn ccpp_tables(rows: &[RunRow]) -> String {
     let rows: Vec<RunRow> = rows.iter().filter(|r| r.dataset == "ccpp").cloned().collect();
     let Some(dp) = rows.first().map(|r| r.dp) else { return String::new() };
     let pair = |v: &[&RunRow], f: fn(&RunRow) -> f64| -> (f64, f64) {
@@ -262,7 +262,7 @@ pub fn ccpp_tables(rows: &[RunRow]) -> String {
 }
 
 /// The thesis's qualitative findings, checked on our rows: (finding, holds, evidence).
-pub fn orderings(rows: &[RunRow]) -> Vec<(String, bool, String)> {
+pub(crate) fn orderings(rows: &[RunRow]) -> Vec<(String, bool, String)> {
     let mut out = Vec::new();
     let m = |f: &dyn Fn(&RunRow) -> bool| {
         mean_sd(&rows.iter().filter(|r| f(r)).map(|r| r.rmse_after).collect::<Vec<_>>()).0
@@ -310,7 +310,7 @@ pub fn orderings(rows: &[RunRow]) -> Vec<(String, bool, String)> {
 /// Test RMSE per round (mean over the rows of each combiner; round 0 = before): one panel per
 /// party, each with its own y-range (the parties' RMSEs differ by far more than co-training
 /// moves either), one colour and marker per combiner so overlapping lines stay apart.
-pub fn rmse_rounds_svg(rows: &[RunRow], title: &str) -> String {
+pub(crate) fn rmse_rounds_svg(rows: &[RunRow], title: &str) -> String {
     let markers = [Marker::Circle, Marker::Square, Marker::Cross];
     let mut fig = Figure::new(title);
     for party in ["P1", "P2"] {
@@ -343,7 +343,7 @@ pub fn rmse_rounds_svg(rows: &[RunRow], title: &str) -> String {
 /// [`crate::exchange::exchange_runs`] — its private points, the pool points it asked
 /// about (at the answers' means), its posterior mean and 95% band after co-training, and the
 /// generator's true regression line.
-pub fn exchange_svg(seed: u64, runs: &[ExchangeRun]) -> String {
+pub(crate) fn exchange_svg(seed: u64, runs: &[ExchangeRun]) -> String {
     let mut fig = Figure::new(format!("One co-training run, party P1 (r = 0.9, masked, n_obs = 25, seed {seed})"));
     for run in runs {
         fig = fig.with_panel(ExchangePanel {

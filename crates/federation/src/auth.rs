@@ -42,7 +42,7 @@ pub struct Auth {
 }
 
 /// Smallest accepted token length (characters).
-pub const MIN_TOKEN_LEN: usize = 16;
+pub(crate) const MIN_TOKEN_LEN: usize = 16;
 
 fn ct_eq(a: &[u8], b: &[u8]) -> bool {
     // Constant-time for equal lengths; lengths are not secret.
@@ -68,10 +68,6 @@ impl Auth {
             }
         }
         Ok(Auth { tokens, bind_tls })
-    }
-
-    pub fn is_open(&self) -> bool {
-        self.tokens.is_empty()
     }
 
     /// Authenticate from the `authorization` header's value and the request's extensions (where
@@ -120,7 +116,7 @@ pub fn principal<T>(req: &Request<T>) -> Result<Principal, Status> {
 /// The tower layer that authenticates every call before its message is decoded (see the
 /// module documentation). Its refusals are logged and counted by the trace layer around it.
 #[derive(Clone)]
-pub struct AuthLayer {
+pub(crate) struct AuthLayer {
     auth: Arc<Auth>,
 }
 

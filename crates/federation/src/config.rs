@@ -59,7 +59,7 @@ pub enum ConfigError {
 /// Settings a party config gives that its privacy mode ignores: under `mode = "off"` every
 /// `[privacy]` key but `mode` and `share_test_metrics` (the warning `node check` and
 /// `node serve` print, so that a config switched off for a comparison does not look private).
-pub fn ignored_privacy_settings(toml_text: &str) -> Vec<String> {
+pub(crate) fn ignored_privacy_settings(toml_text: &str) -> Vec<String> {
     let Ok(value) = toml_text.parse::<toml::Table>() else { return Vec::new() };
     let Some(privacy) = value.get("privacy").and_then(toml::Value::as_table) else { return Vec::new() };
     if privacy.get("mode").and_then(toml::Value::as_str) != Some("off") {
@@ -738,7 +738,7 @@ pub fn orchestrator_token(dir: &Path, node: &str) -> PathBuf {
 }
 
 /// A token file's secret (trimmed); refused when shorter than the minimum length.
-pub fn read_token(path: &Path) -> Result<String, ConfigError> {
+pub(crate) fn read_token(path: &Path) -> Result<String, ConfigError> {
     let t =
         std::fs::read_to_string(path).map_err(|source| ConfigError::TokenRead { path: path.to_path_buf(), source })?;
     let t = t.trim().to_string();

@@ -23,7 +23,7 @@ use tokio::time::{Instant, Sleep};
 
 /// The limits of one port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ConnLimits {
+pub(crate) struct ConnLimits {
     /// Open connections from one peer address; more are closed as soon as they are accepted.
     pub per_address: usize,
     /// A new connection that sends nothing for this long is closed.
@@ -55,7 +55,7 @@ impl ConnLimits {
 type Table = Arc<Mutex<HashMap<IpAddr, usize>>>;
 
 /// A listener that applies [`ConnLimits`] to what it accepts.
-pub struct GuardedListener {
+pub(crate) struct GuardedListener {
     listener: TcpListener,
     limits: ConnLimits,
     open: Table,
@@ -117,10 +117,6 @@ impl GuardedListener {
             Some((Ok(io), l))
         })
     }
-
-    pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.listener.local_addr()
-    }
 }
 
 impl axum::serve::Listener for GuardedListener {
@@ -156,7 +152,7 @@ impl Drop for Slot {
 
 /// An accepted connection under its limits: reading fails with `TimedOut` once the peer has
 /// sent nothing before the deadline (first bytes, then idle), or the lifetime is over.
-pub struct Guarded {
+pub(crate) struct Guarded {
     inner: TcpStream,
     #[allow(dead_code)] // held for its Drop
     slot: Slot,
@@ -222,7 +218,7 @@ impl tonic::transport::server::Connected for Guarded {
 /// holds a descriptor per connection, per state file and per TLS file; 1,024 (a common default)
 /// is too few under a flood.
 #[cfg(unix)]
-pub fn raise_open_files_limit() -> io::Result<(u64, u64)> {
+pub(crate) fn raise_open_files_limit() -> io::Result<(u64, u64)> {
     let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit writes one rlimit into the struct we own; RLIMIT_NOFILE is a valid resource.
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut lim) } != 0 {
@@ -242,7 +238,7 @@ pub fn raise_open_files_limit() -> io::Result<(u64, u64)> {
 
 /// Elsewhere there is nothing to raise.
 #[cfg(not(unix))]
-pub fn raise_open_files_limit() -> io::Result<(u64, u64)> {
+pub(crate) fn raise_open_files_limit() -> io::Result<(u64, u64)> {
     Ok((0, 0))
 }
 
@@ -262,7 +258,7 @@ mod tests {
             lifetime: None,
         };
         let mut l = GuardedListener::new(TcpListener::bind("127.0.0.1:0").await.unwrap(), limits);
-        let addr = l.local_addr().unwrap();
+        let addr = axum::serve::Listener::local_addr(&l).unwrap();
         let server = tokio::spawn(async move {
             loop {
                 let (mut io, _) = l.accept().await;

@@ -7,7 +7,7 @@ use crate::pb;
 use dpcotrain_cotrain::answer::{Answer, ChargeInfo, PredictRequest, Receipt, Uncertainty};
 use nalgebra::DMatrix;
 
-pub fn uncertainty_to_pb(u: Uncertainty) -> pb::Uncertainty {
+pub(crate) fn uncertainty_to_pb(u: Uncertainty) -> pb::Uncertainty {
     match u {
         Uncertainty::None => pb::Uncertainty::None,
         Uncertainty::Marginal => pb::Uncertainty::Marginal,
@@ -16,7 +16,7 @@ pub fn uncertainty_to_pb(u: Uncertainty) -> pb::Uncertainty {
 }
 
 /// The uncertainty mode of a request from the wire: an unspecified or unknown value is refused.
-pub fn uncertainty_from_pb(v: i32) -> Result<Uncertainty, String> {
+pub(crate) fn uncertainty_from_pb(v: i32) -> Result<Uncertainty, String> {
     match pb::Uncertainty::try_from(v) {
         Ok(pb::Uncertainty::None) => Ok(Uncertainty::None),
         Ok(pb::Uncertainty::Marginal) => Ok(Uncertainty::Marginal),
@@ -30,11 +30,11 @@ fn vector_to_pb(v: &Option<Vec<f64>>) -> Option<pb::Vector> {
     v.as_ref().map(|values| pb::Vector { values: values.clone() })
 }
 
-pub fn matrix_to_pb(m: &DMatrix<f64>) -> pb::Matrix {
+pub(crate) fn matrix_to_pb(m: &DMatrix<f64>) -> pb::Matrix {
     pb::Matrix { rows: m.nrows() as u32, cols: m.ncols() as u32, data: m.as_slice().to_vec() }
 }
 
-pub fn matrix_from_pb(m: &pb::Matrix) -> Result<DMatrix<f64>, String> {
+pub(crate) fn matrix_from_pb(m: &pb::Matrix) -> Result<DMatrix<f64>, String> {
     let (r, c) = (m.rows as usize, m.cols as usize);
     if r.checked_mul(c) != Some(m.data.len()) {
         return Err(format!("matrix {r}×{c} carries {} values", m.data.len()));
@@ -45,7 +45,7 @@ pub fn matrix_from_pb(m: &pb::Matrix) -> Result<DMatrix<f64>, String> {
     Ok(DMatrix::from_column_slice(r, c, &m.data))
 }
 
-pub fn request_to_pb(r: &PredictRequest, federation_id: &str) -> pb::PredictRequest {
+pub(crate) fn request_to_pb(r: &PredictRequest, federation_id: &str) -> pb::PredictRequest {
     pb::PredictRequest {
         request_id: r.request_id.clone(),
         requester: r.requester.clone(),
@@ -57,12 +57,12 @@ pub fn request_to_pb(r: &PredictRequest, federation_id: &str) -> pb::PredictRequ
     }
 }
 
-pub fn receipt_to_pb(r: &Receipt) -> pb::Receipt {
+pub(crate) fn receipt_to_pb(r: &Receipt) -> pb::Receipt {
     pb::Receipt { seq: r.seq, releases: r.releases, rho: r.rho, mac: r.mac.clone() }
 }
 
 /// A receipt from the wire: ρ finite and non-negative, the MAC 64 hex digits.
-pub fn receipt_from_pb(r: &pb::Receipt) -> Result<Receipt, String> {
+pub(crate) fn receipt_from_pb(r: &pb::Receipt) -> Result<Receipt, String> {
     if !(r.rho.is_finite() && r.rho >= 0.0) {
         return Err(format!("receipt: rho {} is not a finite non-negative number", r.rho));
     }
@@ -73,9 +73,9 @@ pub fn receipt_from_pb(r: &pb::Receipt) -> Result<Receipt, String> {
 }
 
 /// Largest number of indices one request may carry.
-pub const MAX_INDICES: usize = 10_000;
+pub(crate) const MAX_INDICES: usize = 10_000;
 
-pub fn request_from_pb(r: &pb::PredictRequest) -> Result<PredictRequest, String> {
+pub(crate) fn request_from_pb(r: &pb::PredictRequest) -> Result<PredictRequest, String> {
     if r.request_id.is_empty() {
         return Err("request_id is empty".into());
     }

@@ -44,7 +44,7 @@ pub fn write_atomic(path: &Path, data: &[u8], access: Access) -> std::io::Result
 
 /// Whether `name` is a temporary file of [`write_atomic`] (`.<name>.<pid>.<n>.tmp`): one a
 /// crash can leave behind, and the owner of the directory may remove once no writer is live.
-pub fn is_temporary(name: &str) -> bool {
+pub(crate) fn is_temporary(name: &str) -> bool {
     let Some(inner) = name.strip_prefix('.').and_then(|n| n.strip_suffix(".tmp")) else { return false };
     let mut parts = inner.rsplitn(3, '.');
     let digits = |p: Option<&str>| p.is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
@@ -53,7 +53,7 @@ pub fn is_temporary(name: &str) -> bool {
 
 /// Make the directory's entries (a rename, a new or removed file) durable (unix; a no-op
 /// elsewhere, where directories cannot be opened for syncing).
-pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
+pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
     #[cfg(unix)]
     fs::File::open(dir)?.sync_all()?;
     #[cfg(not(unix))]

@@ -214,7 +214,7 @@ pub async fn launch(cfg: &PartyConfig, path: &Path) -> Result<Launched, LaunchEr
 }
 
 /// The file beside `federation.toml` where the orchestrator keeps every node's head receipt.
-pub const ORCHESTRATOR_RECEIPTS: &str = "orchestrator-receipts.json";
+pub(crate) const ORCHESTRATOR_RECEIPTS: &str = "orchestrator-receipts.json";
 
 /// The orchestrator of a federation config.
 pub fn orchestrator(cfg: &FederationConfig, path: &Path) -> Result<Orchestrator, LaunchError> {

@@ -9,13 +9,13 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 /// The response body of every gRPC service the node serves.
-pub type Body = tonic::body::Body;
+pub(crate) type Body = tonic::body::Body;
 
 /// A boxed, sendable future: what a layer's call returns.
-pub type BoxFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
+pub(crate) type BoxFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
 
 /// A service a layer can wrap: it answers an HTTP request with a gRPC response body.
-pub trait Served<B>:
+pub(crate) trait Served<B>:
     tower_service::Service<http::Request<B>, Response = http::Response<Body>, Future: Send + 'static> + Send + 'static
 {
 }
@@ -28,7 +28,7 @@ impl<T, B> Served<B> for T where
 }
 
 /// What a layer does around one call; `inner` has been polled ready.
-pub trait Around: Clone + Send + Sync + 'static {
+pub(crate) trait Around: Clone + Send + Sync + 'static {
     fn around<S: Served<B>, B: Send + 'static>(
         &self,
         inner: S,
@@ -38,7 +38,7 @@ pub trait Around: Clone + Send + Sync + 'static {
 
 /// A service wrapped by the layer `L`.
 #[derive(Clone)]
-pub struct Wrapped<L, S> {
+pub(crate) struct Wrapped<L, S> {
     layer: L,
     inner: S,
 }

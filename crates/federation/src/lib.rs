@@ -48,7 +48,7 @@ pub use peer::{GrpcPeer, PeerOptions, Retry};
 pub use server::{NodeService, serve};
 
 /// Protocol version spoken by this build.
-pub const PROTOCOL_VERSION: &str = "dpcotrain.v2";
+pub(crate) const PROTOCOL_VERSION: &str = "dpcotrain.v2";
 
 /// Largest gRPC message a node or client accepts (bytes).
 pub const MAX_MESSAGE_BYTES: usize = 16 << 20;

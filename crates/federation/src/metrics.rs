@@ -15,7 +15,7 @@ use std::sync::atomic::AtomicU64;
 /// At most this many requesters get their own ε series (the rest are summed in `other`): in an
 /// insecure development node a requester name is whatever a client claims, and a metrics
 /// endpoint must not grow without bound.
-pub const MAX_REQUESTER_SERIES: usize = 64;
+pub(crate) const MAX_REQUESTER_SERIES: usize = 64;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RpcLabels {

@@ -127,7 +127,7 @@ fn not_running_hint(s: &Status) -> &'static str {
 }
 
 /// Worth retrying with the same request id.
-pub fn is_transient(s: &Status) -> bool {
+pub(crate) fn is_transient(s: &Status) -> bool {
     matches!(s.code(), Code::Unavailable | Code::DeadlineExceeded | Code::Aborted | Code::Unknown | Code::Cancelled)
 }
 
@@ -161,7 +161,7 @@ pub struct GrpcPeer {
 /// because its state could not be saved (`INTERNAL`), or its ledger is behind a receipt it
 /// signed (`DATA_LOSS`). The querier's turn is then not taken, so running the round again asks
 /// again (under the same request id: nothing is charged twice).
-pub fn is_not_final(s: &Status) -> bool {
+pub(crate) fn is_not_final(s: &Status) -> bool {
     is_transient(s) || matches!(s.code(), Code::Internal | Code::DataLoss)
 }
 

@@ -459,7 +459,7 @@ impl NodeService {
 }
 
 /// How long a client may take to complete the TLS handshake.
-pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Serve `service` on `listener` (with mutual TLS when `tls` is given) until `shutdown`
 /// resolves; in-flight calls finish first. Connections are held to [`ConnLimits::GRPC`] and

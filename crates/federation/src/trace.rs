@@ -24,7 +24,7 @@ use tracing::Instrument;
 /// the request id and, for a handshake that was answered but not accepted, the reason. A handler
 /// reached without [`TraceLayer`] (a unit test) writes to a note nobody reads.
 #[derive(Clone, Default, Debug)]
-pub struct RpcNote(Arc<Mutex<NoteFields>>);
+pub(crate) struct RpcNote(Arc<Mutex<NoteFields>>);
 
 #[derive(Default, Debug)]
 struct NoteFields {
@@ -71,7 +71,7 @@ impl RpcNote {
 
 /// The tower layer that traces, logs and counts every call (module documentation).
 #[derive(Clone)]
-pub struct TraceLayer {
+pub(crate) struct TraceLayer {
     metrics: Arc<Metrics>,
 }
 

@@ -150,7 +150,7 @@ pub struct Cholesky {
 
 /// Parallelism for a kernel of about `work` flops: rayon overhead hurts below ~1e8 flops
 /// (measured: faer Cholesky M ≤ 500 is slower on 2 threads).
-pub fn par_for(work: f64) -> Par {
+pub(crate) fn par_for(work: f64) -> Par {
     if work >= 1e8 { Par::rayon(0) } else { Par::Seq }
 }
 
@@ -360,7 +360,7 @@ fn factor_in_place(a: &mut DMatrix<f64>, par: Par) -> bool {
 }
 
 /// Copy the lower triangle onto the upper one.
-pub fn symmetrize_from_lower(a: &mut DMatrix<f64>) {
+pub(crate) fn symmetrize_from_lower(a: &mut DMatrix<f64>) {
     let n = a.nrows();
     for j in 1..n {
         for i in 0..j {
@@ -379,7 +379,7 @@ pub fn aat(a: &DMatrix<f64>) -> DMatrix<f64> {
 
 /// out(lower) ← [out(lower) +] α·A Aᵀ. Only the lower triangle of `out` is written; call
 /// [`symmetrize_from_lower`] after the last accumulation.
-pub fn aat_acc(a: DMatrixView<'_, f64>, out: &mut DMatrix<f64>, alpha: f64, accumulate: bool) {
+pub(crate) fn aat_acc(a: DMatrixView<'_, f64>, out: &mut DMatrix<f64>, alpha: f64, accumulate: bool) {
     let m = a.nrows();
     assert_eq!(out.nrows(), m);
     let par = par_for(m as f64 * m as f64 * a.ncols() as f64);
@@ -400,7 +400,7 @@ pub fn aat_acc(a: DMatrixView<'_, f64>, out: &mut DMatrix<f64>, alpha: f64, accu
 /// index contiguous in memory. On the stored transpose (A Aᵀ of an M×K matrix,
 /// [`aat_acc`]) faer ran the same product 1.3–1.5× slower at M = 500, K = 10⁵ (docs/results.md
 /// "Speed"). Only the lower triangle of `out` is written.
-pub fn ata_acc(a: DMatrixView<'_, f64>, out: &mut DMatrix<f64>, alpha: f64, accumulate: bool) {
+pub(crate) fn ata_acc(a: DMatrixView<'_, f64>, out: &mut DMatrix<f64>, alpha: f64, accumulate: bool) {
     let m = a.ncols();
     assert_eq!(out.nrows(), m);
     let par = par_for(m as f64 * m as f64 * a.nrows() as f64);
@@ -448,12 +448,6 @@ pub fn matmul(a: DMatrixView<'_, f64>, ta: bool, b: DMatrixView<'_, f64>, tb: bo
 /// Squared column norms: out_j = Σ_i A_ij².
 pub fn col_sq_norms(a: &DMatrix<f64>) -> DVector<f64> {
     DVector::from_iterator(a.ncols(), a.column_iter().map(|c| c.norm_squared()))
-}
-
-/// Frobenius inner product ⟨A, B⟩ = Σ A_ij B_ij.
-pub fn frob(a: &DMatrix<f64>, b: &DMatrix<f64>) -> f64 {
-    assert_eq!(a.shape(), b.shape());
-    a.iter().zip(b.iter()).map(|(x, y)| x * y).sum()
 }
 
 #[cfg(test)]

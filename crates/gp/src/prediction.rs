@@ -27,15 +27,4 @@ impl Prediction {
     pub fn var_y(&self, noise: f64) -> DVector<f64> {
         self.var.add_scalar(noise)
     }
-
-    /// Full covariance of y* (latent covariance + σ²I), if the latent one was computed.
-    pub fn cov_y(&self, noise: f64) -> Option<DMatrix<f64>> {
-        self.cov.as_ref().map(|c| {
-            let mut c = c.clone();
-            for i in 0..c.nrows() {
-                c[(i, i)] += noise;
-            }
-            c
-        })
-    }
 }

@@ -23,7 +23,7 @@ pub struct Samples {
 }
 
 /// Draw `count` samples of N(mean, cov) using `rng`.
-pub fn mvn<R: Rng + ?Sized>(
+pub(crate) fn mvn<R: Rng + ?Sized>(
     mean: &DVector<f64>,
     cov: &DMatrix<f64>,
     count: usize,

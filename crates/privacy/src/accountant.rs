@@ -14,7 +14,7 @@ use crate::gaussian::{gdp_epsilon, gdp_mu_for};
 use serde::{Deserialize, Serialize};
 
 /// Relative slack when comparing spent ρ with the budget.
-pub const BUDGET_TOLERANCE: f64 = 1e-9;
+pub(crate) const BUDGET_TOLERANCE: f64 = 1e-9;
 
 /// One recorded release.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -62,7 +62,7 @@ pub fn epsilon_exact(rho: f64, delta: f64) -> f64 {
 /// δ(ε) from ρ-zCDP via Canonne, Kamath & Steinke 2020 (§2.3):
 /// δ = min_{α>1} exp((α−1)(αρ − ε) + α ln(1 − 1/α))/(α − 1). The minimiser solves
 /// (2α−1)ρ − ε + ln(1 − 1/α) = 0 (bisection, as OpenDP's `cdp_delta`).
-pub fn cks_delta(rho: f64, epsilon: f64) -> f64 {
+pub(crate) fn cks_delta(rho: f64, epsilon: f64) -> f64 {
     if rho <= 0.0 {
         return 0.0;
     }
@@ -122,11 +122,6 @@ impl Ledger {
     /// The exact ε of everything released so far, at the budget's δ.
     pub fn epsilon_spent(&self) -> f64 {
         epsilon_exact(self.rho_spent(), self.delta)
-    }
-
-    /// The CKS ε of everything released so far (cross-check; ≥ `epsilon_spent`).
-    pub fn epsilon_spent_cks(&self) -> f64 {
-        epsilon_cks(self.rho_spent(), self.delta)
     }
 
     /// True if any release came from the thesis reproduction mode.

@@ -50,7 +50,7 @@ pub struct Calibration {
 }
 
 /// √(2 ln(1.25/δ)).
-pub fn classic_constant(delta: f64) -> f64 {
+pub(crate) fn classic_constant(delta: f64) -> f64 {
     (2.0 * (1.25 / delta).ln()).sqrt()
 }
 

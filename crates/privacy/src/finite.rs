@@ -49,10 +49,10 @@ use serde::{Deserialize, Serialize};
 
 /// Largest per-row noise variance capping may set, relative to the largest prior variance at
 /// the training rows (a row at this noise has influence ~1e-12 of an ordinary row).
-pub const MAX_NOISE_RATIO: f64 = 1e12;
+pub(crate) const MAX_NOISE_RATIO: f64 = 1e12;
 
 /// Relative slack of the capping loop's stopping test (Δ itself is always exact).
-pub const CAP_TOLERANCE: f64 = 1e-3;
+pub(crate) const CAP_TOLERANCE: f64 = 1e-3;
 
 /// Which posterior mean is released.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -240,7 +240,7 @@ fn hat_vfe(
 
 /// K_QQ − C K_XQ − K_QX Cᵀ + C (K_XX + diag s²) Cᵀ: the error covariance of the linear
 /// estimator C·y of f(Q) when y = f(X) + e, e ~ N(0, diag s²), f ~ GP(0, k).
-pub fn error_covariance(
+pub(crate) fn error_covariance(
     kernel: &dyn Kernel,
     x: &DMatrix<f64>,
     s2: &DVector<f64>,
@@ -341,7 +341,7 @@ pub fn cap(
 /// variance r_q (latent variance + the DP noise variance the release has at q), summed over Q:
 /// Σ_q p_q²/(p_q + r_q), p_q the prior variance at q. Label-free; larger is better. Used to
 /// choose the cap and the rank.
-pub fn utility_score(rel: &FiniteRelease) -> f64 {
+pub(crate) fn utility_score(rel: &FiniteRelease) -> f64 {
     let r = rel.hat.latent_cov.diagonal().map(|v| v.max(0.0)) + rel.noise_at_points();
     (0..rel.hat.prior.nrows())
         .map(|q| {

@@ -7,7 +7,7 @@ pub fn phi(x: f64) -> f64 {
 
 /// δ(ε) of a μ-GDP mechanism (Dong, Roth & Su 2019; Balle & Wang 2018 Thm 8 with μ = Δ/σ):
 /// δ(ε) = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2).
-pub fn gdp_delta(mu: f64, epsilon: f64) -> f64 {
+pub(crate) fn gdp_delta(mu: f64, epsilon: f64) -> f64 {
     if mu <= 0.0 {
         return 0.0;
     }

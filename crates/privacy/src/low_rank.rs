@@ -113,7 +113,12 @@ impl std::str::FromStr for RankRule {
 
 /// C (K_XX + diag s²) Cᵀ (q × q): the prior covariance of the released mean C·y, with K_XX
 /// formed in column blocks of at most ~4M entries (O(q n²) flops, O(n·block) memory).
-pub fn released_mean_cov(kernel: &dyn Kernel, x: &DMatrix<f64>, s2: &DVector<f64>, c: &DMatrix<f64>) -> DMatrix<f64> {
+pub(crate) fn released_mean_cov(
+    kernel: &dyn Kernel,
+    x: &DMatrix<f64>,
+    s2: &DVector<f64>,
+    c: &DMatrix<f64>,
+) -> DMatrix<f64> {
     let n = x.nrows();
     let q = c.nrows();
     let mut ckc = DMatrix::<f64>::zeros(q, q);
@@ -146,7 +151,7 @@ pub(crate) fn symmetrise(m: &mut DMatrix<f64>) {
 
 /// The orthonormal eigenvectors (q × k) of the symmetric `m` with the k largest eigenvalues, in
 /// decreasing order.
-pub fn principal_basis(m: &DMatrix<f64>, k: usize) -> Result<DMatrix<f64>, PrivacyError> {
+pub(crate) fn principal_basis(m: &DMatrix<f64>, k: usize) -> Result<DMatrix<f64>, PrivacyError> {
     let q = m.nrows();
     if k == 0 || k > q || m.ncols() != q {
         return Err(PrivacyError::invalid(format!("principal basis of rank {k} for a {q} × {} matrix", m.ncols())));

@@ -44,7 +44,7 @@ pub struct Candidate {
 }
 
 /// The positions in the group order of group g out of k (position j belongs to group j mod k).
-pub fn group_rows(n: usize, k: usize, g: usize) -> Vec<usize> {
+pub(crate) fn group_rows(n: usize, k: usize, g: usize) -> Vec<usize> {
     (g..n).step_by(k.max(1)).collect()
 }
 

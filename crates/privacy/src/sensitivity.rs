@@ -1,23 +1,27 @@
 //! Sensitivity of a released GP posterior mean to one changed private label, with labels
 //! clipped to a declared range of width d (Hall, Rinaldo & Wasserman 2013):
 //!
-//! - [`rkhs_exact`]: Δ_H = d·max_{j private} √[C K C]_jj — valid for releasing the mean function
-//!   anywhere (Hall et al. 2013, RKHS mechanism with GP-prior noise of the same kernel);
+//! - Δ_H = d·max_{j private} √[C K C]_jj — valid for releasing the mean function anywhere (Hall
+//!   et al. 2013, RKHS mechanism with GP-prior noise of the same kernel), and its VFE analogue
+//!   for parties whose local model is sparse: [`from_influence`] of the model's RKHS influence
+//!   norms (what the release path uses, for every combiner's augmented model; the tests check
+//!   it against independent refits through the exact and VFE forms, `rkhs_exact`, `rkhs_vfe`);
 //! - [`mahalanobis_exact`]: Δ_M = d·max_j √(c_jᵀ M⁻¹ c_j) for a known finite release set with
-//!   noise covariance M = K_** + τI (Δ_M ≤ Δ_H);
-//! - [`rkhs_vfe`]: the VFE analogue for parties whose local model is sparse.
+//!   noise covariance M = K_** + τI (Δ_M ≤ Δ_H).
 //!
 //! Rows of the responder's training set that are pseudo-observations from peers are not private
 //! to the responder: only `private_rows` enter the maximum. A relative safety margin of 1e-6
 //! covers floating-point error in the solve.
 
 use crate::PrivacyError;
-use dpcotrain_gp::{ExactGp, SparseGp};
+use dpcotrain_gp::ExactGp;
+#[cfg(test)]
+use dpcotrain_gp::SparseGp;
 use nalgebra::{DMatrix, DVector};
 use serde::{Deserialize, Serialize};
 
 /// Relative inflation applied to every computed sensitivity.
-pub const SAFETY_MARGIN: f64 = 1e-6;
+pub(crate) const SAFETY_MARGIN: f64 = 1e-6;
 
 /// Public clipping range for labels; its width d bounds a label change.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -75,7 +79,8 @@ pub fn from_influence(
 }
 
 /// Δ_H for an exact-GP responder.
-pub fn rkhs_exact(gp: &ExactGp, private_rows: &[usize], range: LabelRange) -> Result<Sensitivity, PrivacyError> {
+#[cfg(test)]
+fn rkhs_exact(gp: &ExactGp, private_rows: &[usize], range: LabelRange) -> Result<Sensitivity, PrivacyError> {
     from_influence(&gp.label_influence_rkhs()?, private_rows, range)
 }
 
@@ -92,7 +97,8 @@ pub fn mahalanobis_exact(
 }
 
 /// Δ_H for a VFE (or DTC) responder.
-pub fn rkhs_vfe(gp: &SparseGp, private_rows: &[usize], range: LabelRange) -> Result<Sensitivity, PrivacyError> {
+#[cfg(test)]
+fn rkhs_vfe(gp: &SparseGp, private_rows: &[usize], range: LabelRange) -> Result<Sensitivity, PrivacyError> {
     from_influence(&gp.label_influence_rkhs()?, private_rows, range)
 }
 

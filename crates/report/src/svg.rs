@@ -11,10 +11,11 @@
 use std::fmt::Write;
 
 /// Okabe–Ito colour-blind-safe palette; series colours are picked by index (modulo its length).
-pub const PALETTE: [&str; 8] = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000", "#F0E442"];
+pub(crate) const PALETTE: [&str; 8] =
+    ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000", "#F0E442"];
 
 /// Palette colour for index `i` (wraps around).
-pub fn color(i: usize) -> &'static str {
+pub(crate) fn color(i: usize) -> &'static str {
     PALETTE[i % PALETTE.len()]
 }
 
@@ -629,7 +630,7 @@ fn n(v: f64) -> String {
 }
 
 /// XML-escape `&`, `<`, `>`, `"` and `'`.
-pub fn esc(s: &str) -> String {
+pub(crate) fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;").replace('\'', "&apos;")
 }
 

@@ -111,7 +111,7 @@ pub enum ThetaChoice {
 
 /// Share of a cell's ρ (its ε per requester, in zCDP terms) spent on the θ vote under
 /// [`ThetaChoice::Select`]; the release gets the rest, so the cell still spends exactly ε.
-pub const THETA_SHARE: f64 = 0.2;
+pub(crate) const THETA_SHARE: f64 = 0.2;
 
 impl ThetaChoice {
     pub fn name(self) -> &'static str {
@@ -391,7 +391,7 @@ impl FrontierJob {
 /// Which run a [`FrontierRow`] is: the private-only model, the protocol without DP, or one
 /// DP cell (spelled "alone", "no-dp", "dp" in runs.jsonl).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum RunCell {
+pub(crate) enum RunCell {
     Alone,
     NoDp,
     Dp,
@@ -411,7 +411,7 @@ dpcotrain_cotrain::named_enum!(RunCell, "frontier run", [Alone, NoDp, Dp]);
 
 /// One party's test RMSE in one cell.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct FrontierRow {
+pub(crate) struct FrontierRow {
     pub data: String,
     pub nobs: usize,
     pub seed: u64,
@@ -698,7 +698,7 @@ fn configured_parties(
 }
 
 /// Every cell of one job.
-pub fn run_job(cfg: &FrontierConfig, job: &FrontierJob) -> Vec<FrontierRow> {
+pub(crate) fn run_job(cfg: &FrontierConfig, job: &FrontierJob) -> Vec<FrontierRow> {
     let base = |party: &str, cell: RunCell| FrontierRow {
         data: job.data.name(),
         nobs: job.nobs,
@@ -772,7 +772,7 @@ pub fn run_job(cfg: &FrontierConfig, job: &FrontierJob) -> Vec<FrontierRow> {
 
 /// Run every job not in `done` in parallel; `save` gets each job's rows as it finishes,
 /// `progress(done, total)` after each job.
-pub fn run_frontier(
+pub(crate) fn run_frontier(
     cfg: &FrontierConfig,
     done: &HashSet<String>,
     save: &(dyn Fn(&[FrontierRow]) + Sync),
@@ -856,7 +856,7 @@ fn mean_se(v: &[f64]) -> (f64, f64) {
 }
 
 /// Aggregate rows into cells (pairing each DP row with its own seed's alone and no-DP rows).
-pub fn summarise(rows: &[FrontierRow]) -> Vec<FrontierCell> {
+pub(crate) fn summarise(rows: &[FrontierRow]) -> Vec<FrontierCell> {
     use std::collections::BTreeMap;
     let id = |r: &FrontierRow| (r.data.clone(), r.nobs, r.seed, r.party.clone());
     let mut alone: BTreeMap<_, (f64, f64)> = BTreeMap::new();

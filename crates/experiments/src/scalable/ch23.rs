@@ -231,7 +231,7 @@ fn finish(out: &std::path::Path, name: &str, settings: &str, runs: &[Run], md: &
 
 const MD_HEADER: &str = "| condition | train RMSE (mean) | test RMSE mean ± sd | median | worst seed | test NLPD | s / run | thesis |\n|---|---|---|---|---|---|---|---|\n";
 
-pub fn kron_boston(a: KronBostonArgs) -> anyhow::Result<()> {
+pub(crate) fn kron_boston(a: KronBostonArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&a.out)?;
     let data = boston()?;
     let bar = progress(a.seeds * a.k.len() as u64 * a.steps as u64, "kron-boston");
@@ -267,7 +267,7 @@ pub fn kron_boston(a: KronBostonArgs) -> anyhow::Result<()> {
     finish(&a.out, "kron-boston", &format!("{a:?}"), &runs, &md)
 }
 
-pub fn tvgp_ccpp(a: TvgpCcppArgs) -> anyhow::Result<()> {
+pub(crate) fn tvgp_ccpp(a: TvgpCcppArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&a.out)?;
     let (mut x, mut y) = ccpp_xy()?;
     if let Some(n) = a.rows {
@@ -301,7 +301,7 @@ pub fn tvgp_ccpp(a: TvgpCcppArgs) -> anyhow::Result<()> {
     finish(&a.out, "tvgp-ccpp", &format!("{a:?}"), &runs, &md)
 }
 
-pub fn rnvgp_boston(a: RnvgpBostonArgs) -> anyhow::Result<()> {
+pub(crate) fn rnvgp_boston(a: RnvgpBostonArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&a.out)?;
     let data = boston()?;
     let numerics = Numerics::Randomised {

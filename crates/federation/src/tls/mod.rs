@@ -34,9 +34,9 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
 use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
 
 /// Common name of the CA made by [`generate_dev_pki`].
-pub const DEV_CA_CN: &str = "dpcotrain dev federation CA";
+pub(crate) const DEV_CA_CN: &str = "dpcotrain dev federation CA";
 /// How long [`ensure_dev_pki`] waits for another process that holds `dir/.lock`.
-pub const LOCK_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const LOCK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Everything that can go wrong; each message names the file involved and what to do.
 #[derive(Debug, thiserror::Error)]
@@ -175,7 +175,7 @@ impl NodeTls {
 /// The CN of the client certificate that authenticated the connection carrying a request,
 /// read from the request's extensions (already verified against the CA by the TLS layer);
 /// `None` without TLS client auth.
-pub fn peer_identity(extensions: &http::Extensions) -> Option<String> {
+pub(crate) fn peer_identity(extensions: &http::Extensions) -> Option<String> {
     use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
     let certs = extensions.get::<TlsConnectInfo<TcpConnectInfo>>()?.peer_certs()?;
     common_name(cert_parts(certs.first()?)?.subject)

@@ -19,7 +19,7 @@ pub fn uniform(rng: &mut ChaCha8Rng, r: usize, c: usize, lo: f64, hi: f64) -> DM
 }
 
 /// |a − b| ≤ RTOL·max(|a|, |b|) + atol.
-pub fn assert_close(a: f64, b: f64, atol: f64, what: &str) {
+pub(crate) fn assert_close(a: f64, b: f64, atol: f64, what: &str) {
     assert!(a.is_finite() && b.is_finite(), "{what}: non-finite {a} vs {b}");
     let tol = RTOL * a.abs().max(b.abs()) + atol;
     assert!((a - b).abs() <= tol, "{what}: {a} vs {b} (|diff| {} > {tol})", (a - b).abs());
@@ -38,7 +38,7 @@ fn with_params(k: &dyn Kernel, p: &[f64]) -> Box<dyn Kernel> {
 }
 
 /// (a) vjp(...).params = d/dθ ⟨G, K(θ)⟩.
-pub fn check_param_grad(k: &dyn Kernel, x1: &DMatrix<f64>, x2: &DMatrix<f64>, g: &DMatrix<f64>) {
+pub(crate) fn check_param_grad(k: &dyn Kernel, x1: &DMatrix<f64>, x2: &DMatrix<f64>, g: &DMatrix<f64>) {
     let an = k.vjp(x1.as_view(), x2.as_view(), g.as_view(), false);
     assert!(an.x1.is_none());
     assert_eq!(an.params.len(), k.n_params());
@@ -55,7 +55,7 @@ pub fn check_param_grad(k: &dyn Kernel, x1: &DMatrix<f64>, x2: &DMatrix<f64>, g:
 }
 
 /// (b) vjp(...).x1 = d/dX1 ⟨G, K(X1, X2)⟩ (and the params agree with the want_x1 = false call).
-pub fn check_x1_grad(k: &dyn Kernel, x1: &DMatrix<f64>, x2: &DMatrix<f64>, g: &DMatrix<f64>) {
+pub(crate) fn check_x1_grad(k: &dyn Kernel, x1: &DMatrix<f64>, x2: &DMatrix<f64>, g: &DMatrix<f64>) {
     let an = k.vjp(x1.as_view(), x2.as_view(), g.as_view(), true);
     let plain = k.vjp(x1.as_view(), x2.as_view(), g.as_view(), false);
     assert_eq!(an.params, plain.params, "{}: params depend on want_x1", k.name());
@@ -74,7 +74,7 @@ pub fn check_x1_grad(k: &dyn Kernel, x1: &DMatrix<f64>, x2: &DMatrix<f64>, g: &D
 }
 
 /// (c) diag_vjp = d/dθ ⟨g, diag K(θ)⟩.
-pub fn check_diag_vjp(k: &dyn Kernel, x: &DMatrix<f64>, g: &DVector<f64>) {
+pub(crate) fn check_diag_vjp(k: &dyn Kernel, x: &DMatrix<f64>, g: &DVector<f64>) {
     let an = k.diag_vjp(x.as_view(), g.as_view());
     assert_eq!(an.len(), k.n_params());
     let p0 = k.params();
@@ -90,7 +90,7 @@ pub fn check_diag_vjp(k: &dyn Kernel, x: &DMatrix<f64>, g: &DVector<f64>) {
 }
 
 /// (d) diag(X) = diag K(X, X).
-pub fn check_diag(k: &dyn Kernel, x: &DMatrix<f64>) {
+pub(crate) fn check_diag(k: &dyn Kernel, x: &DMatrix<f64>) {
     let full = k.k(x.as_view(), x.as_view());
     let d = k.diag(x.as_view());
     assert_eq!(d.len(), x.nrows());
@@ -100,7 +100,7 @@ pub fn check_diag(k: &dyn Kernel, x: &DMatrix<f64>) {
 }
 
 /// (e) K(X, X) is symmetric and positive semidefinite.
-pub fn check_psd(k: &dyn Kernel, x: &DMatrix<f64>) {
+pub(crate) fn check_psd(k: &dyn Kernel, x: &DMatrix<f64>) {
     let kk = k.k(x.as_view(), x.as_view());
     let scale = kk.abs().max();
     for i in 0..kk.nrows() {
@@ -114,7 +114,7 @@ pub fn check_psd(k: &dyn Kernel, x: &DMatrix<f64>) {
 }
 
 /// (g) set_params(params()) round-trips; names, bounds and params agree in length.
-pub fn check_roundtrip(k: &dyn Kernel, x: &DMatrix<f64>) {
+pub(crate) fn check_roundtrip(k: &dyn Kernel, x: &DMatrix<f64>) {
     let p = k.params();
     assert_eq!(p.len(), k.n_params());
     assert_eq!(k.param_names().len(), k.n_params());
@@ -133,7 +133,7 @@ pub fn check_roundtrip(k: &dyn Kernel, x: &DMatrix<f64>) {
 }
 
 /// (a)–(e) and (g) on random, well-conditioned inputs of dimension `d`.
-pub fn check_all(k: &dyn Kernel, d: usize, seed: u64) {
+pub(crate) fn check_all(k: &dyn Kernel, d: usize, seed: u64) {
     let mut r = rng(seed);
     let x1 = uniform(&mut r, 5, d, -1.0, 1.0);
     let x2 = uniform(&mut r, 7, d, -1.0, 1.0);
@@ -180,7 +180,7 @@ fn assert_vjp_close(k: &dyn Kernel, a: &KernelGrad, b: &KernelGrad, scale: f64, 
 /// row tiles): K and the vjp are bit-identical across calls and thread counts, K equals a
 /// naive per-entry evaluation, and the vjp equals the sum of vjps over column slices (which
 /// exercises the ordered merge of many blocks).
-pub fn check_parallel(k: &dyn Kernel, d: usize, naive: impl Fn(&[f64], &[f64]) -> f64) {
+pub(crate) fn check_parallel(k: &dyn Kernel, d: usize, naive: impl Fn(&[f64], &[f64]) -> f64) {
     let mut r = rng(99);
     let x1 = uniform(&mut r, 300, d, -1.0, 1.0);
     let x2 = uniform(&mut r, 2000, d, -1.0, 1.0);

@@ -88,7 +88,7 @@ fn exp_avx512(v: &mut [f64]) {
 }
 
 /// v ← exp(v), element-wise.
-pub fn exp_in_place(v: &mut [f64]) {
+pub(crate) fn exp_in_place(v: &mut [f64]) {
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("fma") {
         // SAFETY: the CPU supports the features the function was compiled for.

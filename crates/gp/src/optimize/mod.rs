@@ -164,7 +164,7 @@ use std::fmt;
 
 /// Outcome of one objective evaluation at x: value and gradient, or a failure
 /// (e.g. a Cholesky factorisation that failed at these parameters).
-pub type EvalResult = Result<(f64, Vec<f64>), String>;
+pub(crate) type EvalResult = Result<(f64, Vec<f64>), String>;
 
 /// Sufficient-decrease (Armijo) constant `c₁`.
 const C1: f64 = 1e-4;
@@ -429,7 +429,7 @@ where
 /// pairs whose length is not `x0.len()`, or whose curvature `sᵀy` is not safely
 /// positive, are ignored. With an empty `curvature` this is exactly
 /// [`minimize_with_callback`].
-pub fn minimize_from<F, C>(
+pub(crate) fn minimize_from<F, C>(
     f: F,
     x0: &[f64],
     lower: &[f64],

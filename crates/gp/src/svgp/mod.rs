@@ -125,9 +125,6 @@ impl Svgp {
     pub fn q(&self) -> &WhitenedQ {
         &self.q
     }
-    pub fn num_inducing(&self) -> usize {
-        self.z.nrows()
-    }
     pub fn input_dim(&self) -> usize {
         self.z.ncols()
     }

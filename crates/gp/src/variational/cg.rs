@@ -111,7 +111,7 @@ impl Column {
 /// so that each iteration's products A p are one matrix product. Each column draws its own
 /// tail from `rng` (independent estimates). Returns the estimates and each column's
 /// iteration count.
-pub fn solve_many(
+pub(crate) fn solve_many(
     a: &DMatrix<f64>,
     b: &DMatrix<f64>,
     opts: &CgOptions,

@@ -18,7 +18,7 @@ pub enum ProbeKind {
 /// Probe vectors (columns of `r`) and the factor that makes scale · r rᵀ an unbiased (or, for
 /// the identity, exact) estimate of I.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Probes {
+pub(crate) struct Probes {
     pub r: DMatrix<f64>,
     pub scale: f64,
 }
@@ -44,7 +44,8 @@ impl Probes {
         Probes { r: DMatrix::identity(m, m), scale: 1.0 }
     }
 
-    /// scale · Σ_j r_jᵀ (M r_j), given the products M r (m × d).
+    /// scale · Σ_j r_jᵀ (M r_j), given the products M r (m × d) (the tests' unbiasedness check).
+    #[cfg(test)]
     pub fn trace(&self, m_r: &DMatrix<f64>) -> f64 {
         self.scale * self.r.iter().zip(m_r.iter()).map(|(a, b)| a * b).sum::<f64>()
     }

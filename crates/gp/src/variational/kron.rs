@@ -12,7 +12,7 @@ use nalgebra::{DMatrix, DVector};
 ///
 /// # Panics
 /// If x's length is not the product of the factors' column counts (a programming error).
-pub fn kron_mvprod(factors: &[&DMatrix<f64>], x: &[f64]) -> DVector<f64> {
+pub(crate) fn kron_mvprod(factors: &[&DMatrix<f64>], x: &[f64]) -> DVector<f64> {
     let n_in: usize = factors.iter().map(|a| a.ncols()).product();
     assert_eq!(x.len(), n_in, "kron_mvprod: x has {} entries, the factors take {n_in}", x.len());
     let mut cur = x.to_vec();
@@ -36,7 +36,7 @@ pub fn kron_mvprod(factors: &[&DMatrix<f64>], x: &[f64]) -> DVector<f64> {
 }
 
 /// v⁽¹⁾ ⊗ … ⊗ v⁽ᵖ⁾ (the outer product of vectors, vectorised in Kronecker order).
-pub fn kron_vectors(vs: &[&DVector<f64>]) -> DVector<f64> {
+pub(crate) fn kron_vectors(vs: &[&DVector<f64>]) -> DVector<f64> {
     let mut out = vec![1.0];
     for v in vs {
         let mut next = Vec::with_capacity(out.len() * v.len());
@@ -51,7 +51,7 @@ pub fn kron_vectors(vs: &[&DVector<f64>]) -> DVector<f64> {
 /// The mode-l Gram of two tensors of mode sizes `dims`: out[a, b] = Σ x[j] y[j'] over the
 /// index pairs with j_l = a, j'_l = b and j, j' equal in every other mode (x₍ₗ₎ y₍ₗ₎ᵀ of the
 /// mode-l unfoldings). This is ∂⟨x, (⊗ A) x⟩/∂A⁽ˡ⁾ when y = (⊗_{l'≠l} A⁽ˡ'⁾ ⊗ I) x.
-pub fn mode_gram(dims: &[usize], l: usize, x: &[f64], y: &[f64]) -> DMatrix<f64> {
+pub(crate) fn mode_gram(dims: &[usize], l: usize, x: &[f64], y: &[f64]) -> DMatrix<f64> {
     let n: usize = dims.iter().product();
     assert_eq!((x.len(), y.len()), (n, n), "mode_gram: tensor sizes differ from the mode sizes");
     let stride: usize = dims[l + 1..].iter().product();
@@ -68,7 +68,8 @@ pub fn mode_gram(dims: &[usize], l: usize, x: &[f64], y: &[f64]) -> DMatrix<f64>
 }
 
 /// Dense A⁽¹⁾ ⊗ … ⊗ A⁽ᵖ⁾ (tests and small reference computations only).
-pub fn kron_dense(factors: &[&DMatrix<f64>]) -> DMatrix<f64> {
+#[cfg(test)]
+pub(crate) fn kron_dense(factors: &[&DMatrix<f64>]) -> DMatrix<f64> {
     factors.iter().fold(DMatrix::from_element(1, 1, 1.0), |acc, a| acc.kronecker(a))
 }
 
