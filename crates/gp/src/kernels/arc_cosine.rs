@@ -1,6 +1,7 @@
 //! Arc-cosine kernels of Cho & Saul (2009).
 
 use super::dot_product::{InnerProduct, Partials};
+use super::param::{self, Positive};
 use super::{Bounds, Kernel, KernelGrad};
 use nalgebra::{DMatrix, DMatrixView, DVector, DVectorView};
 use serde::{Deserialize, Serialize};
@@ -36,8 +37,8 @@ pub enum ArcCosineOrder {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ArcCosine {
     order: ArcCosineOrder,
-    variance: f64,
-    variance_bounds: Bounds,
+    /// s² (the parameter vector's first entry; the inner product's follow).
+    variance: Positive,
     inner: InnerProduct,
 }
 
@@ -59,14 +60,14 @@ impl ArcCosine {
             "kernel arc-cosine: variance must be positive and finite, got {variance}"
         );
         let inner = InnerProduct::new(KIND, weights, ard, bias);
-        Self { order, variance, variance_bounds: Bounds::positive_default(), inner }
+        Self { order, variance: Positive::new(vec![variance]), inner }
     }
     pub fn order(&self) -> ArcCosineOrder {
         self.order
     }
     /// s² (natural scale).
     pub fn variance(&self) -> f64 {
-        self.variance
+        self.variance.values()[0]
     }
     /// Weight variances w_d (natural scale): one entry if isotropic.
     pub fn weight_variances(&self) -> &[f64] {
@@ -79,7 +80,7 @@ impl ArcCosine {
 
     /// k and (∂k/∂u, ∂k/∂a, ∂k/∂a') at one pair.
     fn partials(&self, u: f64, a: f64, b: f64) -> Partials {
-        let s2 = self.variance;
+        let s2 = self.variance();
         let r = (a * b - u * u).max(0.0);
         let sr = r.sqrt();
         let theta = sr.atan2(u);
@@ -103,8 +104,8 @@ impl ArcCosine {
     /// (k(x, x), dk(x, x)/da) with a = ‖x‖~².
     fn diagonal(&self, a: f64) -> (f64, f64) {
         match self.order {
-            ArcCosineOrder::Zero => (self.variance, 0.0),
-            ArcCosineOrder::One => (self.variance * a, self.variance),
+            ArcCosineOrder::Zero => (self.variance(), 0.0),
+            ArcCosineOrder::One => (self.variance() * a, self.variance()),
         }
     }
 }
@@ -120,23 +121,19 @@ impl Kernel for ArcCosine {
         1 + self.inner.n_params()
     }
     fn params(&self) -> Vec<f64> {
-        [vec![self.variance.ln()], self.inner.params()].concat()
+        param::log_values(&[&self.variance, self.inner.positive()])
     }
     fn set_params(&mut self, p: &[f64]) {
-        assert_eq!(p.len(), self.n_params(), "kernel arc-cosine: wrong number of parameters");
-        self.variance = p[0].exp();
-        self.inner.set_params(KIND, &p[1..]);
+        param::set_log_values(KIND, &mut [&mut self.variance, self.inner.positive_mut()], p);
     }
     fn param_names(&self) -> Vec<String> {
         [vec!["variance".to_string()], self.inner.param_names("bias_variance")].concat()
     }
     fn bounds(&self) -> Vec<Bounds> {
-        [vec![self.variance_bounds], self.inner.bounds()].concat()
+        param::bounds(&[&self.variance, self.inner.positive()])
     }
     fn set_bounds(&mut self, b: &[Bounds]) {
-        assert_eq!(b.len(), self.n_params(), "kernel arc-cosine: wrong number of bounds");
-        self.variance_bounds = b[0];
-        self.inner.set_bounds(KIND, &b[1..]);
+        param::set_bounds(KIND, &mut [&mut self.variance, self.inner.positive_mut()], b);
     }
     fn input_dim(&self) -> Option<usize> {
         self.inner.input_dim()

@@ -1,5 +1,6 @@
 //! Constant kernel.
 
+use super::param::Positive;
 use super::tiling::{check_grad_shape, check_inputs, reduce_column_blocks};
 use super::{Bounds, Kernel, KernelGrad};
 use nalgebra::{DMatrix, DMatrixView, DVector, DVectorView};
@@ -13,8 +14,7 @@ use serde::{Deserialize, Serialize};
 /// Its input gradient is zero.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Constant {
-    variance: f64,
-    bounds: Bounds,
+    variance: Positive,
 }
 
 impl Constant {
@@ -24,11 +24,11 @@ impl Constant {
             variance.is_finite() && variance > 0.0,
             "kernel constant: variance must be positive and finite, got {variance}"
         );
-        Self { variance, bounds: Bounds::positive_default() }
+        Self { variance: Positive::new(vec![variance]) }
     }
     /// Variance σ² (natural scale).
     pub fn variance(&self) -> f64 {
-        self.variance
+        self.variance.values()[0]
     }
 }
 
@@ -40,31 +40,29 @@ impl Kernel for Constant {
         1
     }
     fn params(&self) -> Vec<f64> {
-        vec![self.variance.ln()]
+        self.variance.log_values().collect()
     }
     fn set_params(&mut self, p: &[f64]) {
-        assert_eq!(p.len(), 1, "kernel constant: wrong number of parameters");
-        self.variance = p[0].exp();
+        self.variance.set_log_values("constant", p);
     }
     fn param_names(&self) -> Vec<String> {
         vec!["variance".to_string()]
     }
     fn bounds(&self) -> Vec<Bounds> {
-        vec![self.bounds]
+        self.variance.bounds().to_vec()
     }
     fn set_bounds(&mut self, b: &[Bounds]) {
-        assert_eq!(b.len(), 1, "kernel constant: wrong number of bounds");
-        self.bounds = b[0];
+        self.variance.set_bounds("constant", b);
     }
     fn input_dim(&self) -> Option<usize> {
         None
     }
     fn k(&self, x1: DMatrixView<'_, f64>, x2: DMatrixView<'_, f64>) -> DMatrix<f64> {
         check_inputs("constant", None, &x1, &x2);
-        DMatrix::from_element(x1.nrows(), x2.nrows(), self.variance)
+        DMatrix::from_element(x1.nrows(), x2.nrows(), self.variance())
     }
     fn diag(&self, x: DMatrixView<'_, f64>) -> DVector<f64> {
-        DVector::from_element(x.nrows(), self.variance)
+        DVector::from_element(x.nrows(), self.variance())
     }
     /// ∂L/∂log σ² = σ² Σ G; ∂L/∂X1 = 0.
     fn vjp(
@@ -80,11 +78,11 @@ impl Kernel for Constant {
         let block_sum = |cols: std::ops::Range<usize>| -> f64 { cols.map(|j| g.column(j).iter().sum::<f64>()).sum() };
         let mut sum = 0.0;
         reduce_column_blocks(n1, n2, block_sum, |s| sum += s);
-        KernelGrad { params: vec![self.variance * sum], x1: want_x1.then(|| DMatrix::zeros(n1, d)) }
+        KernelGrad { params: vec![self.variance() * sum], x1: want_x1.then(|| DMatrix::zeros(n1, d)) }
     }
     fn diag_vjp(&self, x: DMatrixView<'_, f64>, g: DVectorView<'_, f64>) -> Vec<f64> {
         assert_eq!(g.len(), x.nrows(), "kernel constant: g has the wrong length");
-        vec![self.variance * g.iter().sum::<f64>()]
+        vec![self.variance() * g.iter().sum::<f64>()]
     }
     fn clone_box(&self) -> Box<dyn Kernel> {
         Box::new(self.clone())

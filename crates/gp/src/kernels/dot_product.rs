@@ -11,6 +11,7 @@
 //! column-block machinery (and hence the same bit-determinism) as every other kernel.
 
 use super::Bounds;
+use super::param::{self, Positive};
 use super::tiling::{
     Rows, check_dim, check_grad_shape, check_inputs, copy_column, fill_columns, reduce_column_blocks, row_tiles,
 };
@@ -22,10 +23,9 @@ use std::ops::Range;
 /// the log scale (weights first, then the bias).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(super) struct InnerProduct {
-    weights: Vec<f64>,
+    /// [w…, b]: the parameter vector's order.
+    params: Positive,
     ard: bool,
-    bias: f64,
-    bounds: Vec<Bounds>,
 }
 
 /// One pair's value k and partials (∂k/∂u, ∂k/∂a, ∂k/∂a').
@@ -63,57 +63,54 @@ impl InnerProduct {
                 "kernel {kind}: weight and bias variances must be positive and finite, got {v}"
             );
         }
-        let bounds = vec![Bounds::positive_default(); weights.len() + 1];
-        Self { weights, ard, bias, bounds }
+        Self { params: Positive::new([weights, vec![bias]].concat()), ard }
     }
     pub fn weights(&self) -> &[f64] {
-        &self.weights
+        let v = self.params.values();
+        &v[..v.len() - 1]
     }
     pub fn bias(&self) -> f64 {
-        self.bias
+        self.params.values()[self.params.len() - 1]
     }
     pub fn input_dim(&self) -> Option<usize> {
-        self.ard.then_some(self.weights.len())
+        self.ard.then_some(self.weights().len())
     }
     pub fn n_params(&self) -> usize {
-        self.weights.len() + 1
+        self.params.len()
+    }
+    /// The parameters as one block, for a kernel that scales this one (`ArcCosine`).
+    pub(super) fn positive(&self) -> &Positive {
+        &self.params
+    }
+    pub(super) fn positive_mut(&mut self) -> &mut Positive {
+        &mut self.params
     }
     pub fn params(&self) -> Vec<f64> {
-        self.weights.iter().chain([&self.bias]).map(|v| v.ln()).collect()
+        self.params.log_values().collect()
     }
     pub fn set_params(&mut self, kind: &str, p: &[f64]) {
-        assert_eq!(p.len(), self.n_params(), "kernel {kind}: wrong number of parameters");
-        let (w, b) = p.split_at(self.weights.len());
-        self.weights.iter_mut().zip(w).for_each(|(v, q)| *v = q.exp());
-        self.bias = b[0].exp();
+        self.params.set_log_values(kind, p);
     }
     /// `weight_variance[d]` (or `weight_variance`), then `bias_name`.
     pub fn param_names(&self, bias_name: &str) -> Vec<String> {
-        let mut names: Vec<String> = if self.ard {
-            (0..self.weights.len()).map(|d| format!("weight_variance[{d}]")).collect()
-        } else {
-            vec!["weight_variance".to_string()]
-        };
-        names.push(bias_name.to_string());
-        names
+        [param::names("weight_variance", self.ard, self.weights().len()), vec![bias_name.to_string()]].concat()
     }
     pub fn bounds(&self) -> Vec<Bounds> {
-        self.bounds.clone()
+        self.params.bounds().to_vec()
     }
     pub fn set_bounds(&mut self, kind: &str, b: &[Bounds]) {
-        assert_eq!(b.len(), self.n_params(), "kernel {kind}: wrong number of bounds");
-        self.bounds = b.to_vec();
+        self.params.set_bounds(kind, b);
     }
 
     fn per_dim(&self, d: usize) -> Vec<f64> {
-        if self.ard { self.weights.clone() } else { vec![self.weights[0]; d] }
+        if self.ard { self.weights().to_vec() } else { vec![self.weights()[0]; d] }
     }
 
     /// ⟨x_i, x_i⟩~ for every row, summed in the same order as the pairwise u (so that u = a
     /// exactly for a point paired with itself).
     fn self_products(&self, x: &DMatrixView<'_, f64>, w: &[f64]) -> Vec<f64> {
         (0..x.nrows())
-            .map(|i| w.iter().enumerate().fold(self.bias, |acc, (d, &wd)| acc + (wd * x[(i, d)]) * x[(i, d)]))
+            .map(|i| w.iter().enumerate().fold(self.bias(), |acc, (d, &wd)| acc + (wd * x[(i, d)]) * x[(i, d)]))
             .collect()
     }
 
@@ -127,7 +124,7 @@ impl InnerProduct {
         w: &[f64],
         u: &mut [f64],
     ) {
-        u.fill(self.bias);
+        u.fill(self.bias());
         for (d, &wd) in w.iter().enumerate() {
             let c = wd * x2[(j, d)];
             u.iter_mut().zip(x1r.col(d, rows)).for_each(|(o, &a)| *o += c * a);
@@ -184,7 +181,7 @@ impl InnerProduct {
         }
         per_dim.iter_mut().zip(&w).for_each(|(p, wd)| *p *= wd);
         let mut params = self.to_params(per_dim);
-        params.push(bias * self.bias);
+        params.push(bias * self.bias());
         (params, g_dot_k)
     }
 
@@ -271,7 +268,7 @@ impl InnerProduct {
             })
         });
         let mut params = self.to_params(per_dim);
-        params.push(self.bias * total.h_all);
+        params.push(self.bias() * total.h_all);
         InnerGrad { params, g_dot_k: total.g_dot_k, x1 }
     }
 }

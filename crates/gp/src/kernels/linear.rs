@@ -1,5 +1,6 @@
 //! Linear (dot-product) kernel.
 
+use super::param::{self, Positive};
 use super::tiling::{
     ROW_TILE, Rows, check_dim, check_grad_shape, check_inputs, copy_column, fill_columns, reduce_column_blocks,
     row_tiles,
@@ -17,9 +18,8 @@ use std::ops::Range;
 /// ([`Linear::ard`]). Name `"linear"`. Parameters (log scale): `[log σ_1², …]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Linear {
-    variances: Vec<f64>,
+    variances: Positive,
     ard: bool,
-    bounds: Vec<Bounds>,
 }
 
 /// Partial vjp sums of one column block.
@@ -44,16 +44,15 @@ impl Linear {
         for &v in &variances {
             assert!(v.is_finite() && v > 0.0, "kernel linear: variances must be positive and finite, got {v}");
         }
-        let bounds = vec![Bounds::positive_default(); variances.len()];
-        Self { variances, ard, bounds }
+        Self { variances: Positive::new(variances), ard }
     }
     /// Variances σ_d² (natural scale): one entry if isotropic.
     pub fn variances(&self) -> &[f64] {
-        &self.variances
+        self.variances.values()
     }
     /// σ_d² for inputs of dimension `d`.
     fn per_dim(&self, d: usize) -> Vec<f64> {
-        if self.ard { self.variances.clone() } else { vec![self.variances[0]; d] }
+        if self.ard { self.variances().to_vec() } else { vec![self.variances()[0]; d] }
     }
     /// Gradients per input dimension → gradients per parameter.
     fn to_params(&self, per_dim: Vec<f64>) -> Vec<f64> {
@@ -69,25 +68,19 @@ impl Kernel for Linear {
         self.variances.len()
     }
     fn params(&self) -> Vec<f64> {
-        self.variances.iter().map(|v| v.ln()).collect()
+        self.variances.log_values().collect()
     }
     fn set_params(&mut self, p: &[f64]) {
-        assert_eq!(p.len(), self.n_params(), "kernel linear: wrong number of parameters");
-        self.variances.iter_mut().zip(p).for_each(|(v, q)| *v = q.exp());
+        self.variances.set_log_values("linear", p);
     }
     fn param_names(&self) -> Vec<String> {
-        if self.ard {
-            (0..self.variances.len()).map(|d| format!("variance[{d}]")).collect()
-        } else {
-            vec!["variance".to_string()]
-        }
+        param::names("variance", self.ard, self.variances.len())
     }
     fn bounds(&self) -> Vec<Bounds> {
-        self.bounds.clone()
+        self.variances.bounds().to_vec()
     }
     fn set_bounds(&mut self, b: &[Bounds]) {
-        assert_eq!(b.len(), self.n_params(), "kernel linear: wrong number of bounds");
-        self.bounds = b.to_vec();
+        self.variances.set_bounds("linear", b);
     }
     fn input_dim(&self) -> Option<usize> {
         self.ard.then_some(self.variances.len())

@@ -21,6 +21,7 @@ mod constant;
 mod dot_product;
 mod linear;
 mod matern;
+mod param;
 mod polynomial;
 mod spec;
 mod squared_exponential;

@@ -3,6 +3,7 @@
 //! its diagonal and the gradients for any [`Profile`] f. `SquaredExponential` and `Matern` are
 //! this engine with their profile.
 
+use super::param::{self, Positive};
 use super::tiling::*;
 use super::{Bounds, KernelGrad};
 use nalgebra::{DMatrix, DMatrixView, DVector, DVectorView};
@@ -27,10 +28,9 @@ pub(super) trait Profile: Copy + Send + Sync {
 /// length-scale (isotropic) or one per input dimension (ARD). Parameters: [log s², log ℓ…].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(super) struct Stationary {
-    variance: f64,
-    lengthscales: Vec<f64>,
+    /// [s², ℓ…]: the parameter vector's order.
+    params: Positive,
     ard: bool,
-    bounds: Vec<Bounds>,
 }
 
 /// r²_i = Σ_d ((x1_id − x2_jd)/ℓ_d)² for i in `rows`, written into `out`; `inv` holds 1/ℓ_d.
@@ -118,54 +118,47 @@ impl Stationary {
         for &l in &lengthscales {
             assert!(l.is_finite() && l > 0.0, "kernel {kind}: length-scales must be positive and finite, got {l}");
         }
-        let bounds = vec![Bounds::positive_default(); 1 + lengthscales.len()];
-        Self { variance, lengthscales, ard, bounds }
+        Self { params: Positive::new([vec![variance], lengthscales].concat()), ard }
     }
 
     pub(super) fn variance(&self) -> f64 {
-        self.variance
+        self.params.values()[0]
     }
     pub(super) fn lengthscales(&self) -> &[f64] {
-        &self.lengthscales
+        &self.params.values()[1..]
     }
     pub(super) fn is_ard(&self) -> bool {
         self.ard
     }
     pub(super) fn n_params(&self) -> usize {
-        1 + self.lengthscales.len()
+        self.params.len()
     }
     pub(super) fn params(&self) -> Vec<f64> {
-        let ls = self.lengthscales.iter().map(|l| l.ln());
-        std::iter::once(self.variance.ln()).chain(ls).collect()
+        self.params.log_values().collect()
     }
     pub(super) fn set_params(&mut self, kind: &str, p: &[f64]) {
-        assert_eq!(p.len(), self.n_params(), "kernel {kind}: wrong number of parameters");
-        self.variance = p[0].exp();
-        self.lengthscales.iter_mut().zip(&p[1..]).for_each(|(l, q)| *l = q.exp());
+        self.params.set_log_values(kind, p);
     }
     pub(super) fn param_names(&self) -> Vec<String> {
-        let mut names = vec!["variance".to_string()];
-        if self.ard {
-            names.extend((0..self.lengthscales.len()).map(|d| format!("lengthscale[{d}]")));
-        } else {
-            names.push("lengthscale".to_string());
-        }
-        names
+        [vec!["variance".to_string()], param::names("lengthscale", self.ard, self.lengthscales().len())].concat()
     }
     pub(super) fn bounds(&self) -> Vec<Bounds> {
-        self.bounds.clone()
+        self.params.bounds().to_vec()
     }
     pub(super) fn set_bounds(&mut self, kind: &str, b: &[Bounds]) {
-        assert_eq!(b.len(), self.n_params(), "kernel {kind}: wrong number of bounds");
-        self.bounds = b.to_vec();
+        self.params.set_bounds(kind, b);
     }
     pub(super) fn input_dim(&self) -> Option<usize> {
-        self.ard.then_some(self.lengthscales.len())
+        self.ard.then_some(self.lengthscales().len())
     }
 
     /// 1/ℓ_d for inputs of dimension `d`.
     pub(super) fn inv_lengthscales(&self, d: usize) -> Vec<f64> {
-        if self.ard { self.lengthscales.iter().map(|l| 1.0 / l).collect() } else { vec![1.0 / self.lengthscales[0]; d] }
+        if self.ard {
+            self.lengthscales().iter().map(|l| 1.0 / l).collect()
+        } else {
+            vec![1.0 / self.lengthscales()[0]; d]
+        }
     }
 
     pub(super) fn k<P: Profile>(
@@ -196,7 +189,7 @@ impl Stationary {
         if k.shape() != (n1, x2.nrows()) {
             *k = DMatrix::from_vec(n1, x2.nrows(), vec![0.0; n1 * x2.nrows()]);
         }
-        let inputs = SliceInputs { x1: &x1r, x2: &x2, inv: &inv, s2: self.variance };
+        let inputs = SliceInputs { x1: &x1r, x2: &x2, inv: &inv, s2: self.variance() };
         // K(X, X): evaluate the lower triangle (i ≥ j) and mirror it. (x_i − x_j)² and
         // (x_j − x_i)² are the same number, so this is bit-identical to the full evaluation.
         let sym = same_view(&x1, &x2);
@@ -219,7 +212,7 @@ impl Stationary {
 
     pub(super) fn diag(&self, kind: &str, x: DMatrixView<'_, f64>) -> DVector<f64> {
         check_dim(kind, self.input_dim(), &x);
-        DVector::from_element(x.nrows(), self.variance)
+        DVector::from_element(x.nrows(), self.variance())
     }
 
     /// ∂L/∂log s² = Σ G∘K; ∂L/∂log ℓ_d = Σ_ij G_ij (∂k/∂r²)(−2) t_ijd²;
@@ -300,7 +293,7 @@ impl Stationary {
             gdt.iter_mut().zip(&part.gdt).for_each(|(a, b)| *a += b);
         });
 
-        let s2 = self.variance;
+        let s2 = self.variance();
         let ls = gdt2.iter().map(|v| -2.0 * s2 * v);
         let mut params = vec![s2 * gf];
         if self.ard {
@@ -323,7 +316,7 @@ impl Stationary {
         check_dim(kind, self.input_dim(), &x);
         assert_eq!(g.len(), x.nrows(), "kernel {kind}: g has the wrong length");
         let mut p = vec![0.0; self.n_params()];
-        p[0] = self.variance * g.iter().sum::<f64>();
+        p[0] = self.variance() * g.iter().sum::<f64>();
         p
     }
 }
