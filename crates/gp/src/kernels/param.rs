@@ -62,13 +62,9 @@ pub(crate) fn log_values(blocks: &[&Positive]) -> Vec<f64> {
 
 /// Set several blocks from one parameter vector, each taking its length in order.
 pub(crate) fn set_log_values(kind: &str, blocks: &mut [&mut Positive], p: &[f64]) {
-    let n: usize = blocks.iter().map(|b| b.len()).sum();
-    assert_eq!(p.len(), n, "kernel {kind}: wrong number of parameters");
-    let mut at = 0;
-    for b in blocks {
-        let k = b.len();
-        b.set_log_values(kind, &p[at..at + k]);
-        at += k;
+    let parts = per_block(kind, "parameters", blocks, p);
+    for (b, part) in blocks.iter_mut().zip(parts) {
+        b.set_log_values(kind, part);
     }
 }
 
@@ -79,14 +75,25 @@ pub(crate) fn bounds(blocks: &[&Positive]) -> Vec<Bounds> {
 
 /// Set the bounds of several blocks from one vector, each taking its length in order.
 pub(crate) fn set_bounds(kind: &str, blocks: &mut [&mut Positive], b: &[Bounds]) {
-    let n: usize = blocks.iter().map(|x| x.len()).sum();
-    assert_eq!(b.len(), n, "kernel {kind}: wrong number of bounds");
-    let mut at = 0;
-    for x in blocks {
-        let k = x.len();
-        x.set_bounds(kind, &b[at..at + k]);
-        at += k;
+    let parts = per_block(kind, "bounds", blocks, b);
+    for (x, part) in blocks.iter_mut().zip(parts) {
+        x.set_bounds(kind, part);
     }
+}
+
+/// `v` cut into the blocks' lengths, in order; a total that does not match is a programmer
+/// error, named.
+fn per_block<'v, T>(kind: &str, what: &str, blocks: &[&mut Positive], v: &'v [T]) -> Vec<&'v [T]> {
+    let n: usize = blocks.iter().map(|b| b.len()).sum();
+    assert_eq!(v.len(), n, "kernel {kind}: wrong number of {what}");
+    let mut at = 0;
+    blocks
+        .iter()
+        .map(|b| {
+            at += b.len();
+            &v[at - b.len()..at]
+        })
+        .collect()
 }
 
 /// `base` alone, or `base[0]`, `base[1]`, … for one value per input dimension.
