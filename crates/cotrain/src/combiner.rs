@@ -323,20 +323,50 @@ impl Predictor {
 /// Memo of exact private fits. A private fit is a deterministic function of the private data,
 /// the initial kernel and noise, and the training options (seeded restarts), so runs that share
 /// a data configuration (a grid's combiners × uncertainty modes, both DP settings) can reuse
-/// it instead of repeating four L-BFGS runs. The key holds every input exactly (bit patterns,
-/// and the kernel's and options' full `Debug` forms, which print floats round-trip exactly);
-/// the value is the fitted kernel and noise objects themselves, so a hit is bit-identical to a
+/// it instead of repeating four L-BFGS runs. The key holds every input exactly, as typed
+/// fields and bit patterns: the kernel's structure (its name, which spells the expression and
+/// every structural choice — ARD, Matérn order, polynomial degree, arc-cosine order — and its
+/// input dimension), its parameters and bounds, the noise's, the options' and the data's; the
+/// value is the fitted kernel and noise objects themselves, so a hit is bit-identical to a
 /// fresh fit. Bounded (oldest entries dropped), process-wide, thread-safe.
 mod private_fit {
     use super::*;
     use std::collections::VecDeque;
     use std::sync::Mutex;
 
+    /// What a kernel is, exactly: equal only for kernels that evaluate alike from the same start.
+    #[derive(PartialEq)]
+    struct KernelKey {
+        name: String,
+        input_dim: Option<usize>,
+        params: Vec<u64>,
+        bounds: Vec<(u64, u64)>,
+    }
+
+    /// The options a fit depends on (`progress` only reports, so it is not part of the key).
+    #[derive(PartialEq)]
+    struct OptionsKey {
+        max_iters: usize,
+        restarts: usize,
+        seed: u64,
+        restart_spread: u64,
+        ftol: u64,
+        pgtol: u64,
+    }
+
     #[derive(PartialEq)]
     pub(super) struct Key {
-        text: String,
+        kernel: KernelKey,
+        /// σ², its bounds, whether it is learned.
+        noise: (u64, (u64, u64), bool),
+        opts: OptionsKey,
+        shape: (usize, usize),
         x: Vec<u64>,
         y: Vec<u64>,
+    }
+
+    fn bits(b: &dpcotrain_gp::Bounds) -> (u64, u64) {
+        (b.lower.to_bits(), b.upper.to_bits())
     }
     pub(super) type Fit = (Box<dyn Kernel>, NoiseVariance, f64);
 
@@ -351,7 +381,22 @@ mod private_fit {
         opts: &TrainOptions,
     ) -> Key {
         Key {
-            text: format!("{kernel:?}|{noise:?}|{opts:?}|{}x{}", x.nrows(), x.ncols()),
+            kernel: KernelKey {
+                name: kernel.name(),
+                input_dim: kernel.input_dim(),
+                params: kernel.params().iter().map(|v| v.to_bits()).collect(),
+                bounds: kernel.bounds().iter().map(bits).collect(),
+            },
+            noise: (noise.variance.to_bits(), bits(&noise.bounds), noise.learn),
+            opts: OptionsKey {
+                max_iters: opts.max_iters,
+                restarts: opts.restarts,
+                seed: opts.seed,
+                restart_spread: opts.restart_spread.to_bits(),
+                ftol: opts.ftol.to_bits(),
+                pgtol: opts.pgtol.to_bits(),
+            },
+            shape: x.shape(),
             x: x.iter().map(|v| v.to_bits()).collect(),
             y: y.iter().map(|v| v.to_bits()).collect(),
         }
@@ -371,6 +416,35 @@ mod private_fit {
             fits.pop_front();
         }
         fits.push_back((key, fit));
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+        use dpcotrain_gp::kernels::{Polynomial, SquaredExponential};
+
+        #[test]
+        fn the_key_tells_apart_kernels_that_share_their_parameters() {
+            let x = DMatrix::from_row_slice(3, 1, &[0.0, 1.0, 2.0]);
+            let y = DVector::from_row_slice(&[0.1, 0.2, 0.3]);
+            let noise = NoiseVariance::new(0.1);
+            let opts = TrainOptions::default();
+            let k = |kernel: &dyn Kernel| key(kernel, &noise, &x, &y, &opts);
+            let iso = SquaredExponential::isotropic(1.0, 0.7);
+            assert!(k(&iso) == k(&iso.clone()), "the same kernel, the same key");
+            assert!(k(&iso) != k(&SquaredExponential::ard(1.0, vec![0.7])), "ARD in one dimension is another kernel");
+            assert!(k(&Polynomial::isotropic(2, 1.0, 1.0)) != k(&Polynomial::isotropic(3, 1.0, 1.0)));
+            let mut bounded = iso.clone();
+            bounded.set_bounds(&[dpcotrain_gp::Bounds::new(-1.0, 1.0); 2]);
+            assert!(k(&iso) != k(&bounded), "bounds change the fit");
+            let hooked = TrainOptions {
+                progress: Some(dpcotrain_gp::train::ProgressHook(std::sync::Arc::new(|_| {}))),
+                ..TrainOptions::default()
+            };
+            assert!(k(&iso) == key(&iso, &noise, &x, &y, &hooked), "a progress hook only reports");
+            let y2 = DVector::from_row_slice(&[0.1, 0.2, 0.30000000000000004]);
+            assert!(k(&iso) != key(&iso, &noise, &x, &y2, &opts), "one label's last bit");
+        }
     }
 }
 

@@ -409,13 +409,13 @@ pub struct PrivacyConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub release: Option<ReleaseKind>,
     /// Influence cap of the finite release: auto | auto=X,Y,… | none | eta=X.
-    #[serde(default = "auto")]
-    pub cap: String,
+    #[serde(default)]
+    pub cap: Spelled<CapRule>,
     /// Rank of the finite release under policy batches: auto (default: the principal subspace
     /// of rank 3, 5 or 10, or the full release, by the label-free score) | auto=K,L,… | k=K |
     /// full. Release-once releases the whole pool at full rank.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rank: Option<String>,
+    pub rank: Option<Spelled<RankRule>>,
     /// public | select | fitted: where the release's hyperparameters come from (default: public
     /// under policy batches, fitted otherwise — fitted θ leaks through the variances, uncounted;
     /// select is a DP vote over a public grid around `public_theta`, charged `theta_epsilon`).
@@ -456,14 +456,56 @@ fn delta() -> f64 {
 fn range() -> [f64; 2] {
     [-3.0, 3.0]
 }
-fn auto() -> String {
-    "auto".into()
-}
 fn public_theta() -> [f64; 3] {
     [1.0, 1.0, 0.1]
 }
 fn per_turn() -> usize {
     25
+}
+
+/// A privacy rule as `party.toml` spells it — the CLI's spelling (`CapRule`: `auto`,
+/// `auto=X,Y,…`, `none`, `eta=X`; `RankRule`: `auto`, `auto=K,L,…`, `k=K`, `full`) — read into
+/// its type when the file is read; a bad spelling is refused naming its key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Spelled<T>(pub T);
+
+/// A type with one spelling per value and the `party.toml` key it is read from.
+pub trait Spelling: std::str::FromStr<Err: std::fmt::Display> {
+    const KEY: &'static str;
+    fn spelling(&self) -> String;
+}
+
+impl Spelling for CapRule {
+    const KEY: &'static str = "privacy.cap";
+    fn spelling(&self) -> String {
+        self.name()
+    }
+}
+
+impl Spelling for RankRule {
+    const KEY: &'static str = "privacy.rank";
+    fn spelling(&self) -> String {
+        self.name()
+    }
+}
+
+impl Default for Spelled<CapRule> {
+    fn default() -> Self {
+        Spelled(CapRule::auto())
+    }
+}
+
+impl<T: Spelling> Serialize for Spelled<T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0.spelling())
+    }
+}
+
+impl<'de, T: Spelling> Deserialize<'de> for Spelled<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map(Spelled).map_err(|e| serde::de::Error::custom(format!("{}: {e}", T::KEY)))
+    }
 }
 
 impl Default for PrivacyConfig {
@@ -476,7 +518,7 @@ impl Default for PrivacyConfig {
             label_range: range(),
             policy: None,
             release: None,
-            cap: auto(),
+            cap: Spelled(CapRule::auto()),
             rank: None,
             theta: None,
             theta_epsilon: None,
@@ -621,13 +663,8 @@ pub fn settings_from_config(cfg: &PartyConfig, path: &Path) -> Result<NodeSettin
     let default_policy = if pv.mode == PrivacyMode::Thesis { ReleasePolicy::PerQuery } else { ReleasePolicy::Batches };
     let policy = pv.policy.unwrap_or(default_policy);
     let honest = policy == ReleasePolicy::Batches;
-    let cap: CapRule = pv.cap.parse().map_err(|e| bad(path, format!("privacy.cap: {e}")))?;
-    let rank: RankRule = pv
-        .rank
-        .as_deref()
-        .unwrap_or(if honest { "auto" } else { "full" })
-        .parse()
-        .map_err(|e| bad(path, format!("privacy.rank: {e}")))?;
+    let cap = pv.cap.0.clone();
+    let rank = pv.rank.as_ref().map_or(if honest { RankRule::auto() } else { RankRule::Full }, |r| r.0.clone());
     let release = match pv.release.unwrap_or(if honest { ReleaseKind::Finite } else { ReleaseKind::Rkhs }) {
         ReleaseKind::Finite => ReleaseForm::Finite { cap, rank },
         ReleaseKind::Rkhs => ReleaseForm::Rkhs,
@@ -932,5 +969,24 @@ mod tests {
         assert_eq!(super::ignored_privacy_settings(off), vec!["privacy.epsilon", "privacy.label_range"]);
         assert!(super::ignored_privacy_settings(&off.replace("\"off\"", "\"calibrated\"")).is_empty());
         assert!(super::ignored_privacy_settings("[privacy]\nmode = \"off\"\n").is_empty());
+    }
+
+    #[test]
+    fn cap_and_rank_are_read_as_their_rules_and_written_as_spelled() {
+        use super::{CapRule, PrivacyConfig, RankRule, Spelled};
+        let p: PrivacyConfig = toml::from_str("cap = \"auto=1,0.5\"\nrank = \"k=5\"\n").unwrap();
+        assert_eq!(p.cap, Spelled(CapRule::Auto { etas: vec![1.0, 0.5] }));
+        assert_eq!(p.rank, Some(Spelled(RankRule::Fixed { k: 5 })));
+        let text = toml::to_string(&p).unwrap();
+        assert!(text.contains("cap = \"auto=1,0.5\"") && text.contains("rank = \"k=5\""), "{text}");
+        let again = toml::from_str::<PrivacyConfig>(&text).unwrap();
+        assert_eq!((again.cap, again.rank), (p.cap, p.rank));
+        // Absent: the automatic cap, and the rank chosen later from the policy.
+        let d: PrivacyConfig = toml::from_str("").unwrap();
+        assert_eq!((d.cap, d.rank), (Spelled(CapRule::auto()), None));
+        for (text, key) in [("cap = \"eta=-1\"", "privacy.cap"), ("rank = \"k=0\"", "privacy.rank")] {
+            let e = toml::from_str::<PrivacyConfig>(text).unwrap_err().to_string();
+            assert!(e.contains(key) && e.contains("line 1"), "{e}");
+        }
     }
 }
