@@ -16,7 +16,7 @@
 use crate::CotrainError;
 use crate::answer::Answer;
 use crate::answer_cache::AnswerCache;
-use crate::party::{BatchRelease, Party, RequesterState, THETA_SELECTION_ID, TurnRecord};
+use crate::party::{BatchRelease, Party, QueryPath, RequesterState, THETA_SELECTION_ID, TurnRecord};
 use crate::release_model::ThetaSelection;
 use dpcotrain_privacy::accountant::Ledger;
 use dpcotrain_privacy::noise::{NoisePath, NoisePathState};
@@ -33,11 +33,35 @@ pub struct RequesterRecord {
     /// (pool index, released mean), sorted by index.
     pub released: Vec<(usize, f64)>,
     pub ledger: Option<Ledger>,
-    /// (model version, path, σ) of the current noise path.
-    pub path: Option<(u64, NoisePathState, f64)>,
+    /// The current noise path (policy per-query).
+    pub path: Option<PathRecord>,
     /// Policy batches: the finite releases made (their means are in `released`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub batches: Vec<BatchRelease>,
+}
+
+/// A requester's per-query noise path as saved: written as the array `[version, path, σ]`
+/// that saved states have always held.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "(u64, NoisePathState, f64)", into = "(u64, NoisePathState, f64)")]
+pub struct PathRecord {
+    /// The model version (mean function) the path belongs to.
+    pub version: u64,
+    pub path: NoisePathState,
+    /// The scale σ of its draws.
+    pub sigma: f64,
+}
+
+impl From<(u64, NoisePathState, f64)> for PathRecord {
+    fn from((version, path, sigma): (u64, NoisePathState, f64)) -> Self {
+        PathRecord { version, path, sigma }
+    }
+}
+
+impl From<PathRecord> for (u64, NoisePathState, f64) {
+    fn from(r: PathRecord) -> Self {
+        (r.version, r.path, r.sigma)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -289,7 +313,11 @@ impl Party {
                     answered: st.answered.clone(),
                     released,
                     ledger: st.ledger.clone(),
-                    path: st.path.as_ref().map(|(v, p, s)| (*v, p.state(), *s)),
+                    path: st.path.as_ref().map(|p| PathRecord {
+                        version: p.version,
+                        path: p.path.state(),
+                        sigma: p.sigma,
+                    }),
                     batches: st.batches.clone(),
                 };
                 (name.clone(), rec)
@@ -400,10 +428,11 @@ impl Party {
                 return Err(bad(format!("released index {i} outside the pool (size {pool})")));
             }
             let path = match &r.path {
-                Some((v, ps, sigma)) => {
-                    let p = NoisePath::restore(self.model.kernel.clone(), ps)?;
-                    Some((*v, p, *sigma))
-                }
+                Some(r) => Some(QueryPath {
+                    version: r.version,
+                    path: NoisePath::restore(self.model.kernel.clone(), &r.path)?,
+                    sigma: r.sigma,
+                }),
                 None => None,
             };
             let st = RequesterState {
@@ -426,5 +455,24 @@ impl Party {
         }
         self.cache = AnswerCache::import(&s.answers, &s.answer_order);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PathRecord;
+    use dpcotrain_gp::kernels::SquaredExponential;
+    use dpcotrain_privacy::noise::NoisePath;
+
+    #[test]
+    fn a_saved_noise_path_keeps_the_array_form_saved_states_hold() {
+        let mut path = NoisePath::seeded(Box::new(SquaredExponential::isotropic(1.0, 1.0)), 1, 5);
+        path.sample_at(&nalgebra::DMatrix::from_row_slice(2, 1, &[0.0, 1.0])).unwrap();
+        let state = path.state();
+        // What states saved before PathRecord hold: the array [version, path, σ].
+        let saved = serde_json::to_value((7u64, state.clone(), 0.42)).unwrap();
+        let r: PathRecord = serde_json::from_value(saved.clone()).unwrap();
+        assert_eq!(r, PathRecord { version: 7, path: state, sigma: 0.42 });
+        assert_eq!(serde_json::to_value(&r).unwrap(), saved);
     }
 }

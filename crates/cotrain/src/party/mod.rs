@@ -59,14 +59,23 @@ pub struct StagedTurn {
     guard: Option<crate::combiner::LooCheck>,
 }
 
+/// A per-query requester's GP-prior noise path: the model version (mean function) it belongs
+/// to, the path, and the scale σ its draws are multiplied by.
+#[derive(Debug, Clone)]
+pub(crate) struct QueryPath {
+    pub(crate) version: u64,
+    pub(crate) path: NoisePath,
+    pub(crate) sigma: f64,
+}
+
 /// Release bookkeeping for one requester.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct RequesterState {
     pub(crate) answered: Vec<usize>,
     pub(crate) released: HashMap<usize, f64>,
     pub(crate) ledger: Option<Ledger>,
-    /// The noise path and the model version (mean function) it belongs to.
-    pub(crate) path: Option<(u64, NoisePath, f64)>,
+    /// The per-query noise path of this requester (policy per-query).
+    pub(crate) path: Option<QueryPath>,
     /// Policy batches: every finite release made to this requester, in order.
     pub(crate) batches: Vec<BatchRelease>,
 }

@@ -64,7 +64,7 @@ impl Party {
                 // `thesis_noise = fresh-per-query`: an independent draw for every request.
                 (DpMode::Thesis { .. }, Some(_)) if fresh => true,
                 (DpMode::Thesis { .. }, Some(_)) => false, // D9 R: one path per requester
-                (_, Some((v, _, _))) => *v != version,
+                (_, Some(p)) => p.version != version,
                 (_, None) => true,
             };
             let mut new_release = false;
@@ -82,14 +82,14 @@ impl Party {
                 } else {
                     req.requester.clone()
                 };
-                st.path = Some((version, self.path_with(kernel.clone(), &stream, version), sigma));
+                st.path = Some(QueryPath { version, path: self.path_with(kernel.clone(), &stream, version), sigma });
             }
             let xn = x_pool.select_rows(new_idx.iter());
             let g = match st.path.as_mut() {
-                Some((_, p, _)) => p.sample_at(&xn)?,
+                Some(p) => p.path.sample_at(&xn)?,
                 None => DVector::zeros(new_idx.len()),
             };
-            let s = st.path.as_ref().map(|(_, _, s)| *s).unwrap_or(0.0);
+            let s = st.path.as_ref().map_or(0.0, |p| p.sigma);
             for (k, &i) in new_idx.iter().enumerate() {
                 new_values.push((i, pred.mean[pos(i)] + s * g[k]));
             }
