@@ -6,7 +6,7 @@ use crate::CotrainError;
 use crate::answer::PredictRequest;
 use crate::combiner::CombinerKind;
 use crate::metrics::{Metrics, metrics};
-use crate::party::Party;
+use crate::party::{Party, lock_party};
 use crate::peer::{InProcessPeer, Peer};
 use crate::readings::{BlockyTheta, Readings};
 use crate::release_model::{NOMINAL_ANSWER_NOISE, QueryPolicy};
@@ -31,10 +31,6 @@ pub struct TurnReport {
     pub objective: Option<f64>,
 }
 
-fn lock(p: &Mutex<Party>) -> Result<std::sync::MutexGuard<'_, Party>, CotrainError> {
-    p.lock().map_err(|_| CotrainError::Own(crate::OwnError::Poisoned))
-}
-
 /// One querier turn against `peers` (never holds the querier's lock across an await).
 pub async fn query_turn<P: Peer>(
     querier: &Mutex<Party>,
@@ -42,7 +38,7 @@ pub async fn query_turn<P: Peer>(
     round: usize,
 ) -> Result<TurnReport, CotrainError> {
     let (name, indices, uncertainty, want_prior) = {
-        let mut q = lock(querier)?;
+        let mut q = lock_party(querier)?;
         let idx = match q.dp.queries {
             QueryPolicy::Adaptive => most_uncertain(&mut q.model)?.into_iter().collect(),
             QueryPolicy::Public { per_turn, theta } => {
@@ -72,7 +68,7 @@ pub async fn query_turn<P: Peer>(
         objective: None,
     };
     if index.is_none() {
-        lock(querier)?.fold_in(round, None, vec![], vec![])?;
+        lock_party(querier)?.fold_in(round, None, vec![], vec![])?;
         return Ok(report);
     }
     let mut answers = Vec::new();
@@ -81,7 +77,7 @@ pub async fn query_turn<P: Peer>(
         let pname = peer.name();
         // Under public (batched) queries, a peer whose budget for us is spent is not asked again.
         if let Some(why) = {
-            let q = lock(querier)?;
+            let q = lock_party(querier)?;
             match q.dp.queries {
                 QueryPolicy::Public { .. } => q.peer_budget_spent(&pname),
                 QueryPolicy::Adaptive => None,
@@ -100,7 +96,7 @@ pub async fn query_turn<P: Peer>(
             indices: indices.clone(),
             uncertainty,
             want_prior,
-            witness: lock(querier)?.receipt_from(&pname),
+            witness: lock_party(querier)?.receipt_from(&pname),
         };
         match peer.predict(req).await {
             Ok(a) => answers.push(a),
@@ -134,9 +130,9 @@ pub async fn query_turn<P: Peer>(
     }
     // The re-fit runs on a copy, away from the querier's lock: the peers' requests to this party
     // (which wait on it) never wait for a re-fit, whose time depends on the private labels.
-    let (model, version) = lock(querier)?.model_for_turn();
+    let (model, version) = lock_party(querier)?.model_for_turn();
     let staged = Party::stage(model, version, answers, report.refused.clone())?;
-    let mut q = lock(querier)?;
+    let mut q = lock_party(querier)?;
     let rec = q.commit_turn(round, report.index, staged)?;
     report.answered_by = rec.answers.iter().map(|a| a.responder.clone()).collect();
     report.refused = rec.refused.clone();
@@ -197,7 +193,7 @@ pub async fn run_in_process(parties: &[Arc<Mutex<Party>>], rounds: usize) -> Res
     let mut before = Vec::new();
     let mut errors_before = Vec::new();
     for p in parties {
-        let (m, sq) = evaluate_with_errors(&mut *lock(p)?)?;
+        let (m, sq) = evaluate_with_errors(&mut *lock_party(p)?)?;
         before.push(m);
         errors_before.push(sq);
     }
@@ -215,17 +211,17 @@ pub async fn run_in_process(parties: &[Arc<Mutex<Party>>], rounds: usize) -> Res
             turns.push(query_turn(q, &peers, round).await?);
         }
         for (i, p) in parties.iter().enumerate() {
-            per_round[i].push(test_rmse(&mut *lock(p)?)?);
+            per_round[i].push(test_rmse(&mut *lock_party(p)?)?);
         }
     }
     let mut outcomes = Vec::new();
     for (i, p) in parties.iter().enumerate() {
-        let mut g = lock(p)?;
+        let mut g = lock_party(p)?;
         let (after, errors_after) = evaluate_with_errors(&mut g)?;
         let mut rho = Vec::new();
         let mut eps = Vec::new();
         for other in parties.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, o)| o) {
-            let oname = lock(other)?.name.clone();
+            let oname = lock_party(other)?.name.clone();
             if let Some(l) = g.ledger(&oname) {
                 rho.push((oname.clone(), l.rho_spent()));
                 eps.push((oname, l.epsilon_spent()));
@@ -252,7 +248,7 @@ pub async fn run_in_process(parties: &[Arc<Mutex<Party>>], rounds: usize) -> Res
 /// in-process driver can: the wire protocol does not carry θ₁.
 fn hand_over_theta(querier: &Mutex<Party>, peers: &[InProcessPeer]) -> Result<(), CotrainError> {
     let (name, theta) = {
-        let q = lock(querier)?;
+        let q = lock_party(querier)?;
         let r = q.model.readings();
         if r.blocky_theta != BlockyTheta::Querier || q.model.kind != CombinerKind::Blocky {
             return Ok(());
@@ -260,7 +256,7 @@ fn hand_over_theta(querier: &Mutex<Party>, peers: &[InProcessPeer]) -> Result<()
         (q.name.clone(), q.model.kernel.params())
     };
     for p in peers {
-        lock(&p.party)?.set_requester_theta(&name, theta.clone())?;
+        lock_party(&p.party)?.set_requester_theta(&name, theta.clone())?;
     }
     Ok(())
 }

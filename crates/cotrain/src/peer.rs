@@ -24,11 +24,7 @@ impl Peer for InProcessPeer {
         self.party.lock().expect("party lock").name.clone()
     }
     fn predict(&self, req: PredictRequest) -> impl Future<Output = Result<Answer, CotrainError>> + Send {
-        let res = self
-            .party
-            .lock()
-            .map_err(|_| CotrainError::Own(crate::OwnError::Poisoned))
-            .and_then(|mut p| p.answer(&req));
+        let res = crate::party::lock_party(&self.party).and_then(|mut p| p.answer(&req));
         std::future::ready(res)
     }
 }

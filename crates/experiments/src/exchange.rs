@@ -55,7 +55,7 @@ pub(crate) fn exchange_runs(seed: u64) -> Result<Vec<ExchangeRun>, CotrainError>
     for (title, dp) in settings {
         let parties = build_parties(&sc, CombinerKind::Noisy, Uncertainty::Marginal, &dp.config(), seed)?;
         block_on(run_in_process(&parties, 25))?;
-        let mut p = parties[0].lock().map_err(|_| CotrainError::Own(dpcotrain_cotrain::OwnError::Poisoned))?;
+        let mut p = dpcotrain_cotrain::party::lock_party(&parties[0])?;
         let pred = p.model_mut().predict(&xs, false)?;
         let sd: Vec<f64> = pred.var.iter().map(|v| v.max(0.0).sqrt()).collect();
         let train = (0..p.private_data().x_train.nrows())

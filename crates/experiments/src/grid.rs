@@ -436,9 +436,7 @@ pub(crate) fn run_grid_resumable(
             let sc = grid.scenario(dc)?;
             let rep = build_parties_with(&sc, *kind, *unc, &dp, dc.seed, grid.readings).and_then(|ps| {
                 for p in &ps {
-                    p.lock()
-                        .map_err(|_| CotrainError::Own(dpcotrain_cotrain::OwnError::Poisoned))?
-                        .set_refit_policy(grid.refit);
+                    dpcotrain_cotrain::party::lock_party(p)?.set_refit_policy(grid.refit);
                 }
                 block_on(run_in_process(&ps, grid.rounds))
             });

@@ -59,6 +59,12 @@ pub struct StagedTurn {
     guard: Option<crate::combiner::LooCheck>,
 }
 
+/// A shared party, locked; a lock poisoned by a panic is [`crate::OwnError::Poisoned`] (the
+/// one place that mapping is written: the driver, the in-process peer and the experiments use it).
+pub fn lock_party(p: &std::sync::Mutex<Party>) -> Result<std::sync::MutexGuard<'_, Party>, CotrainError> {
+    p.lock().map_err(|_| CotrainError::Own(crate::OwnError::Poisoned))
+}
+
 /// A per-query requester's GP-prior noise path: the model version (mean function) it belongs
 /// to, the path, and the scale σ its draws are multiplied by.
 #[derive(Debug, Clone)]
@@ -211,8 +217,10 @@ fn answer_to(responder: &str, req: &PredictRequest, st: &RequesterState) -> Answ
 impl Party {
     /// A party with its private data; fits the private-only model (pre-co-training), under the
     /// given readings of the ambiguous protocol choices ([`crate::readings`]; refused, naming
-    /// the key, where a reading does not apply to `dp`). With calibrated DP the labels are
-    /// clipped to the declared range first.
+    /// the key, where a reading does not apply to `dp`). The private-only model fits the labels
+    /// as they are, the same fit in every privacy mode, and the release clips its own copy
+    /// ([`Party::release_labels`]) — except where the own model is itself what is released
+    /// (per-query, release-once with fitted θ), which fits the clipped labels.
     #[allow(clippy::too_many_arguments)] // the party's data, model, privacy, seed and readings
     pub fn new(
         data: PartyData,

@@ -19,7 +19,7 @@ use dpcotrain_cotrain::ccpp::{CcppConfig, RealData, ccpp};
 use dpcotrain_cotrain::combiner::{AnswerForm, AnswerGuard, CombinerKind, PeerBlock, RefitTheta};
 use dpcotrain_cotrain::data::Scenario;
 use dpcotrain_cotrain::driver::{RunReport, block_on, build_parties, run_in_process};
-use dpcotrain_cotrain::party::{DpConfig, DpMode, ReleasePolicy};
+use dpcotrain_cotrain::party::{DpConfig, DpMode, ReleasePolicy, lock_party};
 use dpcotrain_cotrain::release_model::{PublicTheta, QueryPolicy, ReleaseForm, ThetaPolicy};
 use dpcotrain_cotrain::settings::{AnswerDiscount, DEFAULT_ANSWER_DISCOUNT};
 use dpcotrain_cotrain::simulate::{SimConfig, simulate};
@@ -488,12 +488,6 @@ pub struct PartyTrace {
     pub noise_after: f64,
     /// What the oracle used: the level variance or the own calibration (NaN otherwise).
     pub oracle_value: f64,
-}
-
-fn lock_party(
-    p: &std::sync::Mutex<dpcotrain_cotrain::party::Party>,
-) -> Result<std::sync::MutexGuard<'_, dpcotrain_cotrain::party::Party>, CotrainError> {
-    p.lock().map_err(|_| CotrainError::Own(dpcotrain_cotrain::OwnError::Poisoned))
 }
 
 /// The rows of `x` at `idx`.
