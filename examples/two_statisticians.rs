@@ -11,13 +11,13 @@
 //! alone, after co-training, and after the same protocol without DP, and the ε each party's
 //! labels spent.
 
-use dpcotrain_cotrain::answer::Uncertainty;
+use dpcotrain_cotrain::DpConfig;
+use dpcotrain_cotrain::Uncertainty;
 use dpcotrain_cotrain::combiner::{AnswerForm, CombinerKind};
-use dpcotrain_cotrain::driver::{block_on, build_parties, run_in_process};
-use dpcotrain_cotrain::party::DpConfig;
 use dpcotrain_cotrain::settings::DEFAULT_ANSWER_DISCOUNT;
-use dpcotrain_cotrain::simulate::{SimConfig, simulate};
-use dpcotrain_privacy::sensitivity::LabelRange;
+use dpcotrain_cotrain::{SimConfig, simulate};
+use dpcotrain_cotrain::{block_on, build_parties, run_in_process};
+use dpcotrain_privacy::LabelRange;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The data: two views of the same entities; each party's labelled rows are its own.

@@ -14,15 +14,15 @@ use crate::cli::data::write_views;
 use crate::cli::party_figures::{baseline_lines, party_json, verdict};
 use anyhow::Context;
 use clap::Args;
-use dpcotrain_cotrain::answer::Uncertainty;
+use dpcotrain_cotrain::AnswerDiscount;
+use dpcotrain_cotrain::Scenario;
+use dpcotrain_cotrain::Uncertainty;
 use dpcotrain_cotrain::baseline::yu_oracle;
 use dpcotrain_cotrain::ccpp::{CcppConfig, RESPONSE, ccpp, ccpp_pooled};
-use dpcotrain_cotrain::combiner::AnswerDiscount;
 use dpcotrain_cotrain::combiner::{AnswerForm, CombinerKind};
-use dpcotrain_cotrain::data::Scenario;
 use dpcotrain_cotrain::driver::{PartyOutcome, block_on, build_parties, default_kernel, evaluate, run_in_process};
 use dpcotrain_cotrain::party::{DpConfig, Party, ReleasePolicy, THETA_SELECTION_ID};
-use dpcotrain_cotrain::simulate::{SimConfig, simulate};
+use dpcotrain_cotrain::{SimConfig, simulate};
 use dpcotrain_experiments::files::write_atomic;
 use dpcotrain_federation::config::{
     DataConfig, FederationConfig, HostPort, ModelConfig, PartyConfig, PeerConfig, PrivacyConfig, PrivacyMode,
@@ -31,8 +31,8 @@ use dpcotrain_federation::config::{
 use dpcotrain_federation::launch::launch;
 use dpcotrain_federation::launch::{drive, orchestrator};
 use dpcotrain_federation::serve;
-use dpcotrain_report::numbers::{minus, signed};
-use dpcotrain_report::svg::{Figure, LineChart, Marker, Series};
+use dpcotrain_report::{Figure, LineChart, Marker, Series};
+use dpcotrain_report::{minus, signed};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::Instant;

@@ -2,7 +2,7 @@
 //! and on the JSON keys; keep them stable.
 
 use clap::{Args, ValueEnum};
-use dpcotrain_cotrain::table::Table;
+use dpcotrain_cotrain::Table;
 use dpcotrain_gp::inducing::{greedy_variance, kmeans, random_subset};
 use dpcotrain_gp::kernels::{Kernel, KernelInit, KernelSpec};
 use dpcotrain_gp::standardize::Standardizer;

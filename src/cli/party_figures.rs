@@ -3,7 +3,7 @@
 //! standard errors), and where a model is no better than predicting the public mean.
 
 use dpcotrain_federation::pb;
-use dpcotrain_report::numbers::signed;
+use dpcotrain_report::signed;
 use serde_json::Value;
 
 /// A node's status as JSON (what `status --json` and `run --json` print per party).

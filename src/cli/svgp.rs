@@ -5,7 +5,7 @@
 
 use anyhow::Context;
 use clap::Args;
-use dpcotrain_cotrain::table::Table;
+use dpcotrain_cotrain::Table;
 use dpcotrain_cotrain::table_stream::CsvStream;
 use dpcotrain_federation::durable::{Access, write_atomic};
 use dpcotrain_gp::inducing::kmeans;

@@ -65,7 +65,7 @@ pub struct ChargeInfo {
     pub rho: f64,
     pub sigma: f64,
     pub sensitivity: f64,
-    pub mechanism: String,
+    pub mechanism: dpcotrain_privacy::spend::Spend,
     /// False in the thesis reproduction mode (no formal guarantee).
     pub guaranteed: bool,
     /// False when this answer was post-processing of an earlier release (nothing spent).

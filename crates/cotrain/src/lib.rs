@@ -34,6 +34,20 @@ pub mod state;
 pub mod table;
 pub mod table_stream;
 
+// The crate's API, curated: what the node, the CLI and the experiments build on. Specialised
+// items stay reachable through their modules.
+pub use answer::{Answer, ChargeInfo, PredictRequest, Receipt, Uncertainty};
+pub use combiner::{CoModel, RefitPolicy, RefitTheta, SvgpTraining};
+pub use data::{PartyData, Scenario};
+pub use driver::{RunReport, block_on, build_parties, run_in_process};
+pub use party::Party;
+pub use peer::{InProcessPeer, Peer};
+pub use release_model::{PublicTheta, QueryPolicy, ReleaseForm, ThetaPolicy};
+pub use settings::{AnswerDiscount, AnswerGuard, CombinerKind, DpConfig, DpMode, ReleasePolicy};
+pub use simulate::{SimConfig, simulate};
+pub use state::PartyState;
+pub use table::Table;
+
 #[cfg(test)]
 mod readings_tests;
 #[cfg(test)]

@@ -18,10 +18,11 @@ use crate::CotrainError;
 use dpcotrain_gp::inducing::greedy_variance;
 use dpcotrain_gp::kernels::SquaredExponential;
 use dpcotrain_gp::{ExactGp, Kernel, NoiseModel, Prediction, SparseGp, SparseKind};
+use dpcotrain_privacy::RankRule;
 use dpcotrain_privacy::finite::{CapRule, FiniteRelease, HatModel, hat, plan};
-use dpcotrain_privacy::low_rank::RankRule;
 use dpcotrain_privacy::select::{Candidate, group_votes, noisy_vote};
-use dpcotrain_privacy::sensitivity::{LabelRange, Sensitivity};
+use dpcotrain_privacy::spend::{ThetaSource, finite_form_name};
+use dpcotrain_privacy::{LabelRange, Sensitivity};
 use nalgebra::{DMatrix, DVector};
 use serde::{Deserialize, Serialize};
 
@@ -164,10 +165,15 @@ pub(crate) fn voting_groups(n: usize) -> usize {
 
 impl ThetaPolicy {
     pub fn name(&self) -> &'static str {
+        self.source().name()
+    }
+
+    /// The policy as a release's label names it.
+    pub fn source(&self) -> ThetaSource {
         match self {
-            ThetaPolicy::Fitted => "fitted",
-            ThetaPolicy::Public(_) => "public",
-            ThetaPolicy::Selected { .. } => "select",
+            ThetaPolicy::Fitted => ThetaSource::Fitted,
+            ThetaPolicy::Public(_) => ThetaSource::Public,
+            ThetaPolicy::Selected { .. } => ThetaSource::Select,
         }
     }
 
@@ -208,16 +214,7 @@ impl ReleaseForm {
     pub fn name(&self) -> String {
         match self {
             ReleaseForm::Rkhs => "rkhs".into(),
-            ReleaseForm::Finite { cap, rank } => {
-                let base = match cap {
-                    CapRule::None => "finite".to_string(),
-                    cap => format!("finite+cap({})", cap.name()),
-                };
-                match rank {
-                    RankRule::Full => base,
-                    rank => format!("{base}+rank({})", rank.name()),
-                }
-            }
+            ReleaseForm::Finite { cap, rank } => finite_form_name(cap, rank),
         }
     }
 }

@@ -8,11 +8,11 @@
 use crate::CotrainError;
 use crate::answer::Uncertainty;
 use crate::release_model::{PublicTheta, QueryPolicy, ReleaseForm, ThetaPolicy};
+use dpcotrain_privacy::CapRule;
+use dpcotrain_privacy::LabelRange;
+use dpcotrain_privacy::RankRule;
 use dpcotrain_privacy::calibrate::{Mechanism, THESIS_MULTIPLIER, calibrate};
-use dpcotrain_privacy::finite::CapRule;
 use dpcotrain_privacy::gaussian::{gdp_epsilon, gdp_mu_for};
-use dpcotrain_privacy::low_rank::RankRule;
-use dpcotrain_privacy::sensitivity::LabelRange;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CombinerKind {

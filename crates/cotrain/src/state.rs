@@ -18,7 +18,7 @@ use crate::answer::Answer;
 use crate::answer_cache::AnswerCache;
 use crate::party::{BatchRelease, Party, QueryPath, RequesterState, THETA_SELECTION_ID, TurnRecord};
 use crate::release_model::ThetaSelection;
-use dpcotrain_privacy::accountant::Ledger;
+use dpcotrain_privacy::Ledger;
 use dpcotrain_privacy::noise::{NoisePath, NoisePathState};
 use nalgebra::DVector;
 use serde::{Deserialize, Serialize};
@@ -462,7 +462,7 @@ impl Party {
 mod tests {
     use super::PathRecord;
     use dpcotrain_gp::kernels::SquaredExponential;
-    use dpcotrain_privacy::noise::NoisePath;
+    use dpcotrain_privacy::NoisePath;
 
     #[test]
     fn a_saved_noise_path_keeps_the_array_form_saved_states_hold() {

@@ -86,8 +86,8 @@ fn three_parties_and_the_oracle() {
 #[test]
 fn calibrated_dp_run_reports_privacy_and_respects_budgets() {
     use dpcotrain_cotrain::party::{DpMode, ReleasePolicy};
-    use dpcotrain_privacy::calibrate::Mechanism;
-    use dpcotrain_privacy::sensitivity::LabelRange;
+    use dpcotrain_privacy::LabelRange;
+    use dpcotrain_privacy::Mechanism;
     let cfg = SimConfig { r: 0.9, n_obs: 25, seed: 5, ..SimConfig::default() };
     let sc = simulate(&cfg).unwrap();
     let dp = DpConfig {

@@ -10,10 +10,10 @@ use dpcotrain_cotrain::release_model::{PublicTheta, QueryPolicy, ReleaseForm, Re
 use dpcotrain_cotrain::select::public_greedy;
 use dpcotrain_gp::kernels::SquaredExponential;
 use dpcotrain_gp::{ExactGp, NoiseModel, NoiseVariance};
-use dpcotrain_privacy::finite::CapRule;
+use dpcotrain_privacy::CapRule;
+use dpcotrain_privacy::LabelRange;
+use dpcotrain_privacy::RankRule;
 use dpcotrain_privacy::gaussian::{gdp_epsilon, gdp_mu_for};
-use dpcotrain_privacy::low_rank::RankRule;
-use dpcotrain_privacy::sensitivity::LabelRange;
 use nalgebra::{DMatrix, DVector};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;

@@ -10,7 +10,7 @@ use dpcotrain_cotrain::party::{DpConfig, Party, ReleasePolicy};
 use dpcotrain_cotrain::peer::InProcessPeer;
 use dpcotrain_cotrain::simulate::{SimConfig, simulate};
 use dpcotrain_cotrain::state::PartyState;
-use dpcotrain_privacy::sensitivity::LabelRange;
+use dpcotrain_privacy::LabelRange;
 use std::sync::{Arc, Mutex};
 
 fn dp(policy: ReleasePolicy) -> DpConfig {

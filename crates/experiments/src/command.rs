@@ -7,15 +7,15 @@ use crate::summary::mean_sd;
 use crate::thesis_tables as report;
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
-use dpcotrain_cotrain::answer::Uncertainty;
-use dpcotrain_cotrain::combiner::{CombinerKind, RefitPolicy};
-use dpcotrain_cotrain::party::ReleasePolicy;
+use dpcotrain_cotrain::ReleasePolicy;
+use dpcotrain_cotrain::SimConfig;
+use dpcotrain_cotrain::Uncertainty;
 use dpcotrain_cotrain::readings::{
     AnswerSource, BlockyTheta, FitStarts, HybridForm, ReadingPreset, Readings, SelectionVariance, SharedVariance,
     ThesisNoise,
 };
-use dpcotrain_cotrain::simulate::SimConfig;
-use dpcotrain_privacy::sensitivity::LabelRange;
+use dpcotrain_cotrain::{CombinerKind, RefitPolicy};
+use dpcotrain_privacy::LabelRange;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 use std::collections::BTreeMap;

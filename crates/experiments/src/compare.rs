@@ -9,8 +9,8 @@
 //! for Table 4.3.
 
 use crate::grid::{DpLabel, RunRow};
-use dpcotrain_cotrain::answer::Uncertainty;
-use dpcotrain_cotrain::combiner::CombinerKind;
+use dpcotrain_cotrain::CombinerKind;
+use dpcotrain_cotrain::Uncertainty;
 use dpcotrain_privacy::gaussian::phi;
 use dpcotrain_report::thesis::{self, Cell};
 use std::collections::BTreeMap;

@@ -4,13 +4,13 @@
 //! This module runs the experiments and returns the numbers; `dpcotrain-report` draws them.
 
 use crate::grid::DpSetting;
+use dpcotrain_cotrain::CombinerKind;
 use dpcotrain_cotrain::CotrainError;
-use dpcotrain_cotrain::answer::Uncertainty;
-use dpcotrain_cotrain::combiner::CombinerKind;
-use dpcotrain_cotrain::driver::{block_on, build_parties, run_in_process};
-use dpcotrain_cotrain::party::ReleasePolicy;
-use dpcotrain_cotrain::simulate::{SimConfig, simulate};
-use dpcotrain_privacy::sensitivity::LabelRange;
+use dpcotrain_cotrain::ReleasePolicy;
+use dpcotrain_cotrain::Uncertainty;
+use dpcotrain_cotrain::{SimConfig, simulate};
+use dpcotrain_cotrain::{block_on, build_parties, run_in_process};
+use dpcotrain_privacy::LabelRange;
 use nalgebra::DMatrix;
 
 /// What P1 ends one run with, on a grid of x₁.

@@ -4,15 +4,15 @@
 //! deterministic whatever the thread count.
 
 use dpcotrain_cotrain::CotrainError;
-use dpcotrain_cotrain::answer::Uncertainty;
+use dpcotrain_cotrain::Scenario;
+use dpcotrain_cotrain::Uncertainty;
 use dpcotrain_cotrain::ccpp::{CcppConfig, ccpp};
-use dpcotrain_cotrain::combiner::{CombinerKind, RefitPolicy};
-use dpcotrain_cotrain::data::Scenario;
 use dpcotrain_cotrain::driver::{RunReport, block_on, build_parties_with, run_in_process};
-use dpcotrain_cotrain::party::{DpConfig, ReleasePolicy};
 use dpcotrain_cotrain::readings::Readings;
-use dpcotrain_cotrain::simulate::{SimConfig, simulate};
-use dpcotrain_privacy::sensitivity::LabelRange;
+use dpcotrain_cotrain::{CombinerKind, RefitPolicy};
+use dpcotrain_cotrain::{DpConfig, ReleasePolicy};
+use dpcotrain_cotrain::{SimConfig, simulate};
+use dpcotrain_privacy::LabelRange;
 use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::HashSet;

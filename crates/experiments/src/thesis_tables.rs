@@ -8,8 +8,8 @@
 
 use crate::exchange::ExchangeRun;
 use crate::grid::{DpLabel, RunRow};
-use dpcotrain_cotrain::answer::Uncertainty;
-use dpcotrain_cotrain::combiner::CombinerKind;
+use dpcotrain_cotrain::CombinerKind;
+use dpcotrain_cotrain::Uncertainty;
 use dpcotrain_report::svg::{ExchangePanel, Figure, LineChart, Marker, Series};
 use dpcotrain_report::thesis::{self, Cell};
 use std::fmt::Write;

@@ -4,8 +4,8 @@
 //! terms, ε, δ, label range).
 
 use crate::pb;
-use dpcotrain_cotrain::party::{DpConfig, DpMode, Party, ReleasePolicy};
-use dpcotrain_cotrain::release_model::{QueryPolicy, ReleaseForm, ThetaPolicy};
+use dpcotrain_cotrain::{DpConfig, DpMode, Party, ReleasePolicy};
+use dpcotrain_cotrain::{QueryPolicy, ReleaseForm, ThetaPolicy};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Agreement {

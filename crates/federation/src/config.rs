@@ -9,20 +9,20 @@
 
 use crate::auth::ORCHESTRATOR;
 use dpcotrain_cotrain::CotrainError;
-use dpcotrain_cotrain::answer::Uncertainty;
+use dpcotrain_cotrain::PartyData;
+use dpcotrain_cotrain::Uncertainty;
 use dpcotrain_cotrain::combiner::{AnswerForm, AnswerGuard, CombinerKind, LocalModel, RefitPolicy};
-use dpcotrain_cotrain::data::PartyData;
 use dpcotrain_cotrain::driver::default_kernel;
-use dpcotrain_cotrain::party::{DpConfig, DpMode, Party, ReleasePolicy};
 use dpcotrain_cotrain::readings::{BlockyTheta, Readings};
-use dpcotrain_cotrain::release_model::{PublicTheta, QueryPolicy, ReleaseForm, ThetaPolicy};
 use dpcotrain_cotrain::settings::{AnswerDiscount, DEFAULT_ANSWER_DISCOUNT};
 use dpcotrain_cotrain::table::{Table, TableError};
+use dpcotrain_cotrain::{DpConfig, DpMode, Party, ReleasePolicy};
+use dpcotrain_cotrain::{PublicTheta, QueryPolicy, ReleaseForm, ThetaPolicy};
+use dpcotrain_privacy::CapRule;
+use dpcotrain_privacy::LabelRange;
+use dpcotrain_privacy::RankRule;
 use dpcotrain_privacy::calibrate::{Mechanism, THESIS_MULTIPLIER};
-use dpcotrain_privacy::finite::CapRule;
 use dpcotrain_privacy::gaussian::gdp_mu_for;
-use dpcotrain_privacy::low_rank::RankRule;
-use dpcotrain_privacy::sensitivity::LabelRange;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 

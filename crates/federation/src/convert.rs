@@ -4,7 +4,7 @@
 //! error, never a panic.
 
 use crate::pb;
-use dpcotrain_cotrain::answer::{Answer, ChargeInfo, PredictRequest, Receipt, Uncertainty};
+use dpcotrain_cotrain::{Answer, ChargeInfo, PredictRequest, Receipt, Uncertainty};
 use nalgebra::DMatrix;
 
 pub(crate) fn uncertainty_to_pb(u: Uncertainty) -> pb::Uncertainty {
@@ -127,7 +127,7 @@ pub fn answer_to_pb(a: &Answer) -> pb::PredictResponse {
             rho: c.rho,
             sigma: c.sigma,
             sensitivity: c.sensitivity,
-            mechanism: c.mechanism.clone(),
+            mechanism: c.mechanism.to_string(),
             guaranteed: c.guaranteed,
             new_release: c.new_release,
         }),
@@ -165,14 +165,19 @@ pub fn answer_from_pb(r: pb::PredictResponse) -> Result<Answer, String> {
         cov: r.cov.as_ref().map(matrix_from_pb).transpose()?,
         prior_cov: r.prior_cov.as_ref().map(matrix_from_pb).transpose()?,
         model_version: r.model_version,
-        charge: r.charge.map(|c| ChargeInfo {
-            rho: c.rho,
-            sigma: c.sigma,
-            sensitivity: c.sensitivity,
-            mechanism: c.mechanism,
-            guaranteed: c.guaranteed,
-            new_release: c.new_release,
-        }),
+        charge: r
+            .charge
+            .map(|c| {
+                Ok::<_, String>(ChargeInfo {
+                    rho: c.rho,
+                    sigma: c.sigma,
+                    sensitivity: c.sensitivity,
+                    mechanism: c.mechanism.parse().map_err(|e| format!("charge: {e}"))?,
+                    guaranteed: c.guaranteed,
+                    new_release: c.new_release,
+                })
+            })
+            .transpose()?,
         budget_rho_left: r.budget_rho_left,
         noise_var,
         receipt: r.receipt.as_ref().map(receipt_from_pb).transpose()?,
@@ -209,6 +214,36 @@ mod tests {
         let mut bad = answer_to_pb(&a);
         bad.noise_var.as_mut().unwrap().values.pop();
         assert!(answer_from_pb(bad).unwrap_err().contains("noise variances"));
+    }
+
+    #[test]
+    fn a_charge_label_travels_typed_and_an_unknown_one_is_refused() {
+        use dpcotrain_privacy::CapRule;
+        use dpcotrain_privacy::RankRule;
+        use dpcotrain_privacy::{Calibrator, Spend, ThetaSource};
+        let charged = Answer {
+            charge: Some(ChargeInfo {
+                rho: 0.02,
+                sigma: 1.5,
+                sensitivity: 0.3,
+                mechanism: Spend::Finite {
+                    calibrator: Calibrator::Analytic,
+                    cap: CapRule::auto(),
+                    rank: RankRule::Fixed { k: 5 },
+                    theta: ThetaSource::Public,
+                },
+                guaranteed: true,
+                new_release: true,
+            }),
+            ..answer()
+        };
+        let wire = answer_to_pb(&charged);
+        assert_eq!(wire.charge.as_ref().unwrap().mechanism, "analytic finite+cap(auto)+rank(k=5) θ=public");
+        assert_eq!(answer_from_pb(wire.clone()).unwrap(), charged);
+        let mut bad = wire;
+        bad.charge.as_mut().unwrap().mechanism = "laplace".into();
+        let err = answer_from_pb(bad).unwrap_err();
+        assert!(err.contains("charge") && err.contains("\"laplace\""), "{err}");
     }
 
     mod props {

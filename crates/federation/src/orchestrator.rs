@@ -13,7 +13,7 @@ use crate::auth::request;
 use crate::durable::{Access, write_atomic};
 use crate::peer::{Retry, channel};
 use crate::{convert, pb};
-use dpcotrain_cotrain::answer::Receipt;
+use dpcotrain_cotrain::Receipt;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;

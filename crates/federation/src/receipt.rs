@@ -22,8 +22,8 @@
 //! it; a node's operator who runs modified code (they hold the labels anyway).
 
 use crate::store::{StateStore, StoreError};
-use dpcotrain_cotrain::answer::Receipt;
-use dpcotrain_cotrain::party::Party;
+use dpcotrain_cotrain::Party;
+use dpcotrain_cotrain::Receipt;
 
 /// The bytes a receipt's MAC covers.
 fn message(federation: &str, responder: &str, requester: &str, seq: u64, releases: u64, rho: f64) -> Vec<u8> {

@@ -351,7 +351,7 @@ impl NodeService {
                             .iter()
                             .map(|r| pb::LedgerRelease {
                                 id: r.id.clone(),
-                                mechanism: r.mechanism.clone(),
+                                mechanism: r.mechanism.to_string(),
                                 sigma: r.sigma,
                                 sensitivity: r.sensitivity,
                                 rho: r.rho,

@@ -40,7 +40,7 @@
 //! MAC cannot tell an old state from a current one.)
 
 use crate::durable::{Access, sync_dir, write_atomic};
-use dpcotrain_cotrain::answer::Receipt;
+use dpcotrain_cotrain::Receipt;
 use dpcotrain_cotrain::state::{PartyState, StateDelta};
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;

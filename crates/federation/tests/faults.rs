@@ -8,15 +8,15 @@
 
 mod common;
 
+use dpcotrain_cotrain::CombinerKind;
 use dpcotrain_cotrain::CotrainError;
-use dpcotrain_cotrain::answer::Uncertainty;
-use dpcotrain_cotrain::combiner::CombinerKind;
+use dpcotrain_cotrain::Uncertainty;
 use dpcotrain_cotrain::driver::{build_parties, evaluate, query_turn};
-use dpcotrain_cotrain::party::{DpConfig, Party};
-use dpcotrain_cotrain::simulate::{SimConfig, simulate};
+use dpcotrain_cotrain::{DpConfig, Party};
+use dpcotrain_cotrain::{SimConfig, simulate};
 use dpcotrain_federation::store::{StateStore, witnessed};
 use dpcotrain_federation::{GrpcPeer, NodeService, Retry};
-use dpcotrain_privacy::sensitivity::LabelRange;
+use dpcotrain_privacy::LabelRange;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -6,11 +6,11 @@
 mod common;
 
 use bytes::{Buf, BufMut};
-use dpcotrain_cotrain::answer::Uncertainty;
-use dpcotrain_cotrain::combiner::CombinerKind;
-use dpcotrain_cotrain::driver::build_parties;
-use dpcotrain_cotrain::party::{DpConfig, Party};
-use dpcotrain_cotrain::simulate::{SimConfig, simulate};
+use dpcotrain_cotrain::CombinerKind;
+use dpcotrain_cotrain::Uncertainty;
+use dpcotrain_cotrain::build_parties;
+use dpcotrain_cotrain::{DpConfig, Party};
+use dpcotrain_cotrain::{SimConfig, simulate};
 use dpcotrain_federation::pb::node_client::NodeClient;
 use dpcotrain_federation::{Agreement, MAX_REQUESTERS, pb};
 use std::sync::{Arc, Mutex};

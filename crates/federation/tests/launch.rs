@@ -2,8 +2,8 @@
 //! ledger, and a second launch from the same config resumes the saved state; a bad config is a
 //! typed error naming the file and field.
 
-use dpcotrain_cotrain::simulate::{SimConfig, simulate};
 use dpcotrain_cotrain::table::write_csv;
+use dpcotrain_cotrain::{SimConfig, simulate};
 use dpcotrain_federation::config::{ConfigError, DataConfig, PartyConfig, PeerConfig, load, to_toml};
 use dpcotrain_federation::launch::{LaunchError, launch};
 use dpcotrain_federation::pb::node_client::NodeClient;

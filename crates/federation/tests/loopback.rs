@@ -4,14 +4,14 @@
 
 mod common;
 
-use dpcotrain_cotrain::answer::Uncertainty;
-use dpcotrain_cotrain::combiner::CombinerKind;
+use dpcotrain_cotrain::CombinerKind;
+use dpcotrain_cotrain::Uncertainty;
 use dpcotrain_cotrain::driver::{build_parties, evaluate, query_turn, run_in_process};
-use dpcotrain_cotrain::party::{DpConfig, Party, ReleasePolicy};
-use dpcotrain_cotrain::simulate::{SimConfig, simulate};
+use dpcotrain_cotrain::{DpConfig, Party, ReleasePolicy};
+use dpcotrain_cotrain::{SimConfig, simulate};
 use dpcotrain_federation::pb::node_client::NodeClient;
 use dpcotrain_federation::{Agreement, GrpcPeer, PeerOptions, Retry, pb};
-use dpcotrain_privacy::sensitivity::LabelRange;
+use dpcotrain_privacy::LabelRange;
 use std::sync::{Arc, Mutex};
 
 const FED: &str = "fed-test";
@@ -288,8 +288,8 @@ async fn a_flood_of_concurrent_predicts_never_overspends() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_peer_fails_clearly_after_a_bounded_time() {
-    use dpcotrain_cotrain::answer::PredictRequest;
-    use dpcotrain_cotrain::peer::Peer;
+    use dpcotrain_cotrain::Peer;
+    use dpcotrain_cotrain::PredictRequest;
     // A port nobody listens on.
     let addr = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -333,7 +333,7 @@ async fn an_unreachable_peer_fails_clearly_after_a_bounded_time() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn theta_vote_over_grpc_equals_in_process_and_status_shows_its_charge() {
     use dpcotrain_cotrain::party::THETA_SELECTION_ID;
-    use dpcotrain_cotrain::release_model::{PublicTheta, ThetaPolicy};
+    use dpcotrain_cotrain::{PublicTheta, ThetaPolicy};
     let build = || {
         let sc = simulate(&SimConfig { r: 0.9, n_obs: 80, n_pool: 120, n_test: 100, seed: 4, ..SimConfig::default() })
             .unwrap();

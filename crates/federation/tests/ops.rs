@@ -3,14 +3,14 @@
 
 mod common;
 
-use dpcotrain_cotrain::answer::Uncertainty;
-use dpcotrain_cotrain::combiner::CombinerKind;
-use dpcotrain_cotrain::driver::build_parties;
-use dpcotrain_cotrain::party::{DpConfig, Party};
-use dpcotrain_cotrain::simulate::{SimConfig, simulate};
+use dpcotrain_cotrain::CombinerKind;
+use dpcotrain_cotrain::Uncertainty;
+use dpcotrain_cotrain::build_parties;
+use dpcotrain_cotrain::{DpConfig, Party};
+use dpcotrain_cotrain::{SimConfig, simulate};
 use dpcotrain_federation::pb::node_client::NodeClient;
 use dpcotrain_federation::{Agreement, NodeService, pb};
-use dpcotrain_privacy::sensitivity::LabelRange;
+use dpcotrain_privacy::LabelRange;
 use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic_health::pb::health_check_response::ServingStatus;

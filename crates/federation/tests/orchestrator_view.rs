@@ -5,14 +5,14 @@
 
 mod common;
 
-use dpcotrain_cotrain::answer::Uncertainty;
-use dpcotrain_cotrain::combiner::CombinerKind;
-use dpcotrain_cotrain::driver::build_parties;
-use dpcotrain_cotrain::party::DpConfig;
-use dpcotrain_cotrain::simulate::{SimConfig, simulate};
+use dpcotrain_cotrain::CombinerKind;
+use dpcotrain_cotrain::DpConfig;
+use dpcotrain_cotrain::Uncertainty;
+use dpcotrain_cotrain::build_parties;
+use dpcotrain_cotrain::{SimConfig, simulate};
 use dpcotrain_federation::pb::node_client::NodeClient;
 use dpcotrain_federation::{NodeService, Retry, pb};
-use dpcotrain_privacy::sensitivity::LabelRange;
+use dpcotrain_privacy::LabelRange;
 use prost::Message;
 
 const FED: &str = "fed-view";

@@ -2,11 +2,11 @@
 //! node's configuration get through, each only in its own name; the orchestrator may drive
 //! rounds but not ask for predictions; unauthenticated callers are refused.
 
-use dpcotrain_cotrain::answer::Uncertainty;
-use dpcotrain_cotrain::combiner::CombinerKind;
-use dpcotrain_cotrain::driver::build_parties;
-use dpcotrain_cotrain::party::{DpConfig, Party};
-use dpcotrain_cotrain::simulate::{SimConfig, simulate};
+use dpcotrain_cotrain::CombinerKind;
+use dpcotrain_cotrain::Uncertainty;
+use dpcotrain_cotrain::build_parties;
+use dpcotrain_cotrain::{DpConfig, Party};
+use dpcotrain_cotrain::{SimConfig, simulate};
 use dpcotrain_federation::auth::{Auth, ORCHESTRATOR, request};
 use dpcotrain_federation::pb::node_client::NodeClient;
 use dpcotrain_federation::peer::channel;

@@ -2,11 +2,11 @@
 
 mod common;
 
-use dpcotrain_cotrain::answer::{Answer, Uncertainty};
-use dpcotrain_cotrain::combiner::{AnswerGuard, CombinerKind};
-use dpcotrain_cotrain::driver::build_parties;
-use dpcotrain_cotrain::party::{DpConfig, Party};
-use dpcotrain_cotrain::simulate::{SimConfig, simulate};
+use dpcotrain_cotrain::build_parties;
+use dpcotrain_cotrain::{Answer, Uncertainty};
+use dpcotrain_cotrain::{AnswerGuard, CombinerKind};
+use dpcotrain_cotrain::{DpConfig, Party};
+use dpcotrain_cotrain::{SimConfig, simulate};
 use dpcotrain_federation::pb;
 use dpcotrain_federation::pb::node_client::NodeClient;
 use std::sync::{Arc, Mutex};

@@ -11,6 +11,7 @@
 
 use crate::PrivacyError;
 use crate::gaussian::{gdp_epsilon, gdp_mu_for};
+use crate::spend::Spend;
 use serde::{Deserialize, Serialize};
 
 /// Relative slack when comparing spent ρ with the budget.
@@ -25,7 +26,8 @@ pub struct Release {
     pub sigma: f64,
     /// ρ = Δ²/(2σ²).
     pub rho: f64,
-    pub mechanism: String,
+    /// What was released (stored as its text label).
+    pub mechanism: Spend,
     /// False when σ came from the thesis reproduction mode (no formal guarantee).
     pub guaranteed: bool,
 }
@@ -156,7 +158,7 @@ impl Ledger {
         id: &str,
         sensitivity: f64,
         sigma: f64,
-        mechanism: &str,
+        mechanism: &Spend,
         guaranteed: bool,
     ) -> Result<Charge, PrivacyError> {
         if self.find(id).is_some() {
@@ -174,7 +176,7 @@ impl Ledger {
             sensitivity,
             sigma,
             rho,
-            mechanism: mechanism.to_string(),
+            mechanism: mechanism.clone(),
             guaranteed,
         });
         Ok(Charge::New)
@@ -197,7 +199,7 @@ impl Ledger {
             sensitivity: 1.0,
             sigma,
             rho: rho_of(1.0, sigma),
-            mechanism: "spend restored from a receipt".into(),
+            mechanism: Spend::Restored,
             guaranteed: true,
         });
         Ok(Charge::New)
@@ -207,6 +209,19 @@ impl Ledger {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const ANALYTIC: Spend = Spend::Rkhs { calibrator: crate::spend::Calibrator::Analytic };
+
+    #[test]
+    fn a_ledger_written_with_text_labels_loads_typed_and_writes_the_same_text() {
+        let text = r#"{"epsilon":1.0,"delta":0.00001,"rho_budget":0.01,"releases":[{"id":"theta-selection","sensitivity":1.4142135623730951,"sigma":20.0,"rho":0.0025,"mechanism":"gaussian vote θ-selection","guaranteed":true},{"id":"q1","sensitivity":0.5,"sigma":5.0,"rho":0.005,"mechanism":"analytic finite+cap(auto)+rank(auto) θ=select","guaranteed":true}]}"#;
+        let l: Ledger = serde_json::from_str(text).unwrap();
+        assert_eq!(l.releases[0].mechanism, Spend::ThetaVote);
+        assert!(matches!(l.releases[1].mechanism, Spend::Finite { theta: crate::spend::ThetaSource::Select, .. }));
+        assert_eq!(serde_json::to_string(&l).unwrap(), text);
+        let unknown = text.replace("gaussian vote", "laplace vote");
+        assert!(serde_json::from_str::<Ledger>(&unknown).unwrap_err().to_string().contains("laplace vote"));
+    }
 
     #[test]
     fn conversions_match_the_notes_table() {
@@ -232,17 +247,17 @@ mod tests {
         // Ten releases of exactly a tenth of the budget are all accepted...
         let sigma = (10.0 / (2.0 * l.rho_budget)).sqrt(); // ρ = 1/(2σ²) = budget/10 with Δ = 1
         for i in 0..10 {
-            assert_eq!(l.charge(&format!("q{i}"), 1.0, sigma, "analytic", true).unwrap(), Charge::New);
+            assert_eq!(l.charge(&format!("q{i}"), 1.0, sigma, &ANALYTIC, true).unwrap(), Charge::New);
         }
         assert!((l.epsilon_spent() - 1.0).abs() < 1e-6, "{}", l.epsilon_spent());
         // ...and the eleventh is refused, leaving the ledger unchanged.
-        let err = l.charge("q10", 1.0, sigma, "analytic", true).unwrap_err();
+        let err = l.charge("q10", 1.0, sigma, &ANALYTIC, true).unwrap_err();
         assert!(matches!(err, PrivacyError::BudgetExceeded(_)));
         assert_eq!(l.releases.len(), 10);
         // A retry of a recorded id spends nothing, even with the budget exhausted.
-        assert_eq!(l.charge("q3", 1.0, sigma, "analytic", true).unwrap(), Charge::Replayed);
+        assert_eq!(l.charge("q3", 1.0, sigma, &ANALYTIC, true).unwrap(), Charge::Replayed);
         assert_eq!(l.releases.len(), 10);
-        assert!(l.charge("bad", 1.0, 0.0, "analytic", true).is_err());
+        assert!(l.charge("bad", 1.0, 0.0, &ANALYTIC, true).is_err());
         assert!(Ledger::new(0.0, 1e-5).is_err());
     }
 
@@ -250,9 +265,9 @@ mod tests {
     fn single_release_at_the_analytic_sigma_costs_the_whole_budget() {
         let c = crate::calibrate::calibrate(crate::calibrate::Mechanism::Analytic, 1.0, 1e-5, 2.0).unwrap();
         let mut l = Ledger::new(1.0, 1e-5).unwrap();
-        l.charge("a", 2.0, c.sigma, "analytic", true).unwrap();
+        l.charge("a", 2.0, c.sigma, &ANALYTIC, true).unwrap();
         assert!(l.epsilon_spent() <= 1.0 + 1e-9);
         assert!(l.epsilon_spent() > 0.999);
-        assert!(l.charge("b", 2.0, 1e3, "analytic", true).is_err());
+        assert!(l.charge("b", 2.0, 1e3, &ANALYTIC, true).is_err());
     }
 }

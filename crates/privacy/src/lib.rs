@@ -24,6 +24,17 @@ pub mod low_rank;
 pub mod noise;
 pub mod select;
 pub mod sensitivity;
+pub mod spend;
+
+// The crate's API, curated: what the layers above build on. The mechanisms' internals stay
+// reachable through their modules.
+pub use accountant::{Charge, Ledger, Release};
+pub use calibrate::{Calibration, Mechanism, calibrate};
+pub use finite::{CapRule, FiniteRelease};
+pub use low_rank::RankRule;
+pub use noise::NoisePath;
+pub use sensitivity::{LabelRange, Sensitivity};
+pub use spend::{Calibrator, Spend, ThetaSource};
 
 /// A release refused before anything left: its cost does not fit the requester's budget.
 #[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]

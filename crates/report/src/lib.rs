@@ -8,3 +8,7 @@
 pub mod numbers;
 pub mod svg;
 pub mod thesis;
+
+// The crate's API, curated.
+pub use numbers::{minus, signed};
+pub use svg::{Figure, LineChart, Marker, Series};

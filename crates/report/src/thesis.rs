@@ -2,7 +2,7 @@
 //! against (Thomas 2017 Tables 4.3–4.14 and C.1–C.2; † marks cells reconstructed where the published table did not survive extraction: docs/decisions.md, "Reproduction anchors").
 //! Each value is (mean, sd); the CCPP tables are single runs (sd = NaN).
 
-use dpcotrain_cotrain::combiner::CombinerKind;
+use dpcotrain_cotrain::CombinerKind;
 
 /// (mean, sd, reconstructed)
 pub type Cell = (f64, f64, bool);

@@ -13,19 +13,19 @@
 
 use anyhow::Context as _;
 use clap::Args;
-use dpcotrain_cotrain::answer::{PredictRequest, Uncertainty};
+use dpcotrain_cotrain::CombinerKind;
+use dpcotrain_cotrain::Scenario;
 use dpcotrain_cotrain::ccpp::{CcppConfig, ccpp};
-use dpcotrain_cotrain::combiner::CombinerKind;
-use dpcotrain_cotrain::data::Scenario;
 use dpcotrain_cotrain::driver::{build_parties, default_kernel, query_turn, run_in_process};
-use dpcotrain_cotrain::party::{DpConfig, Party, ReleasePolicy};
-use dpcotrain_cotrain::simulate::{SimConfig, simulate};
+use dpcotrain_cotrain::{DpConfig, Party, ReleasePolicy};
+use dpcotrain_cotrain::{PredictRequest, Uncertainty};
+use dpcotrain_cotrain::{SimConfig, simulate};
 use dpcotrain_federation::auth::request;
 use dpcotrain_federation::pb::node_client::NodeClient;
 use dpcotrain_federation::store::StateStore;
 use dpcotrain_federation::tls::{NodeTls, ensure_dev_pki};
 use dpcotrain_federation::{Agreement, GrpcPeer, NodeService, PeerOptions, Retry, pb, serve};
-use dpcotrain_privacy::sensitivity::LabelRange;
+use dpcotrain_privacy::LabelRange;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};

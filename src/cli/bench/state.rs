@@ -14,14 +14,14 @@
 //! Reported per store: median and largest save time, bytes on disk at the end, bytes written.
 
 use clap::Args;
-use dpcotrain_cotrain::answer::{PredictRequest, Uncertainty};
-use dpcotrain_cotrain::combiner::CombinerKind;
-use dpcotrain_cotrain::driver::build_parties;
-use dpcotrain_cotrain::party::{DpConfig, ReleasePolicy};
-use dpcotrain_cotrain::simulate::{SimConfig, simulate};
-use dpcotrain_cotrain::state::PartyState;
+use dpcotrain_cotrain::CombinerKind;
+use dpcotrain_cotrain::PartyState;
+use dpcotrain_cotrain::build_parties;
+use dpcotrain_cotrain::{DpConfig, ReleasePolicy};
+use dpcotrain_cotrain::{PredictRequest, Uncertainty};
+use dpcotrain_cotrain::{SimConfig, simulate};
 use dpcotrain_federation::store::StateStore;
-use dpcotrain_privacy::sensitivity::LabelRange;
+use dpcotrain_privacy::LabelRange;
 use serde_json::json;
 use std::path::Path;
 use std::time::Instant;

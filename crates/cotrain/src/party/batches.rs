@@ -8,7 +8,7 @@ impl Party {
     /// (capped) posterior, charged once; indices released before are post-processing.
     pub(super) fn answer_batches(&mut self, req: &PredictRequest) -> Result<Answer, CotrainError> {
         self.ledger_for(&req.requester)?;
-        let mechanism = self.mechanism_name();
+        let mechanism = self.spend();
         let guaranteed = self.guaranteed();
         let mut st = self.requesters.get(&req.requester).cloned().unwrap_or_default();
         let new_idx: Vec<usize> = req.indices.iter().copied().filter(|i| !st.released.contains_key(i)).collect();

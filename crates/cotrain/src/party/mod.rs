@@ -32,11 +32,12 @@ use crate::{CotrainError, RequestError};
 pub const THETA_SELECTION_ID: &str = "theta-selection";
 use dpcotrain_gp::NoiseVariance;
 use dpcotrain_gp::kernels::Kernel;
+use dpcotrain_privacy::FiniteRelease;
+use dpcotrain_privacy::RankRule;
 use dpcotrain_privacy::accountant::{Charge, Ledger, rho_of};
-use dpcotrain_privacy::finite::FiniteRelease;
-use dpcotrain_privacy::low_rank::RankRule;
 use dpcotrain_privacy::noise::{NoisePath, iid_standard_normal};
 use dpcotrain_privacy::sensitivity::{LabelRange, from_influence};
+use dpcotrain_privacy::{Calibrator, Spend};
 use nalgebra::{DMatrix, DVector};
 use std::collections::HashMap;
 
@@ -769,13 +770,7 @@ impl Party {
         {
             let mut ledger = Ledger::new(*budget_epsilon, *delta)?;
             if let Some(sel) = &self.theta_selection {
-                ledger.charge(
-                    THETA_SELECTION_ID,
-                    sel.sensitivity,
-                    sel.sigma,
-                    "gaussian vote θ-selection",
-                    guaranteed,
-                )?;
+                ledger.charge(THETA_SELECTION_ID, sel.sensitivity, sel.sigma, &Spend::ThetaVote, guaranteed)?;
             }
             st.ledger = Some(ledger);
         }
@@ -795,13 +790,17 @@ impl Party {
             && matches!(self.dp.queries, QueryPolicy::Public { .. })
     }
 
-    fn mechanism_name(&self) -> String {
+    /// What a release of this party is, as its ledger records it.
+    fn spend(&self) -> Spend {
         match &self.dp.mode {
-            DpMode::Off => "none".into(),
-            DpMode::Thesis { .. } => "thesis".into(),
-            DpMode::Calibrated { mechanism, .. } => match &self.dp.release {
-                ReleaseForm::Rkhs => mechanism.name().into(),
-                form => format!("{} {} θ={}", mechanism.name(), form.name(), self.dp.theta.name()),
+            DpMode::Off => Spend::None,
+            DpMode::Thesis { .. } => Spend::Thesis,
+            DpMode::Calibrated { mechanism, .. } => match (&self.dp.release, Calibrator::from(*mechanism)) {
+                (ReleaseForm::Rkhs, Calibrator::Thesis) => Spend::Thesis,
+                (ReleaseForm::Rkhs, calibrator) => Spend::Rkhs { calibrator },
+                (ReleaseForm::Finite { cap, rank }, calibrator) => {
+                    Spend::Finite { calibrator, cap: cap.clone(), rank: rank.clone(), theta: self.dp.theta.source() }
+                }
             },
         }
     }

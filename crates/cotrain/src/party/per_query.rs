@@ -52,7 +52,7 @@ impl Party {
         };
         let pos = |i: usize| answered.iter().position(|&a| a == i).expect("answered");
         // Noise scale and charge for a new mean function.
-        let mechanism = self.mechanism_name();
+        let mechanism = self.spend();
         let (sigma, sensitivity, guaranteed) = self.calibrate()?;
         let mut st = st;
         let mut charge = None;

@@ -69,7 +69,7 @@ impl Party {
     pub(super) fn answer_release_once(&mut self, req: &PredictRequest) -> Result<Answer, CotrainError> {
         self.ledger_for(&req.requester)?;
         let f = self.frozen.clone().ok_or_else(|| CotrainError::from(crate::Invariant::NoFrozenRelease))?;
-        let mechanism = self.mechanism_name();
+        let mechanism = self.spend();
         let guaranteed = self.guaranteed();
         let st = self.requesters.get_mut(&req.requester).expect("requester state");
         let mut charge = None;

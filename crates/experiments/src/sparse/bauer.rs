@@ -21,7 +21,7 @@ use dpcotrain_gp::inducing::random_subset;
 use dpcotrain_gp::kernels::Bounds;
 use dpcotrain_gp::train::{SgprStrategy, TrainOptions, train, train_sparse};
 use dpcotrain_gp::{ExactGp, JitterPolicy, NoiseModel, NoiseVariance, SparseGp, SparseKind};
-use dpcotrain_report::svg::{Figure, LineChart, Marker, Series};
+use dpcotrain_report::{Figure, LineChart, Marker, Series};
 use nalgebra::{DMatrix, DVector};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;

@@ -16,7 +16,7 @@ use clap::Args;
 use dpcotrain_gp::inducing::random_subset;
 use dpcotrain_gp::train::{SgprStrategy, TrainOptions, train, train_sparse};
 use dpcotrain_gp::{ExactGp, NoiseModel, NoiseVariance, SparseGp, SparseKind};
-use dpcotrain_report::svg::{Figure, LineChart, Marker, Series};
+use dpcotrain_report::{Figure, LineChart, Marker, Series};
 use nalgebra::{DMatrix, DVector};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;

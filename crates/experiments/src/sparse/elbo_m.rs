@@ -14,7 +14,7 @@ use dpcotrain_gp::kernels::{KernelInit, KernelSpec};
 use dpcotrain_gp::standardize::Standardizer;
 use dpcotrain_gp::train::{TrainOptions, train};
 use dpcotrain_gp::{ExactGp, NoiseModel};
-use dpcotrain_report::svg::{Figure, LineChart, Marker, Series};
+use dpcotrain_report::{Figure, LineChart, Marker, Series};
 use nalgebra::{DMatrix, DVector};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;

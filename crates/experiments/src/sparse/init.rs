@@ -13,7 +13,7 @@ use dpcotrain_gp::inducing::{greedy_variance, random_subset};
 use dpcotrain_gp::standardize::Standardizer;
 use dpcotrain_gp::train::{SgprStrategy, TrainOptions, train_sparse};
 use dpcotrain_gp::{NoiseModel, SparseGp, SparseKind};
-use dpcotrain_report::svg::{LineChart, Marker, Series};
+use dpcotrain_report::{LineChart, Marker, Series};
 use nalgebra::{DMatrix, DVector};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;

@@ -15,7 +15,7 @@ use dpcotrain_gp::kernels::{KernelInit, KernelSpec};
 use dpcotrain_gp::standardize::Standardizer;
 use dpcotrain_gp::train::{SgprStrategy, TrainOptions, TrainReport, train_sparse};
 use dpcotrain_gp::{NoiseModel, SparseGp, SparseKind};
-use dpcotrain_report::svg::{Figure, LineChart, Marker, Series};
+use dpcotrain_report::{Figure, LineChart, Marker, Series};
 use nalgebra::{DMatrix, DVector};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};

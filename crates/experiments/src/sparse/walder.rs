@@ -19,7 +19,7 @@ use dpcotrain_gp::inducing::kmeans;
 use dpcotrain_gp::standardize::Standardizer;
 use dpcotrain_gp::train::{SgprStrategy, TrainOptions, train, train_multiscale, train_sparse};
 use dpcotrain_gp::{ExactGp, InducingFeatures, NoiseModel, NoiseVariance, SparseGp, SparseKind};
-use dpcotrain_report::svg::{Figure, LineChart, Marker, Series};
+use dpcotrain_report::{Figure, LineChart, Marker, Series};
 use nalgebra::{DMatrix, DVector};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;

@@ -1,6 +1,6 @@
 //! Shared by the federation's integration tests.
 
-use dpcotrain_cotrain::party::Party;
+use dpcotrain_cotrain::Party;
 use dpcotrain_federation::{Agreement, GrpcPeer, NodeService, PeerOptions, Retry, serve};
 use std::sync::{Arc, Mutex};
 use tokio::net::TcpListener;
