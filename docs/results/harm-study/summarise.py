@@ -21,3 +21,16 @@ for d,k in keys:
         t=tot.setdefault(n,[0,0,0,0,0]); t[0]+=c['hurt_no_dp']; t[1]+=c['hurt']; t[2]+=c['runs']; t[3]+=c['alone']-c['no_dp']; t[4]+=c['alone']-c['dp']
     print()
 for n,t in tot.items(): print(f"{n:11} hurt noDP {t[0]}/{t[2]}  hurt DP {t[1]}/{t[2]}  sum gain noDP {t[3]:+.3f}  DP {t[4]:+.3f}")
+# Per party: the no-DP gain ± its SE and the share recovered ± its SE (cells written from
+# 2026-11-27 on carry share_se; earlier ones print the share alone).
+print()
+for d,k in keys:
+    for n in names:
+        c=rows.get((d,k,n))
+        if not c or 'per_party' not in c: continue
+        def one(p):
+            g=f"{p['party']} gain {p['gain']:+.4f} ± {p['gain_se']:.4f}"
+            if p['share'] is None: return g+" (no gain to recover)"
+            se=p.get('share_se')
+            return g+f" share {100*p['share']:.0f}%"+(f" ± {100*se:.0f}" if se is not None else "")
+        print(f"{d:22} {k:>4} {n:11} "+"; ".join(one(p) for p in c['per_party']))

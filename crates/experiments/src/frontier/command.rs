@@ -439,6 +439,11 @@ fn pct(v: f64) -> String {
     if v.is_finite() { format!("{:.0}%", 100.0 * v) } else { "–".into() }
 }
 
+/// A share with its standard error, "57% ± 10" ("–" where there is no share).
+fn pct_se(v: f64, se: f64) -> String {
+    if v.is_finite() && se.is_finite() { format!("{:.0}% ± {:.0}", 100.0 * v, 100.0 * se) } else { pct(v) }
+}
+
 /// Markdown: one table per data set × θ policy, rows n_obs × mechanism, columns ε.
 pub fn table(cells: &[FrontierCell]) -> String {
     let mut groups: BTreeMap<(String, String), Vec<&FrontierCell>> = BTreeMap::new();
@@ -451,7 +456,7 @@ pub fn table(cells: &[FrontierCell]) -> String {
         eps.sort_by(f64::total_cmp);
         eps.dedup();
         md += &format!(
-            "\n### {data}, θ {theta}\n\nEach cell: mean test RMSE over party-runs (share of the no-DP gain recovered, per party and then averaged over the parties with a gain beyond 2 SE, \"–\" where none has; then the party-runs it hurt: worse than alone by > 1% and > 2 paired SE). \"mean\" predicts the public mean.\n\n| n_obs | mechanism | mean | alone | no DP (hurt) |"
+            "\n### {data}, θ {theta}\n\nEach cell: mean test RMSE over party-runs (share of the no-DP gain recovered, per party and then averaged over the parties with a gain beyond 2 SE, ± its standard error, \"–\" where none has; then the party-runs it hurt: worse than alone by > 1% and > 2 paired SE). \"mean\" predicts the public mean.\n\n| n_obs | mechanism | mean | alone | no DP (hurt) |"
         );
         for e in &eps {
             md += &format!(" ε = {e} |");
@@ -471,7 +476,10 @@ pub fn table(cells: &[FrontierCell]) -> String {
             );
             for e in &eps {
                 match r.iter().find(|c| c.epsilon == *e) {
-                    Some(c) => md += &format!(" {:.3} ({}; {}/{}) |", c.dp, pct(c.recovered), c.hurt, c.runs),
+                    Some(c) => {
+                        md +=
+                            &format!(" {:.3} ({}; {}/{}) |", c.dp, pct_se(c.recovered, c.recovered_se), c.hurt, c.runs);
+                    }
                     None => md += " |",
                 }
             }
@@ -483,11 +491,11 @@ pub fn table(cells: &[FrontierCell]) -> String {
 
 fn write_report(dir: &Path, cfg: &FrontierConfig, cells: &[FrontierCell], secs: f64) -> anyhow::Result<()> {
     let mut csv = String::from(
-        "data,nobs,theta,mechanism,epsilon,runs,mean_baseline,alone,no_dp,dp,se_vs_alone,recovered,worse_than_alone,hurt,hurt_no_dp,failed\n",
+        "data,nobs,theta,mechanism,epsilon,runs,mean_baseline,alone,no_dp,dp,se_vs_alone,recovered,worse_than_alone,hurt,hurt_no_dp,failed,recovered_se\n",
     );
     for c in cells {
         csv += &format!(
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
             c.data,
             c.nobs,
             c.theta,
@@ -503,7 +511,8 @@ fn write_report(dir: &Path, cfg: &FrontierConfig, cells: &[FrontierCell], secs: 
             c.worse_than_alone,
             c.hurt,
             c.hurt_no_dp,
-            c.failed
+            c.failed,
+            c.recovered_se
         );
     }
     write_atomic(&dir.join("cells.csv"), &csv)?;

@@ -817,6 +817,11 @@ pub struct FrontierCell {
     /// The share of the no-DP gain recovered, per party then averaged over the parties that
     /// have a gain to recover ([`PartyShare`]); NaN when none has.
     pub recovered: f64,
+    /// Standard error of `recovered`: √(Σ share_se²)/m over the m parties averaged, treating
+    /// their estimates as independent (they share seeds, so this is a rough guide). Printed in
+    /// the tables; the journal carries each party's `share_se` instead.
+    #[serde(skip)]
+    pub recovered_se: f64,
     /// Each party's share (the cell's `recovered` averages the `Some`s).
     pub per_party: Vec<PartyShare>,
     /// dp/alone − 1 (positive: worse than private-only).
@@ -838,6 +843,25 @@ pub struct PartyShare {
     pub gain: f64,
     pub gain_se: f64,
     pub share: Option<f64>,
+    /// Standard error of `share` over seeds, by the delta method for a ratio of paired means:
+    /// √(Σᵢ (rᵢ − share·gᵢ)² / (k(k−1))) / |G|, rᵢ and gᵢ seed i's recovered part and gain
+    /// (Cochran 1977, §6.3). Where G is barely beyond two SE this is of the order of the share
+    /// itself: such a share says little either way.
+    pub share_se: Option<f64>,
+}
+
+/// The share R̄/Ḡ of paired per-seed recovered parts `r` and gains `g`, and its delta-method
+/// standard error; `None` unless Ḡ exceeds two standard errors of its mean.
+fn share_of(r: &[f64], g: &[f64]) -> (f64, f64, Option<(f64, f64)>) {
+    let (gain, gain_se) = mean_se(g);
+    let k = r.len() as f64;
+    let got = r.iter().sum::<f64>() / k;
+    let share = (gain_se.is_finite() && gain > 2.0 * gain_se).then(|| {
+        let ratio = got / gain;
+        let ss: f64 = r.iter().zip(g).map(|(ri, gi)| (ri - ratio * gi).powi(2)).sum();
+        (ratio, (ss / (k * (k - 1.0))).sqrt() / gain.abs())
+    });
+    (gain, gain_se, share)
 }
 
 /// Mean and standard error of the mean.
@@ -921,13 +945,19 @@ pub(crate) fn summarise(rows: &[FrontierRow]) -> Vec<FrontierCell> {
             .map(|p| {
                 let mine: Vec<&Run> = v.iter().filter(|t| t.party == *p).collect();
                 let gains: Vec<f64> = mine.iter().map(|t| t.alone - t.no_dp).collect();
-                let got = mine.iter().map(|t| t.alone - t.dp).sum::<f64>() / mine.len() as f64;
-                let (gain, gain_se) = mean_se(&gains);
-                let share = (gain_se.is_finite() && gain > 2.0 * gain_se).then(|| got / gain);
-                PartyShare { party: (*p).to_string(), gain, gain_se, share }
+                let got: Vec<f64> = mine.iter().map(|t| t.alone - t.dp).collect();
+                let (gain, gain_se, share) = share_of(&got, &gains);
+                PartyShare {
+                    party: (*p).to_string(),
+                    gain,
+                    gain_se,
+                    share: share.map(|s| s.0),
+                    share_se: share.map(|s| s.1),
+                }
             })
             .collect();
         let shares: Vec<f64> = per_party.iter().filter_map(|p| p.share).collect();
+        let share_var: f64 = per_party.iter().filter_map(|p| p.share_se).map(|se| se * se).sum();
         out.push(FrontierCell {
             data: key.0.clone(),
             nobs: key.1,
@@ -941,6 +971,7 @@ pub(crate) fn summarise(rows: &[FrontierRow]) -> Vec<FrontierCell> {
             dp: d,
             se_vs_alone: se,
             recovered: if shares.is_empty() { f64::NAN } else { shares.iter().sum::<f64>() / shares.len() as f64 },
+            recovered_se: if shares.is_empty() { f64::NAN } else { share_var.sqrt() / shares.len() as f64 },
             per_party,
             worse_than_alone: d / a - 1.0,
             hurt: v.iter().filter(|t| hurt(t.alone, t.dp, t.se_dp)).count(),
@@ -1070,8 +1101,13 @@ mod tests {
         let a = c.per_party.iter().find(|p| p.party == "A").unwrap();
         let b = c.per_party.iter().find(|p| p.party == "B").unwrap();
         assert!((a.share.unwrap() - 0.5).abs() < 1e-12, "{a:?}");
+        // rᵢ − ½gᵢ = −jitter/2 per seed: √(2·0.0005² + 2·0.001²)/√(4·3) / 0.2.
+        let expected_se = (2.0 * 0.0005f64.powi(2) + 2.0 * 0.001f64.powi(2)).sqrt() / 12f64.sqrt() / 0.2;
+        assert!((a.share_se.unwrap() - expected_se).abs() < 1e-9, "{a:?} against {expected_se}");
         assert_eq!(b.share, None, "B's no-DP change is within its noise: {b:?}");
+        assert_eq!(b.share_se, None);
         assert!((c.recovered - 0.5).abs() < 1e-12);
+        assert!((c.recovered_se - expected_se).abs() < 1e-9, "one party averaged: its own SE");
         assert_eq!((c.hurt, c.hurt_no_dp), (1, 2));
         assert!((c.mean_baseline - 1.0).abs() < 1e-12);
     }
