@@ -129,15 +129,16 @@ impl Svgp {
         }
 
         // ∂/∂A = (c/σ²)(m rᵀ + A − S A), S A = L_Λ⁻ᵀ B.
-        let mut sa = bq;
-        chol_q.solve_lt_in_place(&mut sa);
-        let mut g_a = (a - &sa) * (c / s2);
+        // In place: the product of (A − S A) and c/σ² in the storage of S A, entry for entry.
+        let mut g_a = bq;
+        chol_q.solve_lt_in_place(&mut g_a);
+        g_a.zip_apply(a, |sa, a| *sa = (a - *sa) * (c / s2));
         g_a.ger(c / s2, &mean, &r, 1.0);
         let g_kdiag = nalgebra::DVector::from_element(b, -c / (2.0 * s2));
         let g_log_s2 = c * (-0.5 * b as f64 + quad / (2.0 * s2));
 
         // Through A = L⁻¹K_uf.
-        let mut g_kuf = g_a.clone();
+        let mut g_kuf = g_a;
         chol_uu.solve_lt_in_place(&mut g_kuf);
         let l_bar = -matmul(g_kuf.as_view(), false, a.as_view(), true);
         let mut g_uu = chol_uu.backward(&l_bar);
