@@ -70,7 +70,8 @@ pub enum Spend {
     None,
     /// The thesis's reproduction mode: a prior-sample path with σ = multiplier·Δ, no guarantee.
     Thesis,
-    /// The RKHS release (Hall, Rinaldo & Wasserman 2013), σ set by `calibrator`.
+    /// The RKHS release (Hall, Rinaldo & Wasserman 2013), σ set by `calibrator`. One with the
+    /// thesis's multiplier is recorded as [`Spend::Thesis`] (the two read the same, `thesis`).
     Rkhs { calibrator: Calibrator },
     /// The finite release at the asked points (docs/honest-dp.md) with its cap and rank rules.
     Finite { calibrator: Calibrator, cap: CapRule, rank: RankRule, theta: ThetaSource },

@@ -17,7 +17,7 @@ use dpcotrain_federation::config::{PartyConfig, data_from_config, load};
 use dpcotrain_privacy::CapRule;
 use dpcotrain_privacy::LabelRange;
 use dpcotrain_privacy::RankRule;
-use dpcotrain_report::{LineChart, Marker, Series};
+use dpcotrain_report::{LineChart, Marker, Series, minus};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
@@ -435,13 +435,14 @@ pub fn run(a: FrontierArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A share in percent with the report's minus sign, "−4%" ("–" where there is no share).
 fn pct(v: f64) -> String {
-    if v.is_finite() { format!("{:.0}%", 100.0 * v) } else { "–".into() }
+    if v.is_finite() { format!("{}%", minus(100.0 * v, 0)) } else { "–".into() }
 }
 
 /// A share with its standard error, "57% ± 10" ("–" where there is no share).
 fn pct_se(v: f64, se: f64) -> String {
-    if v.is_finite() && se.is_finite() { format!("{:.0}% ± {:.0}", 100.0 * v, 100.0 * se) } else { pct(v) }
+    if v.is_finite() && se.is_finite() { format!("{} ± {}", pct(v), minus(100.0 * se, 0)) } else { pct(v) }
 }
 
 /// Markdown: one table per data set × θ policy, rows n_obs × mechanism, columns ε.
