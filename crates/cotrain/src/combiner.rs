@@ -273,6 +273,15 @@ pub struct CoModel {
     /// the distance is exactly `z` — kept, but weighted as the evidence allows (exact local
     /// model; None: off).
     pub answer_check_z: Option<f64>,
+    /// Decline a peer's DP answers when this party's own fitted noise sd is below `ratio` times
+    /// the answer's DP noise sd (root mean of its `noise_var`): a party whose own error is
+    /// already far below the release's noise gains nothing from it on average and is made worse
+    /// by the draw in about one run in three (docs/results.md, "The sixth pass"). Reads only
+    /// this party's own fit; a declined answer is counted in [`CoModel::declined_answers`] and
+    /// changes nothing else. None: off (the harm study's switch).
+    pub decline_noise_ratio: Option<f64>,
+    /// Answers declined by [`CoModel::decline_noise_ratio`] so far.
+    pub declined_answers: usize,
     /// Re-fits so far (replayed on restore, so the policy's choices repeat).
     refits: usize,
     /// The L-BFGS curvature the last re-fit's warm run and restart ended with: the next
@@ -504,6 +513,8 @@ impl CoModel {
             answer_var_scale: 1.0,
             answer_noise_grid: None,
             answer_check_z: None,
+            decline_noise_ratio: None,
+            declined_answers: 0,
             refits: 0,
             refit_curvature: Default::default(),
             refit_evaluations: 0,
@@ -691,6 +702,21 @@ impl CoModel {
                 peer: a.responder.clone(),
                 message: format!("index {bad} outside the pool"),
             });
+        }
+        if let (Some(ratio), Some(nv)) = (self.decline_noise_ratio, &a.noise_var)
+            && !nv.is_empty()
+        {
+            if let Some(&bad) = nv.iter().find(|n| !(n.is_finite() && **n >= 0.0)) {
+                return Err(CotrainError::Peer {
+                    peer: a.responder.clone(),
+                    message: format!("noise variance {bad} is invalid"),
+                });
+            }
+            let noise_sd = (nv.iter().sum::<f64>() / nv.len() as f64).sqrt();
+            if self.private_noise_variance().sqrt() < ratio * noise_sd {
+                self.declined_answers += 1;
+                return Ok(());
+            }
         }
         let pos = match self.blocks.iter().position(|b| b.peer == a.responder) {
             Some(p) => p,

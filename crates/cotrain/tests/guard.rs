@@ -203,3 +203,37 @@ fn a_shared_level_counts_once() {
     assert!(bias(&independent) > 0.4, "{}", bias(&independent));
     assert!(bias(&shared).abs() < 0.5 * bias(&independent), "{} {}", bias(&shared), bias(&independent));
 }
+
+/// The sixth pass's switch: a DP answer whose noise sd is far above this party's own fitted
+/// noise sd is declined (counted, nothing else changes); a precise one, an answer without DP
+/// noise, and every answer with the switch off are absorbed; a malformed noise variance is
+/// refused as the peer's fault.
+#[test]
+fn dp_answers_far_noisier_than_the_own_error_are_declined() {
+    let noisy = |sd: f64| {
+        let mut a = answer((0..30).step_by(3).collect(), 0.0);
+        a.noise_var = Some(vec![sd * sd; a.indices.len()]);
+        a
+    };
+    let mut m = model(AnswerGuard::Off);
+    let own_sd = m.private_noise_variance().sqrt();
+    assert!(own_sd < 0.5, "the private fit's noise sd is small: {own_sd}");
+    m.decline_noise_ratio = Some(0.5);
+    let (_, _, pool) = data();
+    let before = m.predict(&pool, false).unwrap().mean;
+    m.absorb(&noisy(4.0 * own_sd / 0.5)).unwrap();
+    assert_eq!((m.n_pseudo(), m.declined_answers), (0, 1));
+    assert_eq!(m.predict(&pool, false).unwrap().mean, before, "a declined answer changes nothing");
+    m.absorb(&noisy(0.25 * own_sd / 0.5)).unwrap();
+    assert_eq!((m.n_pseudo(), m.declined_answers), (10, 1), "an answer precise enough is used");
+    let mut m = model(AnswerGuard::Off);
+    m.decline_noise_ratio = Some(0.5);
+    m.absorb(&answer((0..30).step_by(3).collect(), 0.0)).unwrap();
+    assert_eq!((m.n_pseudo(), m.declined_answers), (10, 0), "no DP noise: nothing to decline");
+    let mut bad = noisy(1.0);
+    bad.noise_var.as_mut().unwrap()[2] = f64::NAN;
+    assert!(matches!(m.absorb(&bad), Err(dpcotrain_cotrain::CotrainError::Peer { .. })));
+    let mut m = model(AnswerGuard::Off);
+    m.absorb(&noisy(100.0)).unwrap();
+    assert_eq!((m.n_pseudo(), m.declined_answers), (10, 0), "switch off: every answer is absorbed");
+}

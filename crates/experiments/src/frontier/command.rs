@@ -97,6 +97,10 @@ pub struct FrontierArgs {
     /// weight): the harm study's tempering switch.
     #[arg(long, default_value_t = 1.0, value_name = "K")]
     pub answer_temper: f64,
+    /// Decline a peer's DP answers when the querier's own fitted noise sd is below R times the
+    /// answers' DP noise sd (0: off): the sixth pass's switch for a strong party.
+    #[arg(long, default_value_t = 0.0, value_name = "R")]
+    pub decline_ratio: f64,
     /// The public θ of the release model under --thetas public, as
     /// SIGNAL_VARIANCE,LENGTHSCALE,NOISE_VARIANCE (standardised scale; queries keep 1,1,0.1).
     #[arg(long, value_delimiter = ',', default_value = "1,1,0.1")]
@@ -224,6 +228,7 @@ fn config(a: &FrontierArgs) -> anyhow::Result<FrontierConfig> {
         answer_noise: a.answer_noise,
         answer_check: (a.answer_check > 0.0).then_some(a.answer_check),
         answer_temper: a.answer_temper,
+        decline_ratio: (a.decline_ratio > 0.0).then_some(a.decline_ratio),
         views,
         release_theta: match a.release_theta[..] {
             [signal_variance, lengthscale, noise_variance] => {
@@ -317,6 +322,9 @@ fn protocol_settings(cfg: &FrontierConfig) -> String {
     // them still resume.
     if cfg.answer_temper != 1.0 {
         v["answer_temper"] = cfg.answer_temper.into();
+    }
+    if let Some(r) = cfg.decline_ratio {
+        v["decline_ratio"] = r.into();
     }
     v.to_string()
 }

@@ -162,6 +162,9 @@ pub struct FrontierConfig {
     pub answer_check: Option<f64>,
     /// Factor on every answer's variance (`CoModel::answer_var_scale`; 1: as reported).
     pub answer_temper: f64,
+    /// Decline DP answers below this ratio of own noise sd to the answer's noise sd
+    /// (`CoModel::decline_noise_ratio`; None: off).
+    pub decline_ratio: Option<f64>,
     /// The user's own views for [`FrontierData::Views`] (every party's data as its node reads it).
     pub views: Option<Scenario>,
     /// The public θ of the release model under θ policy `public` (queries keep the default).
@@ -269,6 +272,7 @@ impl FrontierConfig {
             answer_noise: AnswerNoise::Discount(DEFAULT_ANSWER_DISCOUNT),
             answer_check: None,
             answer_temper: 1.0,
+            decline_ratio: None,
             views: None,
             release_theta: PublicTheta::default(),
         }
@@ -674,6 +678,7 @@ fn configured_parties(
         p.model_mut().set_guard(cfg.guard)?;
         p.model_mut().refit_theta = cfg.refit_theta;
         p.model_mut().answer_check_z = cfg.answer_check;
+        p.model_mut().decline_noise_ratio = cfg.decline_ratio;
         p.model_mut().answer_var_scale = cfg.answer_temper;
         match cfg.answer_noise {
             AnswerNoise::Discount(d) => p.model_mut().set_answer_discount(d)?,

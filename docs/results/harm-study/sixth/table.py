@@ -3,8 +3,12 @@ import json, os
 here = os.path.dirname(os.path.abspath(__file__))
 def load(name):
     return [json.loads(l) for l in open(os.path.join(here, name + '.jsonl'))]
+def pct(x):
+    """A percentage with the report's minus sign (U+2212) and no sign on a rounded zero."""
+    v = round(100 * x)
+    return f"{'−' if v < 0 else ''}{abs(v)}"
 def shares(c):
-    return '; '.join('–' if p['share'] is None else f"{100*p['share']:.0f}% ± {100*p['share_se']:.0f}"
+    return '; '.join('–' if p['share'] is None else f"{pct(p['share'])}% ± {pct(p['share_se'])}"
                      for p in c['per_party'])
 names = ['default', 'queries10', 'queries15', 'queries50', 'queries100', 'range2', 'range1.5',
          'rank-full', 'rank-k3', 'rank-k10']
@@ -24,3 +28,23 @@ print('| data (n = 100) | ε | alone | no DP | DP | hurt | share per party |')
 print('|---|---|---|---|---|---|---|')
 for c in load('epsilons'):
     print(f"| {c['data']} | {c['epsilon']:g} | {c['alone']:.4f} | {c['no_dp']:.4f} | {c['dp']:.4f} | {c['hurt']}/{c['runs']} | {shares(c)} |")
+print()
+print('| data | n_obs | seeds | alone | no DP (hurt) | ε = 1 (hurt) | share per party |')
+print('|---|---|---|---|---|---|---|')
+for c in load('seeds40'):
+    print(f"| {c['data']} | {c['nobs']} | 0–39 | {c['alone']:.3f} | {c['no_dp']:.3f} ({c['hurt_no_dp']}/{c['runs']}) | {c['dp']:.3f} ({c['hurt']}/{c['runs']}) | {shares(c)} |")
+print()
+print('| CCPP masked, n = 100, seeds 0–39 | no DP (hurt) | ε = 1 (hurt) | share per party |')
+print('|---|---|---|---|')
+for n in ['base', 'temper3', 'own100', 'check2', 'refitown', 'loo', 'huge']:
+    c = load('ccpp40-' + n)[0]
+    print(f"| {n} | {c['no_dp']:.3f} ({c['hurt_no_dp']}/{c['runs']}) | {c['dp']:.3f} ({c['hurt']}/{c['runs']}) | {shares(c)} |")
+print()
+print('| decline ratio R | hurt, ε = 1 | mean DP gain | CCPP 100 | CCPP 400 | Bikeshare 100 | Wage 100 |')
+print('|---|---|---|---|---|---|---|')
+for r in ['0.25', '0.3', '0.4', '0.5']:
+    cs = {(c['data'], c['nobs']): c for c in load('decline-' + r)}
+    runs = sum(c['runs'] for c in cs.values())
+    gain = sum((c['alone'] - c['dp']) * c['runs'] for c in cs.values()) / runs
+    cols = [shares(cs[k]) for k in [('ccpp masked', 100), ('ccpp masked', 400), ('bikeshare masked', 100), ('wage masked', 100)]]
+    print(f"| {r} | {sum(c['hurt'] for c in cs.values())}/{runs} | {gain:+.4f} | " + ' | '.join(cols) + ' |')

@@ -3,7 +3,7 @@
 # UCI airfoil and concrete, two view splits each (contiguous halves; alternating columns), masked
 # and unmasked, n_obs 100 and 250, 20 seeds, ε = 1, the protocol and an extra answer variance of
 # 3 and 10 (VS="own:10 own:30" for the extra variance in units of the querier's own fitted noise
-# variance, D30). Run from the repository root with the release binary built; about 4 minutes on 2 cores.
+# variance, D30; VS="own:30+decline:0.4" adds the sixth pass's --decline-ratio 0.4). Run from the repository root with the release binary built; about 4 minutes on 2 cores.
 #   sh docs/results/harm-study/unseen/run.sh [OUT_DIR]   (default: a temporary directory)
 # SPECS ("DATA A_COLS B_COLS" separated by ";"; DATA a UCI name or a CSV path) and NOBS change the
 # data and the labelled rows (docs/results/harm-study/unseen400/run.sh).
@@ -29,8 +29,12 @@ for spec in $SPECS; do
         examples/two-party/party-$p.toml > $d/party-$p.toml
     done
     for V in ${VS:-reported 3 10}; do
+      # V = NOISE or NOISE+decline:R (the sixth pass's switch, --decline-ratio R).
+      noise=${V%%+decline:*}
+      extra=""
+      case $V in *+decline:*) extra="--decline-ratio ${V##*+decline:}" ;; esac
       $BIN experiment frontier --data views --views $d/party-a.toml,$d/party-b.toml --nobs $NOBS --seeds 20 \
-        --epsilons 1 --mechanisms finite+cap --thetas public --json --answer-noise $V 2>/dev/null \
+        --epsilons 1 --mechanisms finite+cap --thetas public --json --answer-noise $noise $extra 2>/dev/null \
         | sed "s/\"data\":\"views\"/\"data\":\"$name-v$i-$m\"/" >> $OUT/cells-$(echo $V | tr : -).jsonl
     done
   done
