@@ -703,15 +703,23 @@ impl CoModel {
                 message: format!("index {bad} outside the pool"),
             });
         }
+        if a.var.as_ref().is_some_and(|v| v.len() != a.indices.len())
+            || a.noise_var.as_ref().is_some_and(|v| v.len() != a.indices.len())
+        {
+            return Err(CotrainError::Peer {
+                peer: a.responder.clone(),
+                message: "answer variances do not match its indices".into(),
+            });
+        }
+        if let Some(&bad) = a.noise_var.iter().flatten().find(|n| !(n.is_finite() && **n >= 0.0)) {
+            return Err(CotrainError::Peer {
+                peer: a.responder.clone(),
+                message: format!("noise variance {bad} is invalid"),
+            });
+        }
         if let (Some(ratio), Some(nv)) = (self.decline_noise_ratio, &a.noise_var)
             && !nv.is_empty()
         {
-            if let Some(&bad) = nv.iter().find(|n| !(n.is_finite() && **n >= 0.0)) {
-                return Err(CotrainError::Peer {
-                    peer: a.responder.clone(),
-                    message: format!("noise variance {bad} is invalid"),
-                });
-            }
             let noise_sd = (nv.iter().sum::<f64>() / nv.len() as f64).sqrt();
             if self.private_noise_variance().sqrt() < ratio * noise_sd {
                 self.declined_answers += 1;
@@ -748,16 +756,7 @@ impl CoModel {
                 });
             }
             b.vars.push(v);
-            let nv = a.noise_var.as_ref().map(|n| n[k]);
-            if let Some(n) = nv
-                && !(n.is_finite() && n >= 0.0)
-            {
-                return Err(CotrainError::Peer {
-                    peer: a.responder.clone(),
-                    message: format!("noise variance {n} is invalid"),
-                });
-            }
-            b.noise_vars.push(nv);
+            b.noise_vars.push(a.noise_var.as_ref().map(|n| n[k]));
         }
         let q = b.indices.len();
         let check = |m: &Option<DMatrix<f64>>, what: &str| -> Result<Option<DMatrix<f64>>, CotrainError> {

@@ -233,6 +233,12 @@ fn dp_answers_far_noisier_than_the_own_error_are_declined() {
     let mut bad = noisy(1.0);
     bad.noise_var.as_mut().unwrap()[2] = f64::NAN;
     assert!(matches!(m.absorb(&bad), Err(dpcotrain_cotrain::CotrainError::Peer { .. })));
+    let mut short = noisy(1.0);
+    short.noise_var.as_mut().unwrap().pop();
+    assert!(
+        matches!(m.absorb(&short), Err(dpcotrain_cotrain::CotrainError::Peer { .. })),
+        "a length mismatch, not a panic"
+    );
     let mut m = model(AnswerGuard::Off);
     m.absorb(&noisy(100.0)).unwrap();
     assert_eq!((m.n_pseudo(), m.declined_answers), (10, 0), "switch off: every answer is absorbed");

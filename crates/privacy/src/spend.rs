@@ -63,8 +63,9 @@ impl ThetaSource {
     }
 }
 
-/// What one release (a ledger entry, or an answer's charge) was.
-#[derive(Debug, Clone, PartialEq)]
+/// What one release (a ledger entry, or an answer's charge) was. Serialised as its text label.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(into = "String", try_from = "String")]
 pub enum Spend {
     /// DP off: nothing calibrated, nothing charged.
     None,
@@ -181,19 +182,6 @@ impl TryFrom<String> for Spend {
     type Error = PrivacyError;
     fn try_from(s: String) -> Result<Self, PrivacyError> {
         s.parse()
-    }
-}
-
-impl serde::Serialize for Spend {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for Spend {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        s.parse().map_err(serde::de::Error::custom)
     }
 }
 
