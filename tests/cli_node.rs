@@ -177,6 +177,8 @@ fn two_party_example_runs_over_mutual_tls() {
         ("policy = \"batches\"", "policy = \"batches\"\npublic_theta = [1.0, -1.0, 0.1]", "privacy.public_theta"),
         ("policy = \"batches\"", "policy = \"per-query\"\nrelease = \"finite\"", "per-query"),
         ("uncertainty = \"marginal\"", "uncertainty = \"full\"\nanswers = \"likelihood\"", "model.answers"),
+        // The functional reading needs what the wire does not carry.
+        ("uncertainty = \"marginal\"", "uncertainty = \"marginal\"\nanswers = \"functionals\"", "wire protocol"),
         (
             "uncertainty = \"marginal\"",
             "uncertainty = \"marginal\"\nguard = \"sometimes\"",

@@ -72,6 +72,14 @@ pub struct ChargeInfo {
     pub new_release: bool,
 }
 
+/// The exact likelihood of one batch release (docs/honest-dp.md, "The release as k linear
+/// functionals"): the pool indices it covers, in release order, and w = Uᵀõ ~ N(L f(Q), R).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BatchLikelihood {
+    pub indices: Vec<usize>,
+    pub release: dpcotrain_privacy::ReleaseLikelihood,
+}
+
 /// What the responder releases.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Answer {
@@ -101,6 +109,12 @@ pub struct Answer {
     /// not include the noise).
     #[serde(default)]
     pub noise_var: Option<Vec<f64>>,
+    /// The exact likelihood of the finite release made for this answer (its new indices, one
+    /// batch), sent when the responder is asked to ([`crate::Party::set_send_likelihood`]): what the
+    /// functional reading of the answer needs ([`crate::combiner::AnswerForm::Functionals`]).
+    /// Label-free. In-process only for now: the wire protocol does not carry it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub likelihood: Option<BatchLikelihood>,
     /// The responder's receipt for this answer (nodes with a state store sign one; None
     /// in-process).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -135,6 +149,7 @@ impl Answer {
             charge: None,
             budget_rho_left: None,
             noise_var: None,
+            likelihood: None,
             receipt: None,
         }
     }

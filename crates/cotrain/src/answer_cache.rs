@@ -147,6 +147,7 @@ mod tests {
             charge: None,
             budget_rho_left: None,
             noise_var: None,
+            likelihood: None,
             receipt: None,
         }
     }

@@ -17,6 +17,7 @@ pub use crate::settings::{AnswerDiscount, AnswerGuard, CombinerKind};
 use dpcotrain_gp::exact::ExactPosterior;
 use dpcotrain_gp::inducing::greedy_variance;
 use dpcotrain_gp::kernels::Kernel;
+use dpcotrain_gp::linalg::{Cholesky, JitterPolicy};
 use dpcotrain_gp::optimize::Curvature;
 use dpcotrain_gp::sparse::SparsePosterior;
 use dpcotrain_gp::train::{SgprStrategy, TrainOptions, train, train_from, train_sparse};
@@ -38,24 +39,34 @@ pub enum AnswerForm {
     /// peer knows nothing then carries no weight. Needs the prior covariance and the noise
     /// variance; marginal uncertainty only.
     Likelihood,
+    /// The answer read as what the release is: k linear functionals of the latent values at
+    /// its points with correlated noise, w = Uᵀõ ~ N(L f(Q), R) (docs/honest-dp.md, "The release
+    /// as k linear functionals"; [`dpcotrain_privacy::ReleaseLikelihood`]). The view mismatch
+    /// is read as independent per point, f₂(Q) = f₁(Q) + δ with δ ~ N(0, τ² I) for τ² the
+    /// answer discount (D30), so the functionals' noise is R + τ² L Lᵀ. Needs each batch's
+    /// likelihood in its answer ([`crate::Party::set_send_likelihood`]; in-process only: the
+    /// wire protocol does not carry it) and an exact local model.
+    Functionals,
 }
 
-crate::named_enum!(AnswerForm, "answer reading", [Likelihood, Posterior]);
+crate::named_enum!(AnswerForm, "answer reading", [Likelihood, Posterior, Functionals]);
 
 impl AnswerForm {
     pub fn name(self) -> &'static str {
         match self {
             AnswerForm::Likelihood => "likelihood",
             AnswerForm::Posterior => "posterior",
+            AnswerForm::Functionals => "functionals",
         }
     }
 
     /// Whether this reading is defined for `kind` with `uncertainty` (the likelihood reading is
     /// for the noisy combiner with marginal uncertainty only).
     pub fn check(self, kind: CombinerKind, uncertainty: Uncertainty) -> Result<(), CotrainError> {
-        if self == AnswerForm::Likelihood && (kind != CombinerKind::Noisy || uncertainty != Uncertainty::Marginal) {
+        if self != AnswerForm::Posterior && (kind != CombinerKind::Noisy || uncertainty != Uncertainty::Marginal) {
             return Err(CotrainError::config(format!(
-                "the likelihood reading of answers is defined for the noisy combiner with marginal uncertainty, not {} + {}",
+                "the {} reading of answers is defined for the noisy combiner with marginal uncertainty, not {} + {}",
+                self.name(),
                 kind.name(),
                 uncertainty.name()
             )));
@@ -145,6 +156,8 @@ pub struct PeerBlock {
     pub cov: Option<DMatrix<f64>>,
     /// Latest prior covariance over `indices`.
     pub prior: Option<DMatrix<f64>>,
+    /// The exact likelihood of each batch release of this peer (functional reading).
+    pub likelihoods: Vec<crate::answer::BatchLikelihood>,
 }
 
 /// Whose data θ is fitted to after answers arrive.
@@ -537,9 +550,9 @@ impl CoModel {
                 self.kind.name()
             )));
         }
-        if self.uncertainty == Uncertainty::Full {
+        if self.uncertainty == Uncertainty::Full || self.answer_form == AnswerForm::Functionals {
             return Err(CotrainError::config(
-                "full uncertainty needs a dense noise block, which the sparse (VFE) local model does not support; use marginal",
+                "full uncertainty and the functional reading need a dense noise block, which the sparse (VFE) local model does not support; use marginal uncertainty and the likelihood reading",
             ));
         }
         if self.guard != AnswerGuard::Off {
@@ -737,6 +750,7 @@ impl CoModel {
                     noise_vars: vec![],
                     cov: None,
                     prior: None,
+                    likelihoods: Vec::new(),
                 });
                 self.blocks.len() - 1
             }
@@ -782,6 +796,26 @@ impl CoModel {
                     .into(),
             });
         }
+        if let Some(l) = &a.likelihood {
+            let fail = |m: String| CotrainError::Peer { peer: a.responder.clone(), message: m };
+            l.release.validate(l.indices.len()).map_err(|e| fail(e.to_string()))?;
+            if l.indices.iter().any(|i| !a.indices.contains(i))
+                || b.likelihoods.iter().any(|old| old.indices.iter().any(|i| l.indices.contains(i)))
+            {
+                return Err(fail(
+                    "the release likelihood covers indices outside this answer or released before".into(),
+                ));
+            }
+            b.likelihoods.push(l.clone());
+        }
+        if self.answer_form == AnswerForm::Functionals
+            && b.indices.iter().any(|i| !b.likelihoods.iter().any(|l| l.indices.contains(i)))
+        {
+            return Err(CotrainError::Peer {
+                peer: a.responder.clone(),
+                message: "the functional reading needs the release likelihood of every answered index".into(),
+            });
+        }
         if cov.is_some() {
             b.cov = cov;
         }
@@ -819,7 +853,16 @@ impl CoModel {
                     v_msg.push(v[k]);
                 }
             }
+            let functional = if self.answer_form == AnswerForm::Functionals {
+                let prior = self.kernel.diag(xq.rows(off, nb)).mean();
+                let (m, block) = functional_messages(b, self.answer_var_scale, self.answer_extra_var, prior)?;
+                mu.rows_mut(off, nb).copy_from(&m);
+                Some(block)
+            } else {
+                None
+            };
             let vb = match self.uncertainty {
+                _ if functional.is_some() => functional.unwrap_or_default(),
                 Uncertainty::None => DMatrix::zeros(nb, nb),
                 Uncertainty::Marginal if self.answer_form == AnswerForm::Likelihood => {
                     DMatrix::from_diagonal(&DVector::from_column_slice(&v_msg[off..off + nb]))
@@ -848,10 +891,12 @@ impl CoModel {
             off += nb;
         }
         self.psd_clipped += clipped;
-        if self.answer_var_scale != 1.0 {
+        // The functional messages carry the tempering and the discount already (in R).
+        let functional = self.answer_form == AnswerForm::Functionals;
+        if self.answer_var_scale != 1.0 && !functional {
             v *= self.answer_var_scale;
         }
-        if self.answer_extra_var > 0.0 {
+        if self.answer_extra_var > 0.0 && !functional {
             for i in 0..q {
                 v[(i, i)] += self.answer_extra_var;
             }
@@ -1027,6 +1072,11 @@ impl CoModel {
     /// marginal uncertainty only.
     pub fn set_answer_form(&mut self, form: AnswerForm) -> Result<(), CotrainError> {
         form.check(self.kind, self.uncertainty)?;
+        if form == AnswerForm::Functionals && self.is_sparse() {
+            return Err(CotrainError::config(
+                "the functional reading needs a dense noise block, which the sparse (VFE) local model does not support",
+            ));
+        }
         self.answer_form = form;
         self.version += 1;
         Ok(())
@@ -1119,6 +1169,9 @@ impl CoModel {
                 let noise = match self.uncertainty {
                     _ if q == 0 => NoiseModel::Homoscedastic(s),
                     Uncertainty::None => NoiseModel::Homoscedastic(s),
+                    _ if self.answer_form == AnswerForm::Functionals => {
+                        NoiseModel::Block { sigma2: s, rows: (n..n + q).collect(), block: v }
+                    }
                     Uncertainty::Marginal if self.answer_level_var > 0.0 && self.sparse_z.is_none() => {
                         NoiseModel::Block { sigma2: s, rows: (n..n + q).collect(), block: v }
                     }
@@ -1335,6 +1388,68 @@ impl CoModel {
         let kw = &k * &w;
         Ok(DVector::from_iterator(w.ncols(), (0..w.ncols()).map(|j| w.column(j).dot(&kw.column(j)).max(0.0).sqrt())))
     }
+}
+
+/// Relative precision floor of the functional messages: the q − k directions a release says
+/// nothing about get noise variance `FUNCTIONAL_FLOOR` × the querier's prior variance, i.e.
+/// weight ≈ 10⁻⁴ (a dense noise block of finite entries, so the exact GP path takes it as is).
+const FUNCTIONAL_FLOOR: f64 = 1e4;
+
+/// The functional messages of one peer's answers (see [`AnswerForm::Functionals`]): each batch's
+/// k observations w = Uᵀõ ~ N(L g, R') with R' = `scale`·R + τ² L Lᵀ, written as q
+/// pseudo-observations ỹ of g with a dense noise block N that carries the same information:
+/// N⁻¹ = Lᵀ R'⁻¹ L + I/(FUNCTIONAL_FLOOR·p) and ỹ = N Lᵀ R'⁻¹ w (the Gaussian in g that the
+/// functionals' likelihood is, up to the floor). Returned over the block's indices, in order;
+/// entries across batches are zero.
+fn functional_messages(
+    b: &PeerBlock,
+    scale: f64,
+    tau2: f64,
+    prior: f64,
+) -> Result<(DVector<f64>, DMatrix<f64>), CotrainError> {
+    let fail = |m: String| CotrainError::Peer { peer: b.peer.clone(), message: m };
+    let nb = b.indices.len();
+    let mut means = DVector::zeros(nb);
+    let mut block = DMatrix::zeros(nb, nb);
+    let mut covered = 0;
+    let floor = 1.0 / (FUNCTIONAL_FLOOR * prior.max(f64::MIN_POSITIVE));
+    for lik in &b.likelihoods {
+        let pos: Vec<usize> = lik
+            .indices
+            .iter()
+            .map(|i| b.indices.iter().position(|j| j == i))
+            .collect::<Option<_>>()
+            .ok_or_else(|| fail("the release likelihood names an index it did not answer".into()))?;
+        let r = &lik.release;
+        let released = DVector::from_iterator(pos.len(), pos.iter().map(|&p| b.means[p]));
+        let w = r.basis.transpose() * released;
+        let noise = &r.noise * scale + &r.map * r.map.transpose() * tau2;
+        let noise = (&noise + noise.transpose()) * 0.5;
+        let chol = Cholesky::factor(noise, "R (release functionals)", JitterPolicy::IF_NEEDED)
+            .map_err(|e| fail(format!("release likelihood: {e}")))?;
+        let a = chol.solve(&r.map); // R'⁻¹ L, k × q
+        let precision = r.map.transpose() * &a;
+        let mut precision = (&precision + precision.transpose()) * 0.5;
+        for d in 0..precision.nrows() {
+            precision[(d, d)] += floor;
+        }
+        let info = a.transpose() * w;
+        let pc = Cholesky::factor(precision, "Lᵀ R'⁻¹ L (release functionals)", JitterPolicy::IF_NEEDED)
+            .map_err(|e| fail(format!("release likelihood: {e}")))?;
+        let m = pc.solve_vec(&info);
+        let n = pc.inverse();
+        for (s, &ps) in pos.iter().enumerate() {
+            means[ps] = m[s];
+            for (t, &pt) in pos.iter().enumerate() {
+                block[(ps, pt)] = n[(s, t)];
+            }
+        }
+        covered += pos.len();
+    }
+    if covered != nb {
+        return Err(fail("the functional reading needs the release likelihood of every answered index".into()));
+    }
+    Ok((means, block))
 }
 
 /// The likelihood messages of one peer's answers (see [`AnswerForm::Likelihood`]): for each

@@ -135,6 +135,7 @@ fn answer(indices: Vec<usize>, means: Vec<f64>, vars: Vec<f64>, cov: DMatrix<f64
         charge: None,
         budget_rho_left: None,
         noise_var: None,
+        likelihood: None,
         receipt: None,
     }
 }

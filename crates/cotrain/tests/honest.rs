@@ -398,6 +398,7 @@ mod likelihood_reading {
             charge: None,
             budget_rho_left: None,
             noise_var: Some(vec![noise_var]),
+            likelihood: None,
             receipt: None,
         }
     }
@@ -479,6 +480,162 @@ mod likelihood_reading {
         let mut a = answer(0.3, 0.5, 0.1, 1.0);
         a.noise_var = Some(vec![-1.0]);
         assert!(m.absorb(&a).is_err());
+    }
+}
+
+/// The functional reading (`AnswerForm::Functionals`): a release read as its k linear
+/// functionals w = Uᵀõ ~ N(L f(Q), R) (docs/honest-dp.md, "The release as k linear functionals").
+mod functional_reading {
+    use dpcotrain_cotrain::answer::{Answer, BatchLikelihood, Uncertainty};
+    use dpcotrain_cotrain::combiner::{AnswerForm, CoModel, CombinerKind};
+    use dpcotrain_gp::kernels::{Kernel, SquaredExponential};
+    use dpcotrain_privacy::finite::{FiniteRelease, HatModel, plan};
+    use dpcotrain_privacy::{CapRule, LabelRange, RankRule};
+    use nalgebra::{DMatrix, DVector};
+
+    /// The querier: four labelled rows in one dimension, three pool entities (its view).
+    fn querier(form: AnswerForm) -> CoModel {
+        let x = DMatrix::from_column_slice(4, 1, &[-1.0, -0.3, 0.4, 1.1]);
+        let y = DVector::from_vec(vec![-0.8, -0.2, 0.5, 0.9]);
+        let pool = DMatrix::from_column_slice(3, 1, &[2.5, 1.9, -2.2]);
+        let mut m = CoModel::new(
+            CombinerKind::Noisy,
+            Uncertainty::Marginal,
+            Box::new(SquaredExponential::isotropic(1.3, 0.9)),
+            dpcotrain_gp::NoiseVariance::new(0.05),
+            x,
+            y,
+            pool,
+        )
+        .unwrap();
+        m.set_answer_form(form).unwrap();
+        m
+    }
+
+    /// The responder's release at pool entities `idx` (its own view: other covariates), ε ≈ 1.
+    fn release(idx: &[usize], rank: RankRule) -> (FiniteRelease, BatchLikelihood, Vec<f64>) {
+        let kernel = SquaredExponential::isotropic(1.0, 1.0);
+        let x2 = DMatrix::from_fn(9, 1, |i, _| -2.0 + 0.55 * i as f64);
+        let y2 = DVector::from_fn(9, |i, _| (0.7 * i as f64 - 2.0).sin());
+        let pool2 = DMatrix::from_column_slice(3, 1, &[1.8, 1.2, -1.5]);
+        let xq = pool2.select_rows(idx.iter());
+        let s2 = DVector::from_element(9, 0.1);
+        let range = LabelRange::new(-3.0, 3.0).unwrap();
+        let rel = plan(&kernel, &x2, &s2, &xq, HatModel::Exact, range, 1.0, &CapRule::None, &rank).unwrap();
+        let z = DVector::from_fn(idx.len(), |i, _| 0.4 - 0.3 * i as f64);
+        let released = rel.release(&y2, Some(range), &z).unwrap();
+        let lik = BatchLikelihood { indices: idx.to_vec(), release: rel.likelihood(&kernel, &x2, &xq).unwrap() };
+        (rel, lik, released.iter().copied().collect())
+    }
+
+    fn answer(idx: &[usize], rel: &FiniteRelease, lik: Option<BatchLikelihood>, mean: Vec<f64>) -> Answer {
+        Answer {
+            responder: "B".into(),
+            indices: idx.to_vec(),
+            mean,
+            var: Some(rel.released_var().iter().copied().collect()),
+            answered: idx.to_vec(),
+            cov: None,
+            prior_cov: Some(rel.hat.prior.clone()),
+            model_version: 0,
+            charge: None,
+            budget_rho_left: None,
+            noise_var: Some(vec![rel.sigma * rel.sigma; idx.len()]),
+            likelihood: lik,
+            receipt: None,
+        }
+    }
+
+    fn grid() -> DMatrix<f64> {
+        DMatrix::from_column_slice(5, 1, &[-2.0, -0.5, 0.7, 2.0, 2.6])
+    }
+
+    /// At one point the release's exact likelihood is the point-by-point message: L = (p − v)/p
+    /// and R = v(p − v)/p + σ², so L⁻¹w = m·p/(p − v) with variance v·p/(p − v) + σ²(p/(p − v))²
+    /// (the likelihood reading). The two readings agree up to the functional reading's
+    /// precision floor (a relative 10⁻⁴).
+    #[test]
+    fn at_one_point_it_is_the_likelihood_reading() {
+        let (rel, lik, mean) = release(&[0], RankRule::Full);
+        assert!(rel.sigma > 0.1, "a DP release: σ = {}", rel.sigma);
+        let mut alone = querier(AnswerForm::Functionals);
+        let before = alone.predict(&grid(), false).unwrap().mean;
+        let mut point = querier(AnswerForm::Likelihood);
+        point.absorb(&answer(&[0], &rel, None, mean.clone())).unwrap();
+        let mut functional = querier(AnswerForm::Functionals);
+        functional.absorb(&answer(&[0], &rel, Some(lik), mean)).unwrap();
+        let (a, b) = (point.predict(&grid(), false).unwrap().mean, functional.predict(&grid(), false).unwrap().mean);
+        let moved = (&a - &before).abs().max();
+        assert!(moved > 0.02, "the answer moves the querier: {moved}");
+        assert!((&a - &b).abs().max() < 1e-3 * moved, "{a} vs {b}");
+    }
+
+    /// A rank-2 release at three entities, read by the functional reading, predicts as the
+    /// querier's GP conditioned by hand on its rows and on w = L h + e, e ~ N(0, R), where
+    /// h = f₁(Q) + ε₁ (an answer stands for a label at the entity, noise included, as every
+    /// reading of the noisy combiner has it): the joint Gaussian of (y₁, w) formed directly.
+    #[test]
+    fn a_low_rank_release_conditions_on_its_k_functionals() {
+        let idx = [0, 1, 2];
+        let (rel, lik, mean) = release(&idx, RankRule::Fixed { k: 2 });
+        assert_eq!(lik.release.basis.ncols(), 2);
+        let mut m = querier(AnswerForm::Functionals);
+        let before = m.predict(&grid(), false).unwrap().mean;
+        m.absorb(&answer(&idx, &rel, Some(lik.clone()), mean.clone())).unwrap();
+        let got = m.predict(&grid(), false).unwrap().mean;
+        // By hand.
+        let k1 = SquaredExponential::isotropic(1.3, 0.9);
+        let x1 = DMatrix::from_column_slice(4, 1, &[-1.0, -0.3, 0.4, 1.1]);
+        let y1 = DVector::from_vec(vec![-0.8, -0.2, 0.5, 0.9]);
+        let q1 = DMatrix::from_column_slice(3, 1, &[2.5, 1.9, -2.2]);
+        let (l, r) = (&lik.release.map, &lik.release.noise);
+        let w = lik.release.basis.transpose() * DVector::from_vec(mean);
+        let s2 = 0.05;
+        let k11 = k1.k(x1.as_view(), x1.as_view()) + DMatrix::identity(4, 4) * s2;
+        let k1q = k1.k(x1.as_view(), q1.as_view());
+        let kqq = k1.k(q1.as_view(), q1.as_view()) + DMatrix::identity(3, 3) * s2;
+        let mut joint = DMatrix::zeros(6, 6);
+        joint.view_mut((0, 0), (4, 4)).copy_from(&k11);
+        joint.view_mut((0, 4), (4, 2)).copy_from(&(&k1q * l.transpose()));
+        joint.view_mut((4, 0), (2, 4)).copy_from(&(l * k1q.transpose()));
+        joint.view_mut((4, 4), (2, 2)).copy_from(&(l * &kqq * l.transpose() + r));
+        let mut obs = DVector::zeros(6);
+        obs.rows_mut(0, 4).copy_from(&y1);
+        obs.rows_mut(4, 2).copy_from(&w);
+        let ks1 = k1.k(grid().as_view(), x1.as_view());
+        let ksq = k1.k(grid().as_view(), q1.as_view()) * l.transpose();
+        let mut cross = DMatrix::zeros(5, 6);
+        cross.view_mut((0, 0), (5, 4)).copy_from(&ks1);
+        cross.view_mut((0, 4), (5, 2)).copy_from(&ksq);
+        let want = cross * joint.cholesky().unwrap().solve(&obs);
+        let moved = (&want - &before).abs().max();
+        assert!(moved > 0.02, "the answer moves the querier: {moved}");
+        assert!((&got - &want).abs().max() < 1e-3 * moved, "{got} vs {want}");
+    }
+
+    #[test]
+    fn answers_without_a_well_formed_likelihood_are_refused() {
+        let idx = [0, 1, 2];
+        let (rel, lik, mean) = release(&idx, RankRule::Fixed { k: 2 });
+        let mut m = querier(AnswerForm::Functionals);
+        let e = m.absorb(&answer(&idx, &rel, None, mean.clone())).unwrap_err().to_string();
+        assert!(e.contains("needs the release likelihood"), "{e}");
+        let mut bad = lik.clone();
+        bad.release.noise = DMatrix::identity(3, 3);
+        let e = m.absorb(&answer(&idx, &rel, Some(bad), mean.clone())).unwrap_err().to_string();
+        assert!(e.contains("do not fit"), "{e}");
+        let mut bad = lik.clone();
+        bad.indices = vec![0, 1, 7];
+        let e = m.absorb(&answer(&idx, &rel, Some(bad), mean.clone())).unwrap_err().to_string();
+        assert!(e.contains("outside this answer"), "{e}");
+        // Nothing was kept from the refused answers; the good one is read.
+        m.absorb(&answer(&idx, &rel, Some(lik), mean)).unwrap();
+        assert!(m.predict(&grid(), false).is_ok());
+        // The sparse local model has no dense noise block: refused by name.
+        let mut sparse = querier(AnswerForm::Likelihood);
+        sparse.use_sparse(2).unwrap();
+        let e = sparse.set_answer_form(AnswerForm::Functionals).unwrap_err().to_string();
+        assert!(e.contains("sparse"), "{e}");
     }
 }
 

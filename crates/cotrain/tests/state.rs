@@ -144,6 +144,7 @@ fn a_malformed_answer_is_refused_not_absorbed() {
         charge: None,
         budget_rho_left: None,
         noise_var: None,
+        likelihood: None,
         receipt: None,
     };
     let good = Answer { responder: "P2".into(), mean: vec![0.3], ..bad.clone() };

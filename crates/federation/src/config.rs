@@ -706,6 +706,12 @@ pub fn settings_from_config(cfg: &PartyConfig, path: &Path) -> Result<NodeSettin
         QuerySource::Adaptive => QueryPolicy::Adaptive,
     };
     let likelihood_ok = kind == CombinerKind::Noisy && unc == Uncertainty::Marginal;
+    if cfg.model.answers == Some(AnswerForm::Functionals) {
+        return Err(bad(
+            path,
+            "model.answers = \"functionals\" is an in-process reading (experiment frontier --answers functionals): the wire protocol does not carry the release likelihood it needs; use likelihood".into(),
+        ));
+    }
     let answers = cfg.model.answers.unwrap_or(if honest && likelihood_ok {
         AnswerForm::Likelihood
     } else {

@@ -180,6 +180,7 @@ pub fn answer_from_pb(r: pb::PredictResponse) -> Result<Answer, String> {
             .transpose()?,
         budget_rho_left: r.budget_rho_left,
         noise_var,
+        likelihood: None,
         receipt: r.receipt.as_ref().map(receipt_from_pb).transpose()?,
     })
 }
@@ -201,6 +202,7 @@ mod tests {
             charge: None,
             budget_rho_left: Some(0.01),
             noise_var: Some(vec![0.5, 0.5]),
+            likelihood: None,
             receipt: None,
         }
     }

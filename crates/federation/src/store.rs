@@ -810,6 +810,7 @@ mod tests {
                 charge: None,
                 budget_rho_left: None,
                 noise_var: None,
+                likelihood: None,
                 receipt: None,
             };
             s.answers.insert(id.clone(), a);

@@ -22,6 +22,7 @@ pub mod finite;
 pub mod gaussian;
 pub mod low_rank;
 pub mod noise;
+pub mod release_likelihood;
 pub mod select;
 pub mod sensitivity;
 pub mod spend;
@@ -33,6 +34,7 @@ pub use calibrate::{Calibration, Mechanism, calibrate};
 pub use finite::{CapRule, FiniteRelease};
 pub use low_rank::RankRule;
 pub use noise::NoisePath;
+pub use release_likelihood::ReleaseLikelihood;
 pub use sensitivity::{LabelRange, Sensitivity};
 pub use spend::{Calibrator, Spend, ThetaSource};
 

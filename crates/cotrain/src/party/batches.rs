@@ -13,6 +13,7 @@ impl Party {
         let mut st = self.requesters.get(&req.requester).cloned().unwrap_or_default();
         let new_idx: Vec<usize> = req.indices.iter().copied().filter(|i| !st.released.contains_key(i)).collect();
         let mut charge = None;
+        let mut likelihood = None;
         if !new_idx.is_empty() {
             let (plan, rm, range) = self.plan_finite(&new_idx, false)?;
             let k = st.batches.len();
@@ -38,6 +39,11 @@ impl Party {
                 DVector::zeros(new_idx.len())
             };
             let released = plan.release(&rm.y, range, &z)?;
+            if self.send_likelihood {
+                let xq = self.data.x_pool.select_rows(new_idx.iter());
+                let release = plan.likelihood(rm.kernel.as_ref(), &rm.x, &xq)?;
+                likelihood = Some(BatchLikelihood { indices: new_idx.clone(), release });
+            }
             for (t, &i) in new_idx.iter().enumerate() {
                 st.released.insert(i, released[t]);
                 st.answered.push(i);
@@ -94,6 +100,17 @@ impl Party {
             .collect();
         let base = answer_to(&self.name, req, &st);
         self.requesters.insert(req.requester.clone(), st);
-        Ok(Answer { mean, var, answered, cov, prior_cov, model_version: 0, charge, noise_var: Some(noise_var), ..base })
+        Ok(Answer {
+            mean,
+            var,
+            answered,
+            cov,
+            prior_cov,
+            model_version: 0,
+            charge,
+            noise_var: Some(noise_var),
+            likelihood,
+            ..base
+        })
     }
 }

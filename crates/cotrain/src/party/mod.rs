@@ -19,7 +19,7 @@ mod batches;
 mod per_query;
 mod release_once;
 
-use crate::answer::{Answer, ChargeInfo, PredictRequest, Uncertainty};
+use crate::answer::{Answer, BatchLikelihood, ChargeInfo, PredictRequest, Uncertainty};
 use crate::answer_cache::{self, AnswerCache};
 use crate::combiner::{CoModel, CombinerKind, LocalModel, SPARSE_THRESHOLD, SvgpTraining};
 use crate::data::PartyData;
@@ -144,6 +144,8 @@ pub struct Party {
     /// Under `blocky_theta = querier`: each requester's θ₁ (kernel log-parameters) at the time
     /// of asking, handed over by the in-process driver (the wire protocol does not carry it).
     requester_theta: HashMap<String, Vec<f64>>,
+    /// Whether a batch release also sends its exact likelihood ([`Party::set_send_likelihood`]).
+    send_likelihood: bool,
 }
 
 /// One querier turn as folded into the model: replaying these in order rebuilds the model
@@ -211,6 +213,7 @@ fn answer_to(responder: &str, req: &PredictRequest, st: &RequesterState) -> Answ
         charge: None,
         budget_rho_left: st.ledger.as_ref().map(|l| l.rho_remaining()),
         noise_var: None,
+        likelihood: None,
         receipt: None,
     }
 }
@@ -298,6 +301,7 @@ impl Party {
             theta_selection: None,
             peer_budget: HashMap::new(),
             requester_theta: HashMap::new(),
+            send_likelihood: false,
         };
         if let ThetaPolicy::Selected { default, mu } = party.dp.theta {
             let mu = if matches!(party.dp.mode, DpMode::Calibrated { .. }) { mu } else { f64::INFINITY };
@@ -628,6 +632,13 @@ impl Party {
     /// How the model reads peers' answers ([`CoModel::set_answer_form`]).
     pub fn set_answer_form(&mut self, form: crate::combiner::AnswerForm) -> Result<(), CotrainError> {
         self.model.set_answer_form(form)
+    }
+
+    /// Whether each batch release (policy batches) also sends its exact likelihood
+    /// ([`crate::answer::BatchLikelihood`]: label-free, O(k n²) to form), which the functional
+    /// reading of a querier needs. Off by default.
+    pub fn set_send_likelihood(&mut self, on: bool) {
+        self.send_likelihood = on;
     }
 
     /// The guard against harmful answers ([`CoModel::set_guard`]).

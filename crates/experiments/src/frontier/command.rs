@@ -62,7 +62,7 @@ pub struct FrontierArgs {
     /// Label clipping range (standardised labels).
     #[arg(long, value_delimiter = ',', default_value = "-3,3", allow_negative_numbers = true)]
     pub label_range: Vec<f64>,
-    /// How queriers read answers: likelihood (the peer's prior removed) or posterior (the thesis).
+    /// How queriers read answers: likelihood (the peer's prior removed, point by point), posterior (the thesis), or functionals (each release read as its k linear functionals with their correlated noise: the exact likelihood of the release; docs/honest-dp.md).
     #[arg(long, default_value = "likelihood")]
     pub answers: AnswerForm,
     /// Cap rule of finite+cap: auto (label-free choice of η), auto=X,Y,… (the same choice among

@@ -675,6 +675,7 @@ fn configured_parties(
     for (i, p) in parties.iter().enumerate() {
         let mut p = lock_party(p)?;
         p.model_mut().set_answer_form(cfg.answers)?;
+        p.set_send_likelihood(cfg.answers == AnswerForm::Functionals);
         p.model_mut().set_guard(cfg.guard)?;
         p.model_mut().refit_theta = cfg.refit_theta;
         p.model_mut().answer_check_z = cfg.answer_check;

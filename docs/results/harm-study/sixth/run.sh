@@ -3,18 +3,8 @@
 # three masked real data sets (CCPP, Bikeshare, Wage), n = 100 and 400, 20 seeds, and an ε sweep
 # at n = 100. Writes one cell file per setting beside this script and prints the tables.
 #   sh docs/results/harm-study/sixth/run.sh        (about 27 minutes on 2 cores)
-# DPCOTRAIN overrides the binary (default: target/release/dpcotrain). Wage masked n = 400 seed 17
-# cannot run (its k-means cluster is too small), so several commands exit non-zero; that is expected.
-set -eu
-here=$(cd "$(dirname "$0")" && pwd)
-bin=${DPCOTRAIN:-$here/../../../../target/release/dpcotrain}
-data=ccpp-masked,bikeshare-masked,wage-masked
-run() {
-  name=$1; shift
-  "$bin" experiment frontier --data $data --nobs 100,400 --seeds 20 --epsilons 1 \
-    --mechanisms finite+cap --thetas public --json "$@" > "$here/$name.jsonl" 2> "$here/$name.err" || true
-  rm -f "$here/$name.err"
-}
+# DPCOTRAIN overrides the binary (../masked.sh says which commands exit non-zero, as expected).
+. "$(cd "$(dirname "$0")" && pwd)/../masked.sh"
 run default
 for q in 10 15 50 100; do run queries$q --queries $q; done
 run range2 --label-range=-2,2

@@ -1,28 +1,16 @@
 """Print the sixth pass's tables from the cells beside this file (docs/results.md)."""
-import json, os
+import os, sys
 here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(here))
+from cells import load as _load, pct, setting_row, shares  # noqa: E402
 def load(name):
-    return [json.loads(l) for l in open(os.path.join(here, name + '.jsonl'))]
-def pct(x):
-    """A percentage with the report's minus sign (U+2212) and no sign on a rounded zero."""
-    v = round(100 * x)
-    return f"{'−' if v < 0 else ''}{abs(v)}"
-def shares(c):
-    return '; '.join('–' if p['share'] is None else f"{pct(p['share'])}% ± {pct(p['share_se'])}"
-                     for p in c['per_party'])
+    return _load(here, name)
 names = ['default', 'queries10', 'queries15', 'queries50', 'queries100', 'range2', 'range1.5',
          'rank-full', 'rank-k3', 'rank-k10']
 print('| setting | hurt, no DP | hurt, ε = 1 | Σ gain, no DP | Σ gain, ε = 1 | CCPP 100 | CCPP 400 | Bikeshare 100 | Bikeshare 400 | Wage 100 | Wage 400 |')
 print('|---|---|---|---|---|---|---|---|---|---|---|')
 for n in names:
-    cs = {(c['data'], c['nobs']): c for c in load(n)}
-    runs = sum(c['runs'] for c in cs.values())
-    row = [n, f"{sum(c['hurt_no_dp'] for c in cs.values())}/{runs}", f"{sum(c['hurt'] for c in cs.values())}/{runs}",
-           f"{sum(c['alone']-c['no_dp'] for c in cs.values()):+.3f}", f"{sum(c['alone']-c['dp'] for c in cs.values()):+.3f}"]
-    for d in ['ccpp masked', 'bikeshare masked', 'wage masked']:
-        for k in [100, 400]:
-            row.append(shares(cs[(d, k)]))
-    print('| ' + ' | '.join(row) + ' |')
+    print(setting_row(n, load(n), ['ccpp masked', 'bikeshare masked', 'wage masked']))
 print()
 print('| data (n = 100) | ε | alone | no DP | DP | hurt | share per party |')
 print('|---|---|---|---|---|---|---|')

@@ -1,0 +1,14 @@
+# Sourced by the sixth and seventh passes' run.sh: the binary (DPCOTRAIN overrides
+# target/release/dpcotrain), the three masked real data sets, and `run NAME ARGS…`, one 20-seed
+# frontier at n = 100 and 400, ε = 1, written to NAME.jsonl beside the calling script. Wage masked
+# n = 400 seed 17 cannot run (its k-means cluster is too small), so the frontier exits non-zero
+# after writing its cells; that is expected.
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+bin=${DPCOTRAIN:-$here/../../../../target/release/dpcotrain}
+data=ccpp-masked,bikeshare-masked,wage-masked
+run() {
+  name=$1; shift
+  "$bin" experiment frontier --data $data --nobs 100,400 --seeds 20 --epsilons 1 \
+    --mechanisms finite+cap --thetas public --json "$@" > "$here/$name.jsonl" 2>/dev/null || true
+}
