@@ -88,7 +88,9 @@ def privacy_policy(pb, pv):
         form = "rkhs"
     if theta == "public":
         t = pv.get("public_theta", [1.0, 1.0, 0.1])
-        theta = "public(" + ",".join(rust_float(v) for v in t) + ")"
+        # The release's length-scale unit (docs/decisions.md D32): named unless absolute.
+        unit = pv.get("public_lengthscale_unit", "median")
+        theta = "public(" + ",".join(rust_float(v) for v in t) + ("" if unit == "absolute" else f";ℓ in {unit}") + ")"
     return {**enums, "release_terms": f"{form}/theta={theta}/queries={queries}"}
 
 

@@ -33,12 +33,50 @@ pub struct PublicTheta {
     pub signal_variance: f64,
     pub lengthscale: f64,
     pub noise_variance: f64,
+    /// What `lengthscale` is measured in (absolute by default, the meaning of every
+    /// configuration and ledger written before the choice existed).
+    #[serde(default, skip_serializing_if = "LengthscaleUnit::is_absolute")]
+    pub unit: LengthscaleUnit,
 }
+
+/// The unit of a public length-scale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum LengthscaleUnit {
+    /// The length-scale as given, whatever the number of inputs.
+    #[default]
+    Absolute,
+    /// A multiple of √(2D) for D inputs: the root mean squared distance between two
+    /// standardised D-dimensional inputs (E‖x − x′‖² = 2D for independent unit-variance
+    /// coordinates), the median heuristic's scale (Gretton et al. 2012; Garreau, Jitkrittum &
+    /// Kanagawa 2017) computed from public facts alone — the dimension and the standardisation.
+    Median,
+}
+
+impl LengthscaleUnit {
+    pub fn name(self) -> &'static str {
+        match self {
+            LengthscaleUnit::Absolute => "absolute",
+            LengthscaleUnit::Median => "median",
+        }
+    }
+
+    pub fn is_absolute(&self) -> bool {
+        *self == LengthscaleUnit::Absolute
+    }
+}
+
+crate::named_enum!(LengthscaleUnit, "length-scale unit", [Absolute, Median]);
+
+/// The honest default release θ (docs/decisions.md D32): s_f² = 1, ℓ = √(2D) for a view of D
+/// covariates (the unit length-scale in the median unit), s₀² = 0.1. Public queries keep
+/// [`PublicTheta::default`] (ℓ = 1 absolute).
+pub const DEFAULT_RELEASE_THETA: PublicTheta =
+    PublicTheta { signal_variance: 1.0, lengthscale: 1.0, noise_variance: 0.1, unit: LengthscaleUnit::Median };
 
 impl Default for PublicTheta {
     /// s_f² = 1, ℓ = 1, s₀² = 0.1: unit-variance labels, unit-scale inputs, 10% noise.
     fn default() -> Self {
-        PublicTheta { signal_variance: 1.0, lengthscale: 1.0, noise_variance: 0.1 }
+        PublicTheta { signal_variance: 1.0, lengthscale: 1.0, noise_variance: 0.1, unit: LengthscaleUnit::Absolute }
     }
 }
 
@@ -56,9 +94,23 @@ impl PublicTheta {
         Ok(())
     }
 
+    /// The length-scale for `dim` inputs, in absolute units.
+    pub fn lengthscale_for(&self, dim: usize) -> f64 {
+        match self.unit {
+            LengthscaleUnit::Absolute => self.lengthscale,
+            LengthscaleUnit::Median => self.lengthscale * (2.0 * dim.max(1) as f64).sqrt(),
+        }
+    }
+
     /// The SE-ARD kernel of these hyperparameters for `dim` inputs.
     pub fn kernel(&self, dim: usize) -> Box<dyn Kernel> {
-        Box::new(SquaredExponential::ard(self.signal_variance, vec![self.lengthscale; dim]))
+        Box::new(SquaredExponential::ard(self.signal_variance, vec![self.lengthscale_for(dim); dim]))
+    }
+
+    /// The text peers compare: s_f², ℓ, s₀² (and the unit when it is not absolute).
+    pub fn terms(&self) -> String {
+        let unit = if self.unit.is_absolute() { String::new() } else { format!(";ℓ in {}", self.unit.name()) };
+        format!("{},{},{}{unit}", self.signal_variance, self.lengthscale, self.noise_variance)
     }
 }
 
@@ -105,6 +157,7 @@ pub(crate) fn theta_grid(default: PublicTheta) -> (Vec<PublicTheta>, usize) {
                 signal_variance: default.signal_variance,
                 lengthscale: default.lengthscale * l,
                 noise_variance: default.noise_variance * s,
+                unit: default.unit,
             });
         }
     }
@@ -333,5 +386,48 @@ impl ReleaseModel {
                 (gp.posterior()?.predict(xs, true)?, inf)
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_median_unit_length_scale_grows_with_the_root_of_twice_the_dimension() {
+        let abs = PublicTheta::default();
+        let med = PublicTheta { lengthscale: 0.5, unit: LengthscaleUnit::Median, ..abs };
+        for d in [1usize, 2, 3, 8] {
+            assert_eq!(abs.lengthscale_for(d), 1.0);
+            assert!((med.lengthscale_for(d) - 0.5 * (2.0 * d as f64).sqrt()).abs() < 1e-15);
+            // The kernel is built with it: k(x, x + ℓ·e₁) = s_f² e^{−1/2}.
+            let k = med.kernel(d);
+            let x = DMatrix::zeros(1, d);
+            let mut y = DMatrix::zeros(1, d);
+            y[(0, 0)] = med.lengthscale_for(d);
+            let v = k.k(x.as_view(), y.as_view())[(0, 0)];
+            assert!((v - (-0.5f64).exp()).abs() < 1e-12, "d = {d}: {v}");
+        }
+    }
+
+    #[test]
+    fn the_unit_is_absolute_in_what_was_written_before_it_and_is_named_where_peers_compare() {
+        // A θ written before the unit existed reads as absolute, and an absolute θ writes the
+        // same bytes as then.
+        let old = r#"{"signal_variance":1.0,"lengthscale":1.0,"noise_variance":0.1}"#;
+        let t: PublicTheta = serde_json::from_str(old).unwrap();
+        assert_eq!(t, PublicTheta::default());
+        assert_eq!(serde_json::to_string(&t).unwrap(), old);
+        let med = PublicTheta { unit: LengthscaleUnit::Median, ..t };
+        let back: PublicTheta = serde_json::from_str(&serde_json::to_string(&med).unwrap()).unwrap();
+        assert_eq!(back, med);
+        assert_eq!(t.terms(), "1,1,0.1");
+        assert_ne!(med.terms(), t.terms());
+        assert_eq!("median".parse::<LengthscaleUnit>().unwrap(), LengthscaleUnit::Median);
+        let e = "metres".parse::<LengthscaleUnit>().unwrap_err().to_string();
+        assert!(e.contains("metres") && e.contains("absolute") && e.contains("median"), "{e}");
+        // The θ-selection grid keeps the default's unit.
+        let (grid, at) = theta_grid(med);
+        assert!(grid.iter().all(|g| g.unit == LengthscaleUnit::Median) && grid[at] == med);
     }
 }

@@ -7,7 +7,7 @@
 
 use crate::CotrainError;
 use crate::answer::Uncertainty;
-use crate::release_model::{PublicTheta, QueryPolicy, ReleaseForm, ThetaPolicy};
+use crate::release_model::{DEFAULT_RELEASE_THETA, PublicTheta, QueryPolicy, ReleaseForm, ThetaPolicy};
 use dpcotrain_privacy::CapRule;
 use dpcotrain_privacy::LabelRange;
 use dpcotrain_privacy::RankRule;
@@ -173,28 +173,26 @@ impl DpConfig {
     /// posterior at the requested indices, one charge per batch at (ε, δ), within an ε budget
     /// per requester. Nothing released depends on the labels except the noised means.
     pub fn honest(epsilon: f64, delta: f64, budget_epsilon: f64, range: LabelRange, per_turn: usize) -> Self {
-        let theta = PublicTheta::default();
         DpConfig {
             mode: DpMode::Calibrated { epsilon, delta, mechanism: Mechanism::Analytic, range, budget_epsilon },
             policy: ReleasePolicy::Batches,
             inflate_variance: true,
             release: ReleaseForm::Finite { cap: CapRule::auto(), rank: RankRule::auto() },
-            theta: ThetaPolicy::Public(theta),
-            queries: QueryPolicy::Public { per_turn, theta },
+            theta: ThetaPolicy::Public(DEFAULT_RELEASE_THETA),
+            queries: QueryPolicy::Public { per_turn, theta: PublicTheta::default() },
         }
     }
 
     /// The honest protocol with DP off: the same queries and release model, no noise (the
     /// reference for "share of the non-private gain recovered").
     pub fn honest_protocol_without_dp(per_turn: usize) -> Self {
-        let theta = PublicTheta::default();
         DpConfig {
             mode: DpMode::Off,
             policy: ReleasePolicy::Batches,
             inflate_variance: false,
             release: ReleaseForm::Finite { cap: CapRule::None, rank: RankRule::Full },
-            theta: ThetaPolicy::Public(theta),
-            queries: QueryPolicy::Public { per_turn, theta },
+            theta: ThetaPolicy::Public(DEFAULT_RELEASE_THETA),
+            queries: QueryPolicy::Public { per_turn, theta: PublicTheta::default() },
         }
     }
 

@@ -6,7 +6,9 @@ use dpcotrain_cotrain::answer::{PredictRequest, Uncertainty};
 use dpcotrain_cotrain::combiner::CombinerKind;
 use dpcotrain_cotrain::data::PartyData;
 use dpcotrain_cotrain::party::{DpConfig, Party, ReleasePolicy, THETA_SELECTION_ID};
-use dpcotrain_cotrain::release_model::{PublicTheta, QueryPolicy, ReleaseForm, ReleaseModel, ThetaPolicy};
+use dpcotrain_cotrain::release_model::{
+    DEFAULT_RELEASE_THETA, PublicTheta, QueryPolicy, ReleaseForm, ReleaseModel, ThetaPolicy,
+};
 use dpcotrain_cotrain::select::public_greedy;
 use dpcotrain_gp::kernels::SquaredExponential;
 use dpcotrain_gp::{ExactGp, NoiseModel, NoiseVariance};
@@ -154,7 +156,7 @@ fn a_low_rank_batch_releases_noise_in_k_dimensions_and_nothing_label_dependent_b
     // The same plan, recomputed: its basis has 2 columns, and the noise the answer carries
     // (its means minus the plan's noise-free means) lies in their span.
     let d = data(1);
-    let t = PublicTheta::default();
+    let t = DEFAULT_RELEASE_THETA; // the release's θ (D32); queries keep PublicTheta::default()
     let rm =
         ReleaseModel::new(d.x_train.clone(), range().clip(&d.y_train), t.kernel(2), t.noise_variance, None, 0).unwrap();
     let xq = d.x_pool.select_rows(q.iter());
@@ -204,7 +206,7 @@ fn without_noise_the_release_is_the_public_theta_posterior_mean_and_variance() {
     let a = p.answer(&req("r", q.clone(), Uncertainty::Marginal)).unwrap();
     assert!(a.charge.is_none());
     let d = data(1);
-    let t = PublicTheta::default();
+    let t = DEFAULT_RELEASE_THETA; // the release's θ (D32); queries keep PublicTheta::default()
     let gp = ExactGp::new(t.kernel(2), NoiseModel::homoscedastic(t.noise_variance), d.x_train, d.y_train).unwrap();
     let pr = gp.posterior().unwrap().predict(&d.x_pool.select_rows(q.iter()), false).unwrap();
     for k in 0..3 {
@@ -218,7 +220,7 @@ fn released_sigma_matches_an_independent_plan_and_capping_pays() {
     let d = data(1);
     let q = vec![0, 5, 6, 12, 19];
     let xq = d.x_pool.select_rows(q.iter());
-    let t = PublicTheta::default();
+    let t = DEFAULT_RELEASE_THETA; // the release's θ (D32); queries keep PublicTheta::default()
     let rm =
         ReleaseModel::new(d.x_train.clone(), range().clip(&d.y_train), t.kernel(2), t.noise_variance, None, 0).unwrap();
     let mu = gdp_mu_for(1.0, 1e-5);
@@ -654,7 +656,7 @@ fn whole_pool_finite_release_is_one_charge() {
     assert_eq!(p.ledger("A").unwrap().releases.len(), 1);
     // σ, the noise variance and the released variance are those of one plan over the whole pool.
     let d = data(1);
-    let t = PublicTheta::default();
+    let t = DEFAULT_RELEASE_THETA; // the release's θ (D32); queries keep PublicTheta::default()
     let rm =
         ReleaseModel::new(d.x_train.clone(), range().clip(&d.y_train), t.kernel(2), t.noise_variance, None, 0).unwrap();
     let mu = gdp_mu_for(1.0, 1e-5);
@@ -891,7 +893,7 @@ fn alone_is_the_same_fit_in_every_privacy_mode_and_only_the_release_clips() {
     near_exact.release = ReleaseForm::Finite { cap: CapRule::None, rank: RankRule::Full };
     let mut p = make(near_exact);
     let released = DVector::from_vec(p.answer(&req("r", vec![0, 1, 2], Uncertainty::Marginal)).unwrap().mean);
-    let t = PublicTheta::default();
+    let t = DEFAULT_RELEASE_THETA; // the release's θ (D32); queries keep PublicTheta::default()
     let posterior = |y: DVector<f64>| {
         let rm = ReleaseModel::new(d.x_train.clone(), y, t.kernel(2), t.noise_variance, None, 0).unwrap();
         rm.function_posterior(&d.x_pool.rows(0, 3).into_owned(), false).unwrap().0.mean

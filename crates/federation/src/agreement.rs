@@ -47,10 +47,8 @@ fn release_terms(dp: &DpConfig) -> String {
     }
     let theta = match &dp.theta {
         ThetaPolicy::Fitted => "fitted".to_string(),
-        ThetaPolicy::Public(t) => format!("public({},{},{})", t.signal_variance, t.lengthscale, t.noise_variance),
-        ThetaPolicy::Selected { default: t, mu } => {
-            format!("select({},{},{};mu={mu})", t.signal_variance, t.lengthscale, t.noise_variance)
-        }
+        ThetaPolicy::Public(t) => format!("public({})", t.terms()),
+        ThetaPolicy::Selected { default: t, mu } => format!("select({};mu={mu})", t.terms()),
     };
     format!("{}/theta={theta}/queries={}", dp.release.name(), dp.queries.name())
 }

@@ -14,6 +14,7 @@ use dpcotrain_cotrain::Uncertainty;
 use dpcotrain_cotrain::combiner::{AnswerForm, AnswerGuard, CombinerKind, LocalModel, RefitPolicy};
 use dpcotrain_cotrain::driver::default_kernel;
 use dpcotrain_cotrain::readings::{BlockyTheta, Readings};
+use dpcotrain_cotrain::release_model::LengthscaleUnit;
 use dpcotrain_cotrain::settings::{AnswerDiscount, DEFAULT_ANSWER_DISCOUNT};
 use dpcotrain_cotrain::table::{Table, TableError};
 use dpcotrain_cotrain::{DpConfig, DpMode, Party, ReleasePolicy};
@@ -428,6 +429,12 @@ pub struct PrivacyConfig {
     /// Public θ: [signal variance, length-scale, noise variance] on the standardised scale.
     #[serde(default = "public_theta")]
     pub public_theta: [f64; 3],
+    /// median (default) | absolute: the unit of `public_theta`'s length-scale in the release
+    /// model — a multiple of √(2D) for a view of D covariates, the root mean squared distance of
+    /// standardised inputs, or as given (the default before 2026-11-28; docs/decisions.md D32).
+    /// Public queries keep the length-scale as given.
+    #[serde(default = "median_unit", skip_serializing_if = "is_median_unit")]
+    pub public_lengthscale_unit: LengthscaleUnit,
     /// public | adaptive: how this node chooses what to ask (default: public under policy
     /// batches — label-free — adaptive otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -458,6 +465,12 @@ fn range() -> [f64; 2] {
 }
 fn public_theta() -> [f64; 3] {
     [1.0, 1.0, 0.1]
+}
+fn median_unit() -> LengthscaleUnit {
+    dpcotrain_cotrain::release_model::DEFAULT_RELEASE_THETA.unit
+}
+fn is_median_unit(u: &LengthscaleUnit) -> bool {
+    *u == median_unit()
 }
 fn per_turn() -> usize {
     25
@@ -523,6 +536,7 @@ impl Default for PrivacyConfig {
             theta: None,
             theta_epsilon: None,
             public_theta: public_theta(),
+            public_lengthscale_unit: median_unit(),
             queries: None,
             queries_per_turn: per_turn(),
             share_test_metrics: false,
@@ -670,7 +684,7 @@ pub fn settings_from_config(cfg: &PartyConfig, path: &Path) -> Result<NodeSettin
         ReleaseKind::Rkhs => ReleaseForm::Rkhs,
     };
     let [signal_variance, lengthscale, noise_variance] = pv.public_theta;
-    let public = PublicTheta { signal_variance, lengthscale, noise_variance };
+    let public = PublicTheta { signal_variance, lengthscale, noise_variance, unit: pv.public_lengthscale_unit };
     public.validate().map_err(|e| bad(path, format!("privacy.public_theta: {e}")))?;
     let theta = match pv.theta.unwrap_or(if honest { ThetaSource::Public } else { ThetaSource::Fitted }) {
         ThetaSource::Public => ThetaPolicy::Public(public),
@@ -701,7 +715,12 @@ pub fn settings_from_config(cfg: &PartyConfig, path: &Path) -> Result<NodeSettin
             if pv.queries_per_turn == 0 {
                 return Err(bad(path, "privacy.queries_per_turn must be at least 1".into()));
             }
-            QueryPolicy::Public { per_turn: pv.queries_per_turn, theta: public }
+            // The length-scale unit is the release model's: queries keep the length-scale as
+            // given (what the frontier measured, docs/decisions.md D32).
+            QueryPolicy::Public {
+                per_turn: pv.queries_per_turn,
+                theta: PublicTheta { unit: LengthscaleUnit::Absolute, ..public },
+            }
         }
         QuerySource::Adaptive => QueryPolicy::Adaptive,
     };
@@ -964,6 +983,27 @@ mod readings_tests {
             let err = party_from_config(&cfg, &path).unwrap_err().to_string();
             assert!(err.contains("model.answer_extra_variance") && err.contains("party-a.toml"), "{err}");
         }
+    }
+
+    #[test]
+    fn the_public_length_scale_unit_reaches_the_release_model_only() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/two-party/party-a.toml");
+        let mut cfg: PartyConfig = load(&path).unwrap();
+        assert_eq!(cfg.privacy.public_lengthscale_unit, LengthscaleUnit::Median, "D32: the default");
+        assert!(!toml::to_string(&cfg).unwrap().contains("public_lengthscale_unit"), "the default is not written");
+        let party = party_from_config(&cfg, &path).unwrap();
+        let dp = party.dp();
+        let ThetaPolicy::Public(t) = dp.theta else { panic!("public θ under batches: {:?}", dp.theta) };
+        assert_eq!(t.unit, LengthscaleUnit::Median);
+        let QueryPolicy::Public { theta: q, .. } = dp.queries else { panic!("public queries: {:?}", dp.queries) };
+        assert_eq!(q.unit, LengthscaleUnit::Absolute, "queries keep the length-scale as given");
+        cfg.privacy.public_lengthscale_unit = LengthscaleUnit::Absolute;
+        let text = toml::to_string(&cfg).unwrap();
+        assert!(text.contains("public_lengthscale_unit = \"absolute\""), "a non-default is written: {text}");
+        let ThetaPolicy::Public(t) = party_from_config(&cfg, &path).unwrap().dp().theta else { panic!() };
+        assert_eq!(t.unit, LengthscaleUnit::Absolute);
+        let e = toml::from_str::<PrivacyConfig>("public_lengthscale_unit = \"metres\"\n").unwrap_err().to_string();
+        assert!(e.contains("metres") && e.contains("median"), "{e}");
     }
 }
 

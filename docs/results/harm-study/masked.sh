@@ -1,14 +1,19 @@
 # Sourced by the sixth and seventh passes' run.sh: the binary (DPCOTRAIN overrides
-# target/release/dpcotrain), the three masked real data sets, and `run NAME ARGS…`, one 20-seed
+# target/release/dpcotrain), the three masked real data sets, `frontier ARGS…` (the binary's
+# experiment frontier at the pinned length-scale below) and `run NAME ARGS…`, one 20-seed
 # frontier at n = 100 and 400, ε = 1, written to NAME.jsonl beside the calling script. Wage masked
 # n = 400 seed 17 cannot run (its k-means cluster is too small), so the frontier exits non-zero
-# after writing its cells; that is expected.
+# after writing its cells; that is expected. The release's length-scale is pinned to the unit these
+# passes were measured with (absolute ℓ = 1, the default before D32); LENGTHSCALE=median gives today's.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 bin=${DPCOTRAIN:-$here/../../../../target/release/dpcotrain}
 data=ccpp-masked,bikeshare-masked,wage-masked
+frontier() {
+  "$bin" experiment frontier --release-lengthscale "${LENGTHSCALE:-absolute}" "$@"
+}
 run() {
   name=$1; shift
-  "$bin" experiment frontier --data $data --nobs 100,400 --seeds 20 --epsilons 1 \
+  frontier --data $data --nobs 100,400 --seeds 20 --epsilons 1 \
     --mechanisms finite+cap --thetas public --json "$@" > "$here/$name.jsonl" 2>/dev/null || true
 }

@@ -13,6 +13,7 @@ use dpcotrain_cotrain::PublicTheta;
 use dpcotrain_cotrain::Scenario;
 use dpcotrain_cotrain::ccpp::RealData;
 use dpcotrain_cotrain::combiner::{AnswerForm, AnswerGuard, RefitTheta};
+use dpcotrain_cotrain::release_model::LengthscaleUnit;
 use dpcotrain_federation::config::{PartyConfig, data_from_config, load};
 use dpcotrain_privacy::CapRule;
 use dpcotrain_privacy::LabelRange;
@@ -105,6 +106,11 @@ pub struct FrontierArgs {
     /// SIGNAL_VARIANCE,LENGTHSCALE,NOISE_VARIANCE (standardised scale; queries keep 1,1,0.1).
     #[arg(long, value_delimiter = ',', default_value = "1,1,0.1")]
     pub release_theta: Vec<f64>,
+    /// The unit of --release-theta's length-scale: median (a multiple of √(2D) for a party with D
+    /// covariates: the root mean squared distance of standardised inputs; the default since
+    /// docs/decisions.md D32) or absolute (the default before; queries keep 1,1,0.1 absolute).
+    #[arg(long, default_value = "median")]
+    pub release_lengthscale: LengthscaleUnit,
     /// A small subset for smoke tests: 2 seeds, n_obs 25 and 100, ε 1 and 8, public θ.
     #[arg(long)]
     pub quick: bool,
@@ -232,7 +238,7 @@ fn config(a: &FrontierArgs) -> anyhow::Result<FrontierConfig> {
         views,
         release_theta: match a.release_theta[..] {
             [signal_variance, lengthscale, noise_variance] => {
-                let t = PublicTheta { signal_variance, lengthscale, noise_variance };
+                let t = PublicTheta { signal_variance, lengthscale, noise_variance, unit: a.release_lengthscale };
                 t.validate().map_err(|e| anyhow::anyhow!("--release-theta: {e}"))?;
                 t
             }
@@ -322,6 +328,9 @@ fn protocol_settings(cfg: &FrontierConfig) -> String {
     // them still resume.
     if cfg.answer_temper != 1.0 {
         v["answer_temper"] = cfg.answer_temper.into();
+    }
+    if cfg.release_theta.unit != LengthscaleUnit::Absolute {
+        v["release_lengthscale"] = cfg.release_theta.unit.name().into();
     }
     if let Some(r) = cfg.decline_ratio {
         v["decline_ratio"] = r.into();

@@ -274,7 +274,7 @@ impl FrontierConfig {
             answer_temper: 1.0,
             decline_ratio: None,
             views: None,
-            release_theta: PublicTheta::default(),
+            release_theta: dpcotrain_cotrain::release_model::DEFAULT_RELEASE_THETA,
         }
     }
 

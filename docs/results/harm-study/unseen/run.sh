@@ -6,7 +6,8 @@
 # variance, D30; VS="own:30+decline:0.4" adds the sixth pass's --decline-ratio 0.4). Run from the repository root with the release binary built; about 4 minutes on 2 cores.
 #   sh docs/results/harm-study/unseen/run.sh [OUT_DIR]   (default: a temporary directory)
 # SPECS ("DATA A_COLS B_COLS" separated by ";"; DATA a UCI name or a CSV path) and NOBS change the
-# data and the labelled rows (docs/results/harm-study/unseen400/run.sh).
+# data and the labelled rows (docs/results/harm-study/unseen400/run.sh); LENGTHSCALE=median
+# runs the release with today's length-scale (D32; the cells here were measured with absolute).
 set -e
 BIN=${BIN:-target/release/dpcotrain}
 OUT=${1:-$(mktemp -d)}
@@ -34,7 +35,8 @@ for spec in $SPECS; do
       extra=""
       case $V in *+decline:*) extra="--decline-ratio ${V##*+decline:}" ;; esac
       $BIN experiment frontier --data views --views $d/party-a.toml,$d/party-b.toml --nobs $NOBS --seeds 20 \
-        --epsilons 1 --mechanisms finite+cap --thetas public --json --answer-noise $noise $extra 2>/dev/null \
+        --epsilons 1 --mechanisms finite+cap --thetas public --json --answer-noise $noise $extra \
+        --release-lengthscale ${LENGTHSCALE:-absolute} 2>/dev/null \
         | sed "s/\"data\":\"views\"/\"data\":\"$name-v$i-$m\"/" >> $OUT/cells-$(echo $V | tr : -).jsonl
     done
   done
