@@ -26,6 +26,10 @@ python3 "$here/../oracles.py" "$tmp/trace.jsonl" | sed "s|$tmp/trace.jsonl|TRACE
 rm -rf "$tmp"
 # D32: the release's length-scale in the median unit (ℓ = √(2D)).
 (LENGTHSCALE=median; run median)
+# Around it: the public noise variance 0.3 and 0.03, and 1.5 × √(2D).
+(LENGTHSCALE=median; run median-noise0.3 --release-theta 1,1,0.3)
+(LENGTHSCALE=median; run median-noise0.03 --release-theta 1,1,0.03)
+(LENGTHSCALE=median; run median-x1.5 --release-theta 1,1.5,0.1)
 for l in 2 3 5; do run abs-l$l --release-theta 1,$l,0.1; done
 # ℓ = √D, per data set (CCPP's views have two covariates, Bikeshare's and Wage's three).
 (frontier --data ccpp-masked --nobs 100,400 --seeds 20 --epsilons 1 --mechanisms finite+cap --thetas public \

@@ -29,7 +29,9 @@ print('| release length-scale | hurt, no DP | hurt, ε = 1 | Σ gain, no DP | Σ
 print('|---|---|---|---|---|---|---|---|---|---|---|')
 real = ['ccpp masked', 'bikeshare masked', 'wage masked']
 for name, path in [('ℓ = 1 (absolute, before D32)', '../sixth/default.jsonl'), ('ℓ = 2', 'abs-l2.jsonl'),
-                   ('ℓ = 3', 'abs-l3.jsonl'), ('ℓ = 5', 'abs-l5.jsonl'), ('ℓ = √D', 'abs-sqrtd.jsonl'), ('**ℓ = √(2D) (median unit, D32)**', 'median.jsonl')]:
+                   ('ℓ = 3', 'abs-l3.jsonl'), ('ℓ = 5', 'abs-l5.jsonl'), ('ℓ = √D', 'abs-sqrtd.jsonl'), ('**ℓ = √(2D) (median unit, D32)**', 'median.jsonl'),
+                   ('√(2D), s₀² = 0.3', 'median-noise0.3.jsonl'), ('√(2D), s₀² = 0.03', 'median-noise0.03.jsonl'),
+                   ('1.5 × √(2D)', 'median-x1.5.jsonl')]:
     print(setting_row(name, load(path), real))
 print()
 print('Seeds 0–39:')
