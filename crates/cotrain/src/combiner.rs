@@ -853,16 +853,13 @@ impl CoModel {
                     v_msg.push(v[k]);
                 }
             }
-            let functional = if self.answer_form == AnswerForm::Functionals {
-                let prior = self.kernel.diag(xq.rows(off, nb)).mean();
-                let (m, block) = functional_messages(b, self.answer_var_scale, self.answer_extra_var, prior)?;
-                mu.rows_mut(off, nb).copy_from(&m);
-                Some(block)
-            } else {
-                None
-            };
             let vb = match self.uncertainty {
-                _ if functional.is_some() => functional.unwrap_or_default(),
+                _ if self.answer_form == AnswerForm::Functionals => {
+                    let prior = self.kernel.diag(xq.rows(off, nb)).mean();
+                    let (m, block) = functional_messages(b, self.answer_var_scale, self.answer_extra_var, prior)?;
+                    mu.rows_mut(off, nb).copy_from(&m);
+                    block
+                }
                 Uncertainty::None => DMatrix::zeros(nb, nb),
                 Uncertainty::Marginal if self.answer_form == AnswerForm::Likelihood => {
                     DMatrix::from_diagonal(&DVector::from_column_slice(&v_msg[off..off + nb]))
