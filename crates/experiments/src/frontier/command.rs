@@ -102,7 +102,8 @@ pub struct FrontierArgs {
     /// answers' DP noise sd (0: off): the sixth pass's switch for a strong party.
     #[arg(long, default_value_t = 0.0, value_name = "R")]
     pub decline_ratio: f64,
-    /// The public θ of the release model under --thetas public, as
+    /// The public θ of the release model under --thetas public (and the vote's default under
+    /// --thetas select), as
     /// SIGNAL_VARIANCE,LENGTHSCALE,NOISE_VARIANCE (standardised scale; queries keep 1,1,0.1).
     #[arg(long, value_delimiter = ',', default_value = "1,1,0.1")]
     pub release_theta: Vec<f64>,

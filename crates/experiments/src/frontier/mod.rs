@@ -128,7 +128,8 @@ impl ThetaChoice {
         match self {
             ThetaChoice::Public => ThetaPolicy::Public(public),
             ThetaChoice::Fitted => ThetaPolicy::Fitted,
-            ThetaChoice::Select => ThetaPolicy::Selected { default: PublicTheta::default(), mu: mu_theta },
+            // The vote's grid is around the release's public θ, as a node's `theta = "select"` is.
+            ThetaChoice::Select => ThetaPolicy::Selected { default: public, mu: mu_theta },
         }
     }
 }
