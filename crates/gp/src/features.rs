@@ -286,16 +286,23 @@ impl InducingFeatures {
         }
     }
 
-    /// The vjp of ⟨G, K_uu⟩ through both of K_uu's arguments (G symmetric).
+    /// The vjp of ⟨G, K_uu⟩ through both of K_uu's arguments (G symmetric). `kuu`, when the
+    /// caller still holds K_uu = [`Self::kuu`] (no jitter), lets inducing points use
+    /// [`Kernel::vjp_given_k`] (for the squared exponential: no exponentials); multiscale
+    /// features ignore it.
     pub(crate) fn vjp_kuu(
         &self,
         kernel: &dyn Kernel,
         z: &DMatrix<f64>,
+        kuu: Option<DMatrixView<'_, f64>>,
         g: DMatrixView<'_, f64>,
         want_z: bool,
     ) -> FeatureGrad {
         let Some((ms, se)) = self.multiscale(kernel) else {
-            let kg = kernel.vjp(z.as_view(), z.as_view(), g, want_z);
+            let kg = match kuu {
+                Some(k) => kernel.vjp_given_k(z.as_view(), z.as_view(), k, g, want_z),
+                None => kernel.vjp(z.as_view(), z.as_view(), g, want_z),
+            };
             return FeatureGrad { kernel: kg.params, z: kg.x1.map(|gz| gz * 2.0), widths: None };
         };
         let (m, d) = z.shape();
@@ -404,7 +411,7 @@ mod tests {
             let feats = InducingFeatures::Multiscale(ms.clone());
             let kuf = feats.kuf(&k, &z, x.as_view());
             let a1 = feats.vjp_kuf(&k, &z, x.as_view(), kuf.as_view(), gf.as_view(), true);
-            let a2 = feats.vjp_kuu(&k, &z, gu.as_view(), true);
+            let a2 = feats.vjp_kuu(&k, &z, None, gu.as_view(), true);
             let close = |an: f64, fd: f64, what: &str| {
                 assert!((an - fd).abs() < 1e-6 * (1.0 + fd.abs()), "{what}: {an} vs {fd}")
             };

@@ -47,6 +47,12 @@ pub fn set_block_entries(entries: usize) {
     BLOCK_ENTRIES.store(entries.max(1), Ordering::Relaxed);
 }
 
+/// The column-block size (entries) of the blocked passes over K_uf, as set.
+#[doc(hidden)]
+pub fn block_entries() -> usize {
+    BLOCK_ENTRIES.load(Ordering::Relaxed)
+}
+
 pub(super) struct Gradients {
     pub kernel: Vec<f64>,
     pub log_sigma2: f64,
@@ -520,7 +526,7 @@ fn gradients(gp: &SparseGp, t: &Terms) -> Gradients {
     for i in 0..m {
         g_uu[(i, i)] += shift;
     }
-    add(features.vjp_kuu(kernel, z, g_uu.as_view(), want_z));
+    add(features.vjp_kuu(kernel, z, None, g_uu.as_view(), want_z));
 
     // ∂/∂k_nn.
     let g_knn: Option<DVector<f64>> = match kind {

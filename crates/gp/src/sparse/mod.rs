@@ -24,7 +24,7 @@
 mod collapsed;
 mod posterior;
 
-pub use collapsed::set_block_entries;
+pub use collapsed::{block_entries, set_block_entries};
 pub use posterior::SparsePosterior;
 
 use crate::features::{InducingFeatures, Multiscale};

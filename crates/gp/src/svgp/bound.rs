@@ -13,11 +13,21 @@
 //! ∂/∂K_uu     = Murray (2016) reverse mode of the Cholesky, plus the jitter term
 //! ```
 //!
-//! The KL term does not depend on the hyperparameters in the whitened form.
+//! The reverse mode needs only Lᵀ ∂/∂L = −(∂/∂A) Aᵀ ([`crate::linalg::Cholesky::backward_from_product`]),
+//! and with P = AAᵀ (the natural-gradient step's Gram matrix) that is an M×M expression:
+//!
+//! ```text
+//! (∂/∂A) Aᵀ = (c/σ²) (m (A r)ᵀ + P − S P)
+//! ```
+//!
+//! so neither the M×M×|B| product (∂/∂A) Aᵀ nor a product with L is formed. K_uu's own vjp
+//! reads the K_uu the factor was built from ([`crate::kernels::Kernel::vjp_given_k`]).
+//! The KL term does not depend on the hyperparameters in the whitened form; its tr S is
+//! ‖L_Λ⁻¹‖²_F.
 
 use super::Svgp;
 use crate::features::InducingFeatures;
-use crate::linalg::{col_sq_norms, matmul};
+use crate::linalg::{Cholesky, col_sq_norms};
 use crate::{GpError, Jitter};
 use nalgebra::{DMatrix, DMatrixView, DVectorView};
 
@@ -48,8 +58,9 @@ impl Svgp {
         want_grad: bool,
     ) -> Result<BatchBound, GpError> {
         self.check_batch(x, y)?;
-        let (chol_uu, kuf, a) = self.whitened_cross(x)?;
-        self.bound_from(&chol_uu, &kuf, &a, x, y, n_total, want_grad)
+        let cross = self.whitened_cross(x)?;
+        let gram = want_grad.then(|| crate::linalg::aat(&cross.a));
+        self.bound_from(&cross, gram.as_ref(), x, y, n_total)
     }
 
     /// One training step's numerics: a natural-gradient step of size γ on q(v), then L₃ and its
@@ -64,38 +75,38 @@ impl Svgp {
     ) -> Result<BatchBound, GpError> {
         self.check_batch(x, y)?;
         check_total(n_total, x.nrows())?;
-        let (chol_uu, kuf, a) = self.whitened_cross(x)?;
-        self.natgrad_from(&a, y, n_total, gamma)?;
-        self.bound_from(&chol_uu, &kuf, &a, x, y, n_total, true)
+        let cross = self.whitened_cross(x)?;
+        let gram = crate::linalg::aat(&cross.a);
+        self.natgrad_from(&gram, &cross.a, y, n_total, gamma)?;
+        self.bound_from(&cross, Some(&gram), x, y, n_total)
     }
 
-    /// chol(K_uu + εI), K_uf and A = L⁻¹K_uf for a minibatch.
-    pub(crate) fn whitened_cross(
-        &self,
-        x: DMatrixView<'_, f64>,
-    ) -> Result<(crate::linalg::Cholesky, DMatrix<f64>, DMatrix<f64>), GpError> {
-        let chol_uu = crate::linalg::Cholesky::factor(
-            InducingFeatures::Points.kuu(self.kernel.as_ref(), &self.z),
-            "K_uu",
-            self.jitter,
-        )?;
-        let kuf = self.kernel.k(self.z.as_view(), x);
+    /// K_uu, its factor, K_uf and A = L⁻¹K_uf for a minibatch.
+    pub(crate) fn whitened_cross(&self, x: DMatrixView<'_, f64>) -> Result<WhitenedCross, GpError> {
+        // The factorisation runs on one core (faster than two at M ≤ 500, [`crate::linalg`]),
+        // so the other evaluates K_uf meanwhile.
+        let factor = || {
+            let kuu = InducingFeatures::Points.kuu(self.kernel.as_ref(), &self.z);
+            Cholesky::factor(kuu.clone(), "K_uu", self.jitter).map(|chol| (kuu, chol))
+        };
+        let (factored, kuf) = rayon::join(factor, || self.kernel.k(self.z.as_view(), x));
+        let (kuu, chol_uu) = factored?;
         let mut a = kuf.clone();
         chol_uu.solve_l_in_place(&mut a);
-        Ok((chol_uu, kuf, a))
+        Ok(WhitenedCross { kuu, chol_uu, kuf, a })
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// L₃ on the minibatch from its [`WhitenedCross`]; the gradient when `gram` = AAᵀ (full,
+    /// symmetric) is given.
     fn bound_from(
         &self,
-        chol_uu: &crate::linalg::Cholesky,
-        kuf: &DMatrix<f64>,
-        a: &DMatrix<f64>,
+        cross: &WhitenedCross,
+        gram: Option<&DMatrix<f64>>,
         x: DMatrixView<'_, f64>,
         y: DVectorView<'_, f64>,
         n_total: usize,
-        want_grad: bool,
     ) -> Result<BatchBound, GpError> {
+        let WhitenedCross { kuu, chol_uu, kuf, a } = cross;
         check_total(n_total, x.nrows())?;
         let (chol_q, mean) = self.q_factors()?;
         let (m, b) = (self.z.nrows(), x.nrows());
@@ -115,7 +126,7 @@ impl Svgp {
         let expected_log_lik = c * (-0.5 * b as f64 * (LN_2PI + s2.ln()) - quad / (2.0 * s2));
 
         // KL = ½[tr Λ⁻¹ + mᵀm − M + log|Λ|].
-        let trace_s: f64 = chol_q.inverse_lower().diagonal().sum();
+        let trace_s = chol_q.trace_inverse();
         let kl = 0.5 * (trace_s + mean.norm_squared() - m as f64 + chol_q.logdet());
         let value = expected_log_lik - kl;
         let jitter = chol_uu.jitter();
@@ -124,9 +135,9 @@ impl Svgp {
                 "the SVGP bound is {value} (σ² = {s2:e}); the hyperparameters are degenerate"
             )));
         }
-        if !want_grad {
+        let Some(gram) = gram else {
             return Ok(BatchBound { value, expected_log_lik, kl, grad: None, jitter });
-        }
+        };
 
         // ∂/∂A = (c/σ²)(m rᵀ + A − S A), S A = L_Λ⁻ᵀ B.
         // In place: the product of (A − S A) and c/σ² in the storage of S A, entry for entry.
@@ -137,11 +148,14 @@ impl Svgp {
         let g_kdiag = nalgebra::DVector::from_element(b, -c / (2.0 * s2));
         let g_log_s2 = c * (-0.5 * b as f64 + quad / (2.0 * s2));
 
-        // Through A = L⁻¹K_uf.
+        // Through A = L⁻¹K_uf: Lᵀ L̄ = −(∂/∂A) Aᵀ = −(c/σ²)(m (A r)ᵀ + P − S P).
         let mut g_kuf = g_a;
         chol_uu.solve_lt_in_place(&mut g_kuf);
-        let l_bar = -matmul(g_kuf.as_view(), false, a.as_view(), true);
-        let mut g_uu = chol_uu.backward(&l_bar);
+        let sp = chol_q.solve(gram);
+        let ar = a * &r;
+        let mut lt_lbar = (sp - gram) * (c / s2);
+        lt_lbar.ger(-c / s2, &mean, &ar, 1.0);
+        let mut g_uu = chol_uu.backward_from_product(lt_lbar);
         let shift = chol_uu.jitter_slope() * g_uu.trace() / m as f64;
         for i in 0..m {
             g_uu[(i, i)] += shift;
@@ -150,7 +164,7 @@ impl Svgp {
         let feats = InducingFeatures::Points;
         let want_z = self.optimize_inducing;
         let gf = feats.vjp_kuf(kernel, &self.z, x, kuf.as_view(), g_kuf.as_view(), want_z);
-        let gu = feats.vjp_kuu(kernel, &self.z, g_uu.as_view(), want_z);
+        let gu = feats.vjp_kuu(kernel, &self.z, Some(kuu.as_view()), g_uu.as_view(), want_z);
         let gd = kernel.diag_vjp(x, g_kdiag.as_view());
         let mut grad: Vec<f64> = (0..kernel.n_params()).map(|p| gf.kernel[p] + gu.kernel[p] + gd[p]).collect();
         if self.noise.learn {
@@ -165,6 +179,15 @@ impl Svgp {
         }
         Ok(BatchBound { value, expected_log_lik, kl, grad: Some(grad), jitter })
     }
+}
+
+/// What a minibatch shares between the natural-gradient step and the bound: K_uu (no jitter),
+/// L = chol(K_uu + εI), K_uf and A = L⁻¹K_uf.
+pub(crate) struct WhitenedCross {
+    pub kuu: DMatrix<f64>,
+    pub chol_uu: Cholesky,
+    pub kuf: DMatrix<f64>,
+    pub a: DMatrix<f64>,
 }
 
 /// A minibatch's data set has at least as many rows as the minibatch.

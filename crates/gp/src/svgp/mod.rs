@@ -182,13 +182,14 @@ impl Svgp {
         gamma: f64,
     ) -> Result<(), GpError> {
         self.check_batch(x, y)?;
-        let (_, _, a) = self.whitened_cross(x)?;
-        self.natgrad_from(&a, y, n_total, gamma)
+        let a = self.whitened_cross(x)?.a;
+        self.natgrad_from(&crate::linalg::aat(&a), &a, y, n_total, gamma)
     }
 
-    /// The natural-gradient step given A = L⁻¹K_uf of the minibatch.
+    /// The natural-gradient step given A = L⁻¹K_uf of the minibatch and its Gram matrix AAᵀ.
     pub(crate) fn natgrad_from(
         &mut self,
+        gram: &DMatrix<f64>,
         a: &DMatrix<f64>,
         y: DVectorView<'_, f64>,
         n_total: usize,
@@ -199,7 +200,7 @@ impl Svgp {
         }
         let scale = n_total as f64 / a.ncols() as f64 / self.noise.variance;
         let m = self.z.nrows();
-        let mut target = crate::linalg::aat(a) * scale;
+        let mut target = gram * scale;
         for i in 0..m {
             target[(i, i)] += 1.0;
         }
@@ -261,7 +262,7 @@ impl Svgp {
     /// a* = L⁻¹k_u(x*); the full covariance on request.
     pub fn predict(&self, xs: &DMatrix<f64>, full_cov: bool) -> Result<Prediction, GpError> {
         crate::validate_test_inputs(xs, &self.z, self.kernel.as_ref())?;
-        let (_, _, a) = self.whitened_cross(xs.as_view())?;
+        let a = self.whitened_cross(xs.as_view())?.a;
         let (chol_q, q_mean) = self.q_factors()?;
         let mut b = a.clone();
         chol_q.solve_l_in_place(&mut b);
