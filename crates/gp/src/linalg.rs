@@ -345,7 +345,7 @@ impl Cholesky {
         let n = self.dim();
         let mut inv = DMatrix::<f64>::zeros(n, n);
         // Unlike the factorisation, the triangular inverse gains from two threads from about
-        // n = 250 (n = 500: 0.65 against 1.05 ms on one core, faer 0.24, 2-core Zen 4).
+        // n = 300 (n = 500: 0.65 against 1.05 ms on one core, faer 0.24, 2-core Zen 4).
         let par = par_for(4.0 * n as f64 * n as f64 * n as f64);
         faer::linalg::triangular_inverse::invert_lower_triangular(fmut(&mut inv), fref(&self.l), par);
         (0..n).map(|j| inv.as_slice()[j * n + j..(j + 1) * n].iter().map(|v| v * v).sum::<f64>()).sum()
@@ -454,7 +454,7 @@ pub(crate) fn aat_acc(a: DMatrixView<'_, f64>, out: &mut DMatrix<f64>, alpha: f6
 
 /// out(lower) ← [out(lower) +] α·AᵀA for a tall A (K×M): the Gram product with the summed
 /// index contiguous in memory. On the stored transpose (A Aᵀ of an M×K matrix,
-/// [`aat_acc`]) faer ran the same product 1.3–1.5× slower at M = 500, K = 10⁵ (docs/results.md
+/// `aat_acc`) faer ran the same product 1.3–1.5× slower at M = 500, K = 10⁵ (docs/results.md
 /// "Speed"). Only the lower triangle of `out` is written.
 pub fn ata_acc(a: DMatrixView<'_, f64>, out: &mut DMatrix<f64>, alpha: f64, accumulate: bool) {
     let m = a.ncols();
