@@ -362,7 +362,13 @@ fn batches_survive_a_restart_number_for_number() {
     assert_eq!(fresh.ledger("A"), p.ledger("A"));
 }
 
+/// The querier's five pool points of the reading tests below.
+fn grid() -> DMatrix<f64> {
+    DMatrix::from_column_slice(5, 1, &[-2.0, -0.5, 0.7, 2.0, 2.6])
+}
+
 mod likelihood_reading {
+    use super::grid;
     use dpcotrain_cotrain::answer::{Answer, Uncertainty};
     use dpcotrain_cotrain::combiner::{AnswerForm, CoModel, CombinerKind};
     use dpcotrain_gp::kernels::SquaredExponential;
@@ -403,10 +409,6 @@ mod likelihood_reading {
             likelihood: None,
             receipt: None,
         }
-    }
-
-    fn grid() -> DMatrix<f64> {
-        DMatrix::from_column_slice(5, 1, &[-2.0, -0.5, 0.7, 2.0, 2.6])
     }
 
     /// A peer whose posterior at the point came from one observation ỹ = 2 with noise r = 0.5
@@ -488,6 +490,7 @@ mod likelihood_reading {
 /// The functional reading (`AnswerForm::Functionals`): a release read as its k linear
 /// functionals w = Uᵀõ ~ N(L f(Q), R) (docs/honest-dp.md, "The release as k linear functionals").
 mod functional_reading {
+    use super::grid;
     use dpcotrain_cotrain::answer::{Answer, BatchLikelihood, Uncertainty};
     use dpcotrain_cotrain::combiner::{AnswerForm, CoModel, CombinerKind};
     use dpcotrain_gp::kernels::{Kernel, SquaredExponential};
@@ -546,10 +549,6 @@ mod functional_reading {
             likelihood: lik,
             receipt: None,
         }
-    }
-
-    fn grid() -> DMatrix<f64> {
-        DMatrix::from_column_slice(5, 1, &[-2.0, -0.5, 0.7, 2.0, 2.6])
     }
 
     /// At one point the release's exact likelihood is the point-by-point message: L = (p − v)/p
