@@ -241,7 +241,7 @@ impl HybridModel {
         if self.q == 0 {
             return Ok(0.0);
         }
-        let chol_c = Cholesky::factor(self.c2.clone(), "Hybrid C₂ = K₂^q + V₂", JitterPolicy::IF_NEEDED)?;
+        let chol_c = Cholesky::factor_of(&self.c2, "Hybrid C₂ = K₂^q + V₂", JitterPolicy::IF_NEEDED)?;
         let mu = self.y.rows(self.n_o() - self.q, self.q).clone_owned();
         let w = chol_c.solve_l_vec(&mu);
         Ok(-0.5 * w.norm_squared() - 0.5 * chol_c.logdet())

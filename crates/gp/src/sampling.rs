@@ -32,7 +32,7 @@ pub(crate) fn mvn<R: Rng + ?Sized>(
     if cov.nrows() != mean.len() || cov.ncols() != mean.len() {
         return Err(GpError::invalid("sampling: covariance shape does not match the mean"));
     }
-    let chol = Cholesky::factor(cov.clone(), "sample covariance", JitterPolicy::IF_NEEDED)?;
+    let chol = Cholesky::factor_of(cov, "sample covariance", JitterPolicy::IF_NEEDED)?;
     let p = mean.len();
     let xi = DMatrix::<f64>::from_fn(p, count, |_, _| rng.sample(StandardNormal));
     let mut paths = chol.l() * xi;

@@ -205,7 +205,7 @@ impl NoisePath {
 /// the (numerically zero) conditional covariance asks for. The largest lift is reported as the
 /// jitter.
 fn conditional_factor(cov: DMatrix<f64>, floor: f64) -> Result<(DMatrix<f64>, Jitter), PrivacyError> {
-    if let Ok(chol) = Cholesky::factor(cov.clone(), "noise conditional covariance", JitterPolicy::IF_NEEDED) {
+    if let Ok(chol) = Cholesky::factor_of(&cov, "noise conditional covariance", JitterPolicy::IF_NEEDED) {
         return Ok((chol.l().clone_owned(), chol.jitter()));
     }
     let n = cov.nrows();

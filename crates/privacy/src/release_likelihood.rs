@@ -94,7 +94,7 @@ impl FiniteRelease {
         };
         let kxq = kernel.k(x.as_view(), xq.as_view()); // n × q
         let b = matmul(w.as_view(), false, kxq.as_view(), false); // W K_XQ, k × q
-        let kqq = Cholesky::factor(self.hat.prior.clone(), "K_QQ", JitterPolicy::IF_NEEDED)?;
+        let kqq = Cholesky::factor_of(&self.hat.prior, "K_QQ", JitterPolicy::IF_NEEDED)?;
         let map = kqq.solve(&b.transpose()).transpose(); // B K_QQ⁻¹ (K_QQ symmetric)
         let mut noise = released_mean_cov(kernel, x, &self.hat.noise, &w) - &b * map.transpose();
         for i in 0..noise.nrows() {

@@ -87,7 +87,7 @@ impl Svgp {
         // so the other evaluates K_uf meanwhile.
         let factor = || {
             let kuu = InducingFeatures::Points.kuu(self.kernel.as_ref(), &self.z);
-            Cholesky::factor(kuu.clone(), "K_uu", self.jitter).map(|chol| (kuu, chol))
+            Cholesky::factor_of(&kuu, "K_uu", self.jitter).map(|chol| (kuu, chol))
         };
         let (factored, kuf) = rayon::join(factor, || self.kernel.k(self.z.as_view(), x));
         let (kuu, chol_uu) = factored?;

@@ -138,7 +138,7 @@ impl Svgp {
 
     /// chol(Λ) and the whitened mean m = Λ⁻¹h of q(v).
     pub(crate) fn q_factors(&self) -> Result<(Cholesky, DVector<f64>), GpError> {
-        let chol_q = Cholesky::factor(self.q.precision.clone(), "q(u) precision", JitterPolicy::IF_NEEDED)?;
+        let chol_q = Cholesky::factor_of(&self.q.precision, "q(u) precision", JitterPolicy::IF_NEEDED)?;
         let mean = chol_q.solve_vec(&self.q.h);
         Ok((chol_q, mean))
     }

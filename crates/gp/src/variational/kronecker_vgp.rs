@@ -225,7 +225,7 @@ impl KroneckerVgp {
             let kl = self.dim_kernel(l);
             let z = DMatrix::from_column_slice(self.grid[l].len(), 1, self.grid[l].as_slice());
             let kuu0 = kl.k(z.as_view(), z.as_view());
-            let chol = Cholesky::factor(kuu0.clone(), "K_uu⁽ˡ⁾ (one grid dimension)", JitterPolicy::ALWAYS)?;
+            let chol = Cholesky::factor_of(&kuu0, "K_uu⁽ˡ⁾ (one grid dimension)", JitterPolicy::ALWAYS)?;
             let mut kuu = kuu0;
             for i in 0..kuu.nrows() {
                 kuu[(i, i)] += chol.jitter().absolute;
@@ -544,7 +544,7 @@ mod tests {
             let kl = m.dim_kernel(l);
             let z = DMatrix::from_column_slice(m.grid()[l].len(), 1, m.grid()[l].as_slice());
             let mut k = kl.k(z.as_view(), z.as_view());
-            let eps = Cholesky::factor(k.clone(), "t", JitterPolicy::ALWAYS).unwrap().jitter().absolute;
+            let eps = Cholesky::factor_of(&k, "t", JitterPolicy::ALWAYS).unwrap().jitter().absolute;
             for i in 0..k.nrows() {
                 k[(i, i)] += eps;
             }

@@ -154,9 +154,7 @@ impl Rnvgp {
         let (a, sigma) = self.a_matrix(&kuu);
         let r = &yb - kub.transpose() * &self.mu;
         let (probes, chol) = match self.numerics {
-            Numerics::Exact => {
-                (Probes::exact(m), Some(Cholesky::factor(a.clone(), "K_uu + Σ", JitterPolicy::IF_NEEDED)?))
-            }
+            Numerics::Exact => (Probes::exact(m), Some(Cholesky::factor_of(&a, "K_uu + Σ", JitterPolicy::IF_NEEDED)?)),
             Numerics::Randomised { probes, kind, .. } => (Probes::random(m, probes, kind, rng), None),
         };
         let mut solve_cols = |rhs: &DMatrix<f64>| -> Result<DMatrix<f64>, GpError> {

@@ -14,6 +14,8 @@ use faer::linalg::matmul::triangular::BlockStructure;
 use faer::{Accum, MatMut, MatRef, Par};
 use nalgebra::{DMatrix, DMatrixView, DVector};
 
+mod left_looking;
+
 /// Why a factorisation failed. Carries the stage (which matrix), its size and the jitter tried.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum LinalgError {
@@ -178,17 +180,18 @@ fn fvec_mut(v: &mut DVector<f64>) -> MatMut<'_, f64> {
 impl Cholesky {
     /// Factor A + εI following the jitter ladder. `stage` names the matrix in errors
     /// (e.g. `"K_uu"`). Only the lower triangle of `a` is read.
-    pub fn factor(mut a: DMatrix<f64>, stage: &'static str, policy: JitterPolicy) -> Result<Self, LinalgError> {
+    pub fn factor(a: DMatrix<f64>, stage: &'static str, policy: JitterPolicy) -> Result<Self, LinalgError> {
+        Self::factor_of(&a, stage, policy)
+    }
+
+    /// [`Self::factor`] of a borrowed matrix, which is read and not changed: the factor is
+    /// written to a new matrix either way, so a caller that keeps A need not copy it.
+    pub fn factor_of(a: &DMatrix<f64>, stage: &'static str, policy: JitterPolicy) -> Result<Self, LinalgError> {
         let n = a.nrows();
         assert_eq!(n, a.ncols(), "Cholesky of a non-square matrix");
-        let finite = (0..n).all(|j| a.as_slice()[j * n + j..(j + 1) * n].iter().fold(true, |ok, v| ok & v.is_finite()));
-        if !finite {
-            return Err(LinalgError::NonFinite { stage, size: n });
-        }
         let mean_diag = if n == 0 { 0.0 } else { a.diagonal().sum() / n as f64 };
         // Positive scale for the jitter even if the diagonal mean is not (indefinite input).
-        let scale = if mean_diag > 0.0 { mean_diag } else { 1.0 };
-        let orig_diag: Vec<f64> = (0..n).map(|i| a[(i, i)]).collect();
+        let scale = if mean_diag.is_finite() && mean_diag > 0.0 { mean_diag } else { 1.0 };
         let mut attempts: Vec<f64> = Vec::with_capacity(policy.tries + 1);
         if policy.try_without {
             attempts.push(0.0);
@@ -204,22 +207,28 @@ impl Cholesky {
             JitterScale::Absolute => (value / scale, value),
         };
         let par = par_for(n as f64 * n as f64 * n as f64 / 3.0);
-        let mut work = a.clone();
-        for (t, &value) in attempts.iter().enumerate() {
-            if t > 0 {
-                work.copy_from(&a);
-            }
+        let mut l: Vec<f64> = Vec::new();
+        for &value in &attempts {
             let (relative, eps) = rung(value);
-            for (i, d) in orig_diag.iter().enumerate() {
-                work[(i, i)] = d + eps;
+            l.clear();
+            l.extend_from_slice(a.as_slice());
+            for i in 0..n {
+                l[i * n + i] += eps;
             }
-            if factor_in_place(&mut work, par) {
-                // Zero the strict upper triangle (faer leaves it untouched).
-                for j in 1..n {
-                    work.as_mut_slice()[j * n..j * n + j].fill(0.0);
-                }
-                let _ = &mut a;
-                return Ok(Cholesky { l: work, jitter: Jitter { relative, absolute: eps }, scale: policy.scale });
+            let ok = factor_in_place(&mut l, n, par);
+            // Zero the strict upper triangle (faer leaves it untouched).
+            for j in 1..n {
+                l[j * n..j * n + j].fill(0.0);
+            }
+            if ok {
+                let l = DMatrix::from_vec(n, n, l);
+                return Ok(Cholesky { l, jitter: Jitter { relative, absolute: eps }, scale: policy.scale });
+            }
+            // A factorisation that succeeds has read only finite values (a NaN or infinity
+            // below the diagonal reaches a later pivot), so finiteness is checked only here.
+            let finite = (0..n).all(|j| a.as_slice()[j * n + j..(j + 1) * n].iter().all(|v| v.is_finite()));
+            if !finite {
+                return Err(LinalgError::NonFinite { stage, size: n });
             }
         }
         let (relative, jitter) = rung(attempts.last().copied().unwrap_or(0.0));
@@ -404,15 +413,29 @@ fn split_columns(b: MatMut<'_, f64>, pieces: usize, solve: &(dyn Fn(MatMut<'_, f
     rayon::join(|| split_columns(l, left, solve), || split_columns(r, pieces - left, solve));
 }
 
-fn factor_in_place(a: &mut DMatrix<f64>, par: Par) -> bool {
+/// faer's (blocked, right-looking, parallel) factorisation of an n × n column-major matrix in
+/// place, for the sizes above [`par_for`]'s threshold.
+fn factor_in_place(a: &mut [f64], n: usize, par: Par) -> bool {
     use faer::dyn_stack::{MemBuffer, MemStack};
     use faer::linalg::cholesky::llt::factor::{LltRegularization, cholesky_in_place, cholesky_in_place_scratch};
-    let n = a.nrows();
     let req = cholesky_in_place_scratch::<f64>(n, par, Default::default());
     let mut buf = MemBuffer::new(req);
     let stack = MemStack::new(&mut buf);
-    let ok = cholesky_in_place(fmut(a), LltRegularization::default(), par, stack, Default::default()).is_ok();
-    ok && (0..n).all(|i| a[(i, i)].is_finite() && a[(i, i)] > 0.0)
+    let m = MatMut::from_column_major_slice_mut(&mut *a, n, n);
+    let ok = cholesky_in_place(m, LltRegularization::default(), par, stack, Default::default()).is_ok();
+    ok && (0..n).all(|i| a[i * n + i].is_finite() && a[i * n + i] > 0.0)
+}
+
+/// The left-looking factorisation (module `left_looking`) of A's lower triangle into a new
+/// matrix, without the jitter ladder: a measured candidate for [`Cholesky::factor_of`]'s
+/// one-core path, not the default. `bench gp` times it beside the default; docs/results.md
+/// ("Speed") says why it is not adopted. Returns whether A is positive definite.
+pub fn left_looking_factor(a: &DMatrix<f64>) -> bool {
+    assert_eq!(a.nrows(), a.ncols(), "Cholesky of a non-square matrix");
+    let n = a.nrows();
+    let mut l = Vec::new();
+    left_looking::load(a.as_slice(), n, 0.0, &mut l);
+    left_looking::factor_in_place(&mut l, n)
 }
 
 /// Copy the lower triangle onto the upper one.
@@ -683,6 +706,16 @@ mod tests {
         let mut nan = DMatrix::identity(2, 2);
         nan[(1, 0)] = f64::NAN;
         assert!(matches!(Cholesky::factor(nan, "K", JitterPolicy::IF_NEEDED), Err(LinalgError::NonFinite { .. })));
+        // Finiteness is checked after a failed attempt: an infinity anywhere in the lower
+        // triangle must still fail the factorisation and be named, in both of its paths.
+        for n in [3, 700] {
+            for (i, j) in [(n - 1, n - 1), (n - 1, 0), (1, 0)] {
+                let mut inf = DMatrix::identity(n, n);
+                inf[(i, j)] = f64::INFINITY;
+                let got = Cholesky::factor(inf, "K", JitterPolicy::IF_NEEDED);
+                assert!(matches!(got, Err(LinalgError::NonFinite { .. })), "n = {n}, ({i}, {j}): {got:?}");
+            }
+        }
     }
 
     /// An absolute ladder adds `start`·factorᵏ whatever the matrix's scale, records it with its
