@@ -18,12 +18,13 @@
 //! takes 135 µs: 74% and 53% of one core's GEMM rate (`bench gp`; docs/results.md, "Speed"). Its backward error ‖LLᵀ − A‖/‖A‖ is no worse than faer's
 //! (4·10⁻¹⁷ against 1.5·10⁻¹⁶ on SE kernel matrices with condition numbers up to 10¹⁴).
 //!
-//! **Why it is not the default.** It rounds differently from faer's, and the thesis-DP grid
-//! (`experiment simulated --dp thesis`) is not robust to that: re-fits on DP-noised pseudo-rows
-//! reach near-singular models, and with the other rounding 10 of its 5,760 Noisy and Hybrid
-//! party-runs ended with an RMSE above 100 (the largest 7·10¹⁰), where with faer's the largest is
-//! 39; Blocky's largest went from 442 to 8·10⁷. The factor is as accurate; the grid's models are
-//! not. Adopting it waits on making those re-fits robust.
+//! **Why it is not the default yet.** It rounds differently from faer's, and with its rounding
+//! the thesis-DP grid blew up (10 of 5,760 Noisy and Hybrid party-runs above RMSE 100, the largest
+//! 7·10¹⁰). The cause was not this factor but the acceptance of pivots at the rounding level, which
+//! let the DP noise path condition on a numerically singular matrix; docs/decisions.md D33 now
+//! refuses such pivots, and with it the candidate's grid has none of those runs. Switching still
+//! changes the last bits of every exact GP, so it waits for a session that regenerates the
+//! documented results (docs/results.md, "Speed").
 //!
 //! The panel runs on whichever of AVX-512, AVX2 or plain x86-64 (SSE2) the CPU has, chosen at
 //! run time. The three compile the same source; Rust never fuses a multiply and an add, so they

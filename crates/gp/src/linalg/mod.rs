@@ -220,7 +220,15 @@ impl Cholesky {
             for j in 1..n {
                 l[j * n..j * n + j].fill(0.0);
             }
-            if ok {
+            // A pivot at the rounding level is not a positive one: L_ii² is A_ii + ε minus the
+            // squares of the row, and below n·ε_mach·(A_ii + ε) it is cancellation noise, whose
+            // sign (and so success) depends on the order of the additions. Such a factor makes
+            // L⁻¹ amplify rounding by 1/L_ii; the ladder adds jitter instead.
+            let resolved = |i: usize| {
+                let d = l[i * n + i];
+                d * d > n as f64 * f64::EPSILON * (a.as_slice()[i * n + i] + eps)
+            };
+            if ok && (0..n).all(resolved) {
                 let l = DMatrix::from_vec(n, n, l);
                 return Ok(Cholesky { l, jitter: Jitter { relative, absolute: eps }, scale: policy.scale });
             }
@@ -716,6 +724,38 @@ mod tests {
                 assert!(matches!(got, Err(LinalgError::NonFinite { .. })), "n = {n}, ({i}, {j}): {got:?}");
             }
         }
+    }
+
+    /// A rank-deficient PSD matrix (B Bᵀ with B n × (n − 1)) has a pivot that is zero in exact
+    /// arithmetic and rounding noise of either sign in floating point. When the bare
+    /// factorisation accepts it below n·ε_mach·A_ii, `factor_of` climbs the ladder instead: no
+    /// factor it returns has a pivot at that level. Some seeds put the noise there (checked, so
+    /// the test exercises the rule).
+    #[test]
+    fn a_pivot_at_the_rounding_level_climbs_the_jitter_ladder() {
+        let mut exercised = 0;
+        for n in [6, 40, 700] {
+            for seed in 0..12 {
+                let b = random(n, n - 1, seed);
+                let a = &b * b.transpose();
+                let level = |l: &DMatrix<f64>, eps: f64| {
+                    (0..n).all(|i| l[(i, i)] * l[(i, i)] > n as f64 * f64::EPSILON * (a[(i, i)] + eps))
+                };
+                let mut bare = a.clone();
+                if factor_in_place(bare.as_mut_slice(), n, par_for((n * n * n) as f64 / 3.0)) && !level(&bare, 0.0) {
+                    exercised += 1;
+                    let c = Cholesky::factor_of(&a, "A", JitterPolicy::IF_NEEDED).expect("the ladder factors it");
+                    assert!(c.jitter().absolute > 0.0, "n = {n}, seed {seed}: a rounding-level pivot was accepted");
+                }
+                if let Ok(c) = Cholesky::factor_of(&a, "A", JitterPolicy::IF_NEEDED) {
+                    assert!(level(c.l(), c.jitter().absolute), "n = {n}, seed {seed}: a pivot at the rounding level");
+                }
+            }
+        }
+        assert!(
+            exercised >= 3,
+            "only {exercised} matrices had a rounding-level pivot accepted by the bare factorisation"
+        );
     }
 
     /// An absolute ladder adds `start`·factorᵏ whatever the matrix's scale, records it with its
