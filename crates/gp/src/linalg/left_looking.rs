@@ -15,8 +15,9 @@
 //!
 //! At n = 225 on a 2-core Zen 4 it takes 97 µs where `Cholesky::factor_of` (faer 0.24's blocked
 //! factorisation, which at this size spends its time in recursion and small triangular solves)
-//! takes 135 µs: 74% and 53% of one core's GEMM rate (`bench gp`; docs/results.md, "Speed"). Its backward error ‖LLᵀ − A‖/‖A‖ is no worse than faer's
-//! (4·10⁻¹⁷ against 1.5·10⁻¹⁶ on SE kernel matrices with condition numbers up to 10¹⁴).
+//! takes 135 µs: 74% and 53% of one core's GEMM rate (`bench gp`; docs/results.md, "Speed").
+//! Its backward error ‖LLᵀ − A‖/‖A‖ is no worse than faer's on SE kernel matrices with condition
+//! numbers up to 10¹⁴ (tested).
 //!
 //! **Why it is not the default yet.** It rounds differently from faer's, and with its rounding
 //! the thesis-DP grid blew up (10 of 5,760 Noisy and Hybrid party-runs above RMSE 100, the largest
@@ -34,7 +35,7 @@
 use faer::prelude::Reborrow;
 use faer::{Accum, MatMut, Par};
 
-/// Columns per block. 4 was the fastest of 4, 8, 12 and 16 at n = 225 and 500.
+/// Columns per block: 4 was faster than 8 at n = 100, 225 and 500 (docs/results.md, "Speed").
 const BLOCK: usize = 4;
 
 /// Fill `l` (cleared first) with A + εI's lower triangle and zeros above it, the input of
