@@ -208,6 +208,7 @@ impl Cholesky {
         };
         let par = par_for(n as f64 * n as f64 * n as f64 / 3.0);
         let mut l: Vec<f64> = Vec::new();
+        let mut checked_finite = false;
         for &value in &attempts {
             let (relative, eps) = rung(value);
             l.clear();
@@ -233,10 +234,14 @@ impl Cholesky {
                 return Ok(Cholesky { l, jitter: Jitter { relative, absolute: eps }, scale: policy.scale });
             }
             // A factorisation that succeeds has read only finite values (a NaN or infinity
-            // below the diagonal reaches a later pivot), so finiteness is checked only here.
-            let finite = (0..n).all(|j| a.as_slice()[j * n + j..(j + 1) * n].iter().all(|v| v.is_finite()));
-            if !finite {
-                return Err(LinalgError::NonFinite { stage, size: n });
+            // below the diagonal reaches a later pivot), so finiteness is checked only after
+            // the first failure, once.
+            if !checked_finite {
+                checked_finite = true;
+                let finite = (0..n).all(|j| a.as_slice()[j * n + j..(j + 1) * n].iter().all(|v| v.is_finite()));
+                if !finite {
+                    return Err(LinalgError::NonFinite { stage, size: n });
+                }
             }
         }
         let (relative, jitter) = rung(attempts.last().copied().unwrap_or(0.0));
