@@ -1,6 +1,6 @@
 //! A left-looking Cholesky factorisation for the small matrices of exact GPs and re-fits
-//! (n up to a few hundred, one core): a measured candidate, not the default
-//! ([`super::left_looking_factor`]; `bench gp` times it beside `Cholesky::factor_of`).
+//! (n up to a few hundred, one core): [`super::Cholesky::factor_of`]'s one-core path
+//! (docs/decisions.md D34; `bench gp` times it beside faer's, [`super::faer_factor`]).
 //!
 //! Golub & Van Loan (2013, *Matrix Computations*, 4th ed., §4.2.8–4.2.9) give the left-looking
 //! ("gaxpy") form of the Cholesky factorisation and its blocked version. Here the blocks are
@@ -13,19 +13,17 @@
 //! 3. factored column by column ([`panel`]), each column an axpy per earlier column of the block,
 //!    which folds the panel's triangular solve into the factorisation.
 //!
-//! At n = 225 on a 2-core Zen 4 it takes 97 µs where `Cholesky::factor_of` (faer 0.24's blocked
-//! factorisation, which at this size spends its time in recursion and small triangular solves)
-//! takes 135 µs: 74% and 53% of one core's GEMM rate (`bench gp`; docs/results.md, "Speed").
-//! Its backward error ‖LLᵀ − A‖/‖A‖ is no worse than faer's on SE kernel matrices with condition
-//! numbers up to 10¹⁴ (tested).
+//! At n = 225 on a 2-core Zen 4 it takes 97–98 µs where faer 0.24's blocked factorisation
+//! (which at this size spends its time in recursion and small triangular solves) takes
+//! 132–135 µs: 74–80% and 53–58% of one core's GEMM rate in three `bench gp` runs
+//! (docs/results.md, "Speed"). Its backward error
+//! ‖LLᵀ − A‖/‖A‖ is no worse than faer's on SE kernel matrices with condition numbers up to
+//! 10¹⁴ (tested).
 //!
-//! **Why it is not the default yet.** It rounds differently from faer's, and with its rounding
-//! the thesis-DP grid blew up (10 of 5,760 Noisy and Hybrid party-runs above RMSE 100, the largest
-//! 7·10¹⁰). The cause was not this factor but the acceptance of pivots at the rounding level, which
-//! let the DP noise path condition on a numerically singular matrix; docs/decisions.md D33 now
-//! refuses such pivots, and with it the candidate's grid has none of those runs. Switching still
-//! changes the last bits of every exact GP, so it waits for a session that regenerates the
-//! documented results (docs/results.md, "Speed").
+//! It rounds differently from faer's, so adopting it changed the last bits of every exact GP
+//! below [`super::par_for`]'s threshold. With its rounding the thesis-DP grid once blew up
+//! (Noisy and Hybrid party-runs above RMSE 100); the cause was not this factor but the
+//! acceptance of pivots at the rounding level, which docs/decisions.md D33 now refuses.
 //!
 //! The panel runs on whichever of AVX-512, AVX2 or plain x86-64 (SSE2) the CPU has, chosen at
 //! run time. The three compile the same source; Rust never fuses a multiply and an add, so they

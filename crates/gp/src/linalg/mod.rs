@@ -211,16 +211,7 @@ impl Cholesky {
         let mut checked_finite = false;
         for &value in &attempts {
             let (relative, eps) = rung(value);
-            l.clear();
-            l.extend_from_slice(a.as_slice());
-            for i in 0..n {
-                l[i * n + i] += eps;
-            }
-            let ok = factor_in_place(&mut l, n, par);
-            // Zero the strict upper triangle (faer leaves it untouched).
-            for j in 1..n {
-                l[j * n..j * n + j].fill(0.0);
-            }
+            let ok = factor_rung(a.as_slice(), n, eps, par, &mut l);
             // A pivot at the rounding level is not a positive one: L_ii² is A_ii + ε minus the
             // squares of the row, and below n·ε_mach·(A_ii + ε) it is cancellation noise, whose
             // sign (and so success) depends on the order of the additions. Such a factor makes
@@ -426,8 +417,34 @@ fn split_columns(b: MatMut<'_, f64>, pieces: usize, solve: &(dyn Fn(MatMut<'_, f
     rayon::join(|| split_columns(l, left, solve), || split_columns(r, pieces - left, solve));
 }
 
+/// One rung of [`Cholesky::factor_of`]'s ladder: the factor of A + εI (A n × n, column-major,
+/// its lower triangle read) into `l`, zero above the diagonal. On one core the left-looking
+/// factorisation, 1.3–1.4× faer's at n = 100–500 (docs/decisions.md D34); above [`par_for`]'s
+/// threshold faer's parallel one. Returns whether every pivot was positive and finite.
+fn factor_rung(a: &[f64], n: usize, eps: f64, par: Par, l: &mut Vec<f64>) -> bool {
+    match par {
+        Par::Seq => {
+            left_looking::load(a, n, eps, l);
+            left_looking::factor_in_place(l, n)
+        }
+        Par::Rayon(_) => {
+            l.clear();
+            l.extend_from_slice(a);
+            for i in 0..n {
+                l[i * n + i] += eps;
+            }
+            let ok = factor_in_place(l, n, par);
+            // Zero the strict upper triangle (faer leaves it untouched).
+            for j in 1..n {
+                l[j * n..j * n + j].fill(0.0);
+            }
+            ok
+        }
+    }
+}
+
 /// faer's (blocked, right-looking, parallel) factorisation of an n × n column-major matrix in
-/// place, for the sizes above [`par_for`]'s threshold.
+/// place, for the sizes above [`par_for`]'s threshold (and [`faer_factor`]'s reference).
 fn factor_in_place(a: &mut [f64], n: usize, par: Par) -> bool {
     use faer::dyn_stack::{MemBuffer, MemStack};
     use faer::linalg::cholesky::llt::factor::{LltRegularization, cholesky_in_place, cholesky_in_place_scratch};
@@ -439,16 +456,14 @@ fn factor_in_place(a: &mut [f64], n: usize, par: Par) -> bool {
     ok && (0..n).all(|i| a[i * n + i].is_finite() && a[i * n + i] > 0.0)
 }
 
-/// The left-looking factorisation (module `left_looking`) of A's lower triangle into a new
-/// matrix, without the jitter ladder: a measured candidate for [`Cholesky::factor_of`]'s
-/// one-core path, not the default. `bench gp` times it beside the default; docs/results.md
-/// ("Speed") says why it is not adopted. Returns whether A is positive definite.
-pub fn left_looking_factor(a: &DMatrix<f64>) -> bool {
+/// faer's one-core factorisation of A (a copy) without the jitter ladder: the reference
+/// `bench gp` times [`Cholesky::factor_of`]'s left-looking path against, in the same run
+/// (docs/decisions.md D34). Returns whether A is positive definite.
+pub fn faer_factor(a: &DMatrix<f64>) -> bool {
     assert_eq!(a.nrows(), a.ncols(), "Cholesky of a non-square matrix");
     let n = a.nrows();
-    let mut l = Vec::new();
-    left_looking::load(a.as_slice(), n, 0.0, &mut l);
-    left_looking::factor_in_place(&mut l, n)
+    let mut l = a.as_slice().to_vec();
+    factor_in_place(&mut l, n, Par::Seq)
 }
 
 /// Copy the lower triangle onto the upper one.
@@ -746,8 +761,9 @@ mod tests {
                 let level = |l: &DMatrix<f64>, eps: f64| {
                     (0..n).all(|i| l[(i, i)] * l[(i, i)] > n as f64 * f64::EPSILON * (a[(i, i)] + eps))
                 };
-                let mut bare = a.clone();
-                if factor_in_place(bare.as_mut_slice(), n, par_for((n * n * n) as f64 / 3.0)) && !level(&bare, 0.0) {
+                let mut bare = Vec::new();
+                let ok = factor_rung(a.as_slice(), n, 0.0, par_for((n * n * n) as f64 / 3.0), &mut bare);
+                if ok && !level(&DMatrix::from_vec(n, n, bare), 0.0) {
                     exercised += 1;
                     let c = Cholesky::factor_of(&a, "A", JitterPolicy::IF_NEEDED).expect("the ladder factors it");
                     assert!(c.jitter().absolute > 0.0, "n = {n}, seed {seed}: a rounding-level pivot was accepted");
