@@ -419,8 +419,9 @@ fn split_columns(b: MatMut<'_, f64>, pieces: usize, solve: &(dyn Fn(MatMut<'_, f
 
 /// One rung of [`Cholesky::factor_of`]'s ladder: the factor of A + εI (A n × n, column-major,
 /// its lower triangle read) into `l`, zero above the diagonal. On one core the left-looking
-/// factorisation, 1.3–1.4× faer's at n = 100–500 (docs/decisions.md D34); above [`par_for`]'s
-/// threshold faer's parallel one. Returns whether every pivot was positive and finite.
+/// factorisation, as fast as faer's at n ≤ 25 and 1.2–1.4× faster at n = 40–500
+/// (docs/decisions.md D34); above [`par_for`]'s threshold faer's parallel one. Returns whether
+/// every pivot was positive and finite.
 fn factor_rung(a: &[f64], n: usize, eps: f64, par: Par, l: &mut Vec<f64>) -> bool {
     match par {
         Par::Seq => {
