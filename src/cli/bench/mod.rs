@@ -216,6 +216,8 @@ fn exact_breakdown(
         std::hint::black_box(dpcotrain_gp::linalg::faer_factor(&ky));
     });
     let t_inv = per(&mut || drop(std::hint::black_box(chol.inverse_lower())));
+    // faer's inverse (the default until D35), in the same run: the reference.
+    let t_faer_inv = per(&mut || drop(std::hint::black_box(dpcotrain_gp::linalg::faer_inverse(chol.l()))));
     let g = chol.inverse_lower();
     let t_grad =
         per(&mut || drop(std::hint::black_box(gp.kernel.vjp_sym_given_k(x.as_view(), k.as_view(), g.as_view()))));
@@ -223,7 +225,7 @@ fn exact_breakdown(
     let (g_chol, g_inv) = (cube / 3.0 / t_chol / 1e9, 2.0 * cube / 3.0 / t_inv / 1e9);
     say(format!(
         "  n={n}: kernel {:.0} µs, Cholesky {:.0} µs ({g_chol:.1} GFLOP/s = {:.0}% of one core's GEMM; \
-         {:.2}× faer's {:.0} µs = {:.0}%), inverse {:.0} µs ({g_inv:.1} GFLOP/s = {:.0}%), \
+         {:.2}× faer's {:.0} µs = {:.0}%), inverse {:.0} µs ({g_inv:.1} GFLOP/s = {:.0}%; {:.2}× faer's {:.0} µs), \
          gradient contraction {:.0} µs",
         t_kernel * 1e6,
         t_chol * 1e6,
@@ -233,11 +235,13 @@ fn exact_breakdown(
         100.0 * cube / 3.0 / t_faer / 1e9 / peak1,
         t_inv * 1e6,
         100.0 * g_inv / peak1,
+        t_faer_inv / t_inv,
+        t_faer_inv * 1e6,
         t_grad * 1e6
     ));
     let mut rows = vec![
         json!({"case": "exact_breakdown", "n": n, "kernel_seconds": t_kernel, "cholesky_seconds": t_chol,
-                   "cholesky_gflops": g_chol, "faer_cholesky_seconds": t_faer, "inverse_seconds": t_inv, "inverse_gflops": g_inv,
+                   "cholesky_gflops": g_chol, "faer_cholesky_seconds": t_faer, "inverse_seconds": t_inv, "faer_inverse_seconds": t_faer_inv, "inverse_gflops": g_inv,
                    "gradient_seconds": t_grad, "one_core_gemm_gflops": peak1}),
     ];
     // The same two factorisations by LAPACK (numpy's BLAS, one thread): what a tuned library

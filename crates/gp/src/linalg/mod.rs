@@ -15,6 +15,7 @@ use faer::{Accum, MatMut, MatRef, Par};
 use nalgebra::{DMatrix, DMatrixView, DVector};
 
 mod left_looking;
+mod triangular_gram;
 
 /// Why a factorisation failed. Carries the stage (which matrix), its size and the jitter tried.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -374,11 +375,22 @@ impl Cholesky {
 
     /// The lower triangle of (A + εI)⁻¹ (the strict upper triangle is zero): [`Self::inverse`]
     /// without the mirroring, for consumers that read only the lower triangle.
+    ///
+    /// On one core (below [`par_for`]'s threshold): X = L⁻¹ by faer's triangular inverse, then
+    /// XᵀX by one GEMM per block of rows (`triangular_gram`), 1.2–1.4× faer's whole inverse at
+    /// n = 25–600 (docs/decisions.md D35); above it faer's parallel inverse.
     pub fn inverse_lower(&self) -> DMatrix<f64> {
         use faer::dyn_stack::{MemBuffer, MemStack};
         let n = self.dim();
         let mut out = DMatrix::<f64>::zeros(n, n);
         let par = par_for(n as f64 * n as f64 * n as f64 / 3.0);
+        if let Par::Seq = par {
+            // faer writes X's lower triangle; the zeros above it, which the product reads in
+            // its diagonal blocks, are the initial ones.
+            faer::linalg::triangular_inverse::invert_lower_triangular(fmut(&mut out), fref(&self.l), Par::Seq);
+            triangular_gram::lower_gram_in_place(out.as_mut_slice(), n);
+            return out;
+        }
         let mut buf = MemBuffer::new(faer::linalg::cholesky::llt::inverse::inverse_scratch::<f64>(n, par));
         faer::linalg::cholesky::llt::inverse::inverse(fmut(&mut out), fref(&self.l), par, MemStack::new(&mut buf));
         for j in 1..n {
@@ -465,6 +477,18 @@ pub fn faer_factor(a: &DMatrix<f64>) -> bool {
     let n = a.nrows();
     let mut l = a.as_slice().to_vec();
     factor_in_place(&mut l, n, Par::Seq)
+}
+
+/// faer's one-core inverse from a Cholesky factor L (lower triangle read), into a new matrix:
+/// the reference `bench gp` times [`Cholesky::inverse_lower`]'s one-core path against, in the
+/// same run (docs/decisions.md D35).
+pub fn faer_inverse(l: &DMatrix<f64>) -> DMatrix<f64> {
+    use faer::dyn_stack::{MemBuffer, MemStack};
+    let n = l.nrows();
+    let mut out = DMatrix::<f64>::zeros(n, n);
+    let mut buf = MemBuffer::new(faer::linalg::cholesky::llt::inverse::inverse_scratch::<f64>(n, Par::Seq));
+    faer::linalg::cholesky::llt::inverse::inverse(fmut(&mut out), fref(l), Par::Seq, MemStack::new(&mut buf));
+    out
 }
 
 /// Copy the lower triangle onto the upper one.
