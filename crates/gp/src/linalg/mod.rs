@@ -377,8 +377,8 @@ impl Cholesky {
     /// without the mirroring, for consumers that read only the lower triangle.
     ///
     /// On one core (below [`par_for`]'s threshold): X = L⁻¹ by faer's triangular inverse, then
-    /// XᵀX by one GEMM per block of rows (`triangular_gram`), 1.2–1.4× faer's whole inverse at
-    /// n = 25–600 (docs/decisions.md D35); above it faer's parallel inverse.
+    /// XᵀX by one GEMM per block of rows (`triangular_gram`), 1.13–1.32× faer's whole inverse
+    /// at n = 25–400 (docs/decisions.md D35); above it faer's parallel inverse.
     pub fn inverse_lower(&self) -> DMatrix<f64> {
         use faer::dyn_stack::{MemBuffer, MemStack};
         let n = self.dim();
