@@ -380,23 +380,17 @@ impl Cholesky {
     /// XᵀX by one GEMM per block of rows (`triangular_gram`), 1.13–1.32× faer's whole inverse
     /// at n = 25–400 (docs/decisions.md D35); above it faer's parallel inverse.
     pub fn inverse_lower(&self) -> DMatrix<f64> {
-        use faer::dyn_stack::{MemBuffer, MemStack};
         let n = self.dim();
-        let mut out = DMatrix::<f64>::zeros(n, n);
         let par = par_for(n as f64 * n as f64 * n as f64 / 3.0);
         if let Par::Seq = par {
             // faer writes X's lower triangle; the zeros above it, which the product reads in
             // its diagonal blocks, are the initial ones.
+            let mut out = DMatrix::<f64>::zeros(n, n);
             faer::linalg::triangular_inverse::invert_lower_triangular(fmut(&mut out), fref(&self.l), Par::Seq);
             triangular_gram::lower_gram_in_place(out.as_mut_slice(), n);
             return out;
         }
-        let mut buf = MemBuffer::new(faer::linalg::cholesky::llt::inverse::inverse_scratch::<f64>(n, par));
-        faer::linalg::cholesky::llt::inverse::inverse(fmut(&mut out), fref(&self.l), par, MemStack::new(&mut buf));
-        for j in 1..n {
-            out.as_mut_slice()[j * n..j * n + j].fill(0.0);
-        }
-        out
+        faer_inverse_on(&self.l, par)
     }
 }
 
@@ -479,15 +473,23 @@ pub fn faer_factor(a: &DMatrix<f64>) -> bool {
     factor_in_place(&mut l, n, Par::Seq)
 }
 
-/// faer's one-core inverse from a Cholesky factor L (lower triangle read), into a new matrix:
-/// the reference `bench gp` times [`Cholesky::inverse_lower`]'s one-core path against, in the
-/// same run (docs/decisions.md D35).
+/// faer's one-core inverse from a Cholesky factor L (lower triangle read), its lower triangle
+/// with zeros above: the reference `bench gp` times [`Cholesky::inverse_lower`]'s one-core
+/// path against, in the same run (docs/decisions.md D35).
 pub fn faer_inverse(l: &DMatrix<f64>) -> DMatrix<f64> {
+    faer_inverse_on(l, Par::Seq)
+}
+
+/// faer's inverse from the factor L, on `par`: the lower triangle of (LLᵀ)⁻¹, zeros above.
+fn faer_inverse_on(l: &DMatrix<f64>, par: Par) -> DMatrix<f64> {
     use faer::dyn_stack::{MemBuffer, MemStack};
     let n = l.nrows();
     let mut out = DMatrix::<f64>::zeros(n, n);
-    let mut buf = MemBuffer::new(faer::linalg::cholesky::llt::inverse::inverse_scratch::<f64>(n, Par::Seq));
-    faer::linalg::cholesky::llt::inverse::inverse(fmut(&mut out), fref(l), Par::Seq, MemStack::new(&mut buf));
+    let mut buf = MemBuffer::new(faer::linalg::cholesky::llt::inverse::inverse_scratch::<f64>(n, par));
+    faer::linalg::cholesky::llt::inverse::inverse(fmut(&mut out), fref(l), par, MemStack::new(&mut buf));
+    for j in 1..n {
+        out.as_mut_slice()[j * n..j * n + j].fill(0.0);
+    }
     out
 }
 
@@ -733,6 +735,26 @@ mod tests {
             assert_eq!(low, inv.lower_triangle());
             let bv = DVector::from_column_slice(b.column(0).as_slice());
             assert!((c.solve_vec(&bv) - x.column(0)).abs().max() < 1e-10);
+        }
+    }
+
+    /// Both of `inverse_lower`'s paths (our product below the threshold, faer's parallel inverse
+    /// above it) agree with faer's one-core inverse, the bench's reference, and leave zeros
+    /// above the diagonal.
+    #[test]
+    fn inverse_lower_agrees_with_faers_inverse_on_both_paths() {
+        for n in [9usize, 130, 700] {
+            let c = Cholesky::factor(spd(n, 3 + n as u64), "A", JitterPolicy::IF_NEEDED).unwrap();
+            let (ours, theirs) = (c.inverse_lower(), faer_inverse(c.l()));
+            let scale = theirs.abs().max();
+            assert!((&ours - &theirs).abs().max() < 1e-12 * scale, "n = {n}: differs from faer's inverse");
+            for j in 1..n {
+                assert!(ours.as_slice()[j * n..j * n + j].iter().all(|&v| v == 0.0), "n = {n}: nonzero above");
+                assert!(
+                    theirs.as_slice()[j * n..j * n + j].iter().all(|&v| v == 0.0),
+                    "n = {n}: faer's, nonzero above"
+                );
+            }
         }
     }
 
