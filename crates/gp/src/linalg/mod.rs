@@ -14,8 +14,9 @@ use faer::linalg::matmul::triangular::BlockStructure;
 use faer::{Accum, MatMut, MatRef, Par};
 use nalgebra::{DMatrix, DMatrixView, DVector};
 
+mod cholesky_inverse;
 mod left_looking;
-mod triangular_gram;
+mod register_tile;
 
 /// Why a factorisation failed. Carries the stage (which matrix), its size and the jitter tried.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -376,18 +377,15 @@ impl Cholesky {
     /// The lower triangle of (A + εI)⁻¹ (the strict upper triangle is zero): [`Self::inverse`]
     /// without the mirroring, for consumers that read only the lower triangle.
     ///
-    /// On one core (below [`par_for`]'s threshold): X = L⁻¹ by faer's triangular inverse, then
-    /// XᵀX by one GEMM per block of rows (`triangular_gram`), 1.13–1.32× faer's whole inverse
-    /// at n = 25–400 (docs/decisions.md D35); above it faer's parallel inverse.
+    /// On one core (below [`par_for`]'s threshold) our own two sweeps on one register tile
+    /// (`cholesky_inverse`, the same bits on every CPU), 1.4–2.6× faer's inverse at n = 25–400
+    /// (docs/decisions.md D36); above it faer's parallel inverse.
     pub fn inverse_lower(&self) -> DMatrix<f64> {
         let n = self.dim();
         let par = par_for(n as f64 * n as f64 * n as f64 / 3.0);
         if let Par::Seq = par {
-            // faer writes X's lower triangle; the zeros above it, which the product reads in
-            // its diagonal blocks, are the initial ones.
             let mut out = DMatrix::<f64>::zeros(n, n);
-            faer::linalg::triangular_inverse::invert_lower_triangular(fmut(&mut out), fref(&self.l), Par::Seq);
-            triangular_gram::lower_gram_in_place(out.as_mut_slice(), n);
+            cholesky_inverse::inverse_lower(self.l.as_slice(), n, out.as_mut_slice());
             return out;
         }
         faer_inverse_on(&self.l, par)
@@ -425,15 +423,12 @@ fn split_columns(b: MatMut<'_, f64>, pieces: usize, solve: &(dyn Fn(MatMut<'_, f
 
 /// One rung of [`Cholesky::factor_of`]'s ladder: the factor of A + εI (A n × n, column-major,
 /// its lower triangle read) into `l`, zero above the diagonal. On one core the left-looking
-/// factorisation, as fast as faer's at n ≤ 25 and 1.2–1.4× faster at n = 40–500
-/// (docs/decisions.md D34); above [`par_for`]'s threshold faer's parallel one. Returns whether
-/// every pivot was positive and finite.
+/// factorisation on the register tile, 1.4–1.5× faster than faer's at n = 50–400 and slower at
+/// n = 25 (1.3 against 1.0 µs) (docs/decisions.md D34, D36); above [`par_for`]'s threshold
+/// faer's parallel one. Returns whether every pivot was positive and finite.
 fn factor_rung(a: &[f64], n: usize, eps: f64, par: Par, l: &mut Vec<f64>) -> bool {
     match par {
-        Par::Seq => {
-            left_looking::load(a, n, eps, l);
-            left_looking::factor_in_place(l, n)
-        }
+        Par::Seq => left_looking::factor(a, n, eps, l),
         Par::Rayon(_) => {
             l.clear();
             l.extend_from_slice(a);
@@ -475,7 +470,7 @@ pub fn faer_factor(a: &DMatrix<f64>) -> bool {
 
 /// faer's one-core inverse from a Cholesky factor L (lower triangle read), its lower triangle
 /// with zeros above: the reference `bench gp` times [`Cholesky::inverse_lower`]'s one-core
-/// path against, in the same run (docs/decisions.md D35).
+/// path against, in the same run (docs/decisions.md D35, D36).
 pub fn faer_inverse(l: &DMatrix<f64>) -> DMatrix<f64> {
     faer_inverse_on(l, Par::Seq)
 }
