@@ -25,9 +25,10 @@
 //! Each entry is one fixed chain: the tile's fused multiply-adds in increasing inner index from
 //! zero, then (for U) the 8 × 8 factor's in increasing column. AVX-512 computes 8 rows per
 //! vector, AVX2 + FMA 4 (a tile in two halves), the baseline one (`f64::mul_add`): the three give
-//! the same bits (tested), so the inverse does not depend on the CPU. At n = 225 on a
-//! 2-core Zen 4 it takes about two thirds of the time of faer 0.24's inverse
-//! (docs/decisions.md D36; `bench gp` times both).
+//! the same bits (tested), so the inverse does not depend on the CPU; one without AVX2 + FMA gets
+//! faer's inverse instead (`register_tile::in_hardware`). At n = 225 on a 2-core Zen 4 it takes
+//! about two thirds of the time of faer 0.24's inverse (docs/decisions.md D36; `bench gp` times
+//! both).
 
 #[cfg(target_arch = "x86_64")]
 use super::register_tile::x86;

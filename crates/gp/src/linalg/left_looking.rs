@@ -26,7 +26,8 @@
 //!
 //! It runs on whichever of AVX-512, AVX2 + FMA or the baseline the CPU has, chosen at run time,
 //! with the same bits on each (`register_tile`; tested: `every_path_gives_the_same_bits`), so
-//! the factor does not depend on the CPU.
+//! the factor does not depend on the CPU. A CPU without AVX2 + FMA gets faer's factorisation
+//! instead (`register_tile::in_hardware`: the baseline's software FMAs are 40× slower).
 
 #[cfg(target_arch = "x86_64")]
 use super::register_tile::x86;

@@ -378,12 +378,15 @@ impl Cholesky {
     /// without the mirroring, for consumers that read only the lower triangle.
     ///
     /// On one core (below [`par_for`]'s threshold) our own two sweeps on one register tile
-    /// (`cholesky_inverse`, the same bits on every CPU), 1.4–2.6× faer's inverse at n = 25–400
-    /// (docs/decisions.md D36); above it faer's parallel inverse.
+    /// (`cholesky_inverse`, the same bits on every CPU that has AVX2 + FMA or AVX-512),
+    /// 1.4–2.6× faer's inverse at n = 25–400 (docs/decisions.md D36); above it, or where the
+    /// tile would run in software (`register_tile::in_hardware`), faer's inverse.
     pub fn inverse_lower(&self) -> DMatrix<f64> {
         let n = self.dim();
         let par = par_for(n as f64 * n as f64 * n as f64 / 3.0);
-        if let Par::Seq = par {
+        if let Par::Seq = par
+            && register_tile::in_hardware()
+        {
             let mut out = DMatrix::<f64>::zeros(n, n);
             cholesky_inverse::inverse_lower(self.l.as_slice(), n, out.as_mut_slice());
             return out;
@@ -424,12 +427,19 @@ fn split_columns(b: MatMut<'_, f64>, pieces: usize, solve: &(dyn Fn(MatMut<'_, f
 /// One rung of [`Cholesky::factor_of`]'s ladder: the factor of A + εI (A n × n, column-major,
 /// its lower triangle read) into `l`, zero above the diagonal. On one core the left-looking
 /// factorisation on the register tile, 1.4–1.5× faster than faer's at n = 50–400 and slower at
-/// n = 25 (1.3 against 1.0 µs) (docs/decisions.md D34, D36); above [`par_for`]'s threshold
-/// faer's parallel one. Returns whether every pivot was positive and finite.
+/// n = 25 (1.3 against 1.0 µs) (docs/decisions.md D34, D36); above [`par_for`]'s threshold,
+/// or where the tile would run in software (`register_tile::in_hardware`), faer's. Returns
+/// whether every pivot was positive and finite.
 fn factor_rung(a: &[f64], n: usize, eps: f64, par: Par, l: &mut Vec<f64>) -> bool {
+    factor_rung_on(a, n, eps, par, register_tile::in_hardware(), l)
+}
+
+/// [`factor_rung`], told whether the register tile runs in hardware (so that a test can take
+/// the path of a CPU without it).
+fn factor_rung_on(a: &[f64], n: usize, eps: f64, par: Par, tile: bool, l: &mut Vec<f64>) -> bool {
     match par {
-        Par::Seq => left_looking::factor(a, n, eps, l),
-        Par::Rayon(_) => {
+        Par::Seq if tile => left_looking::factor(a, n, eps, l),
+        _ => {
             l.clear();
             l.extend_from_slice(a);
             for i in 0..n {
@@ -750,6 +760,28 @@ mod tests {
                     "n = {n}: faer's, nonzero above"
                 );
             }
+        }
+    }
+
+    /// A CPU without the register tile in hardware factors with faer (`factor_rung_on`'s other
+    /// branch): the same factor to round-off, zeros above, and the same refusals.
+    #[test]
+    fn without_the_tile_in_hardware_faer_factors_alike() {
+        for n in [1usize, 9, 130] {
+            let a = spd(n, 21 + n as u64);
+            let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+            assert!(factor_rung_on(a.as_slice(), n, 1e-9, Par::Seq, true, &mut ours));
+            assert!(factor_rung_on(a.as_slice(), n, 1e-9, Par::Seq, false, &mut theirs));
+            let worst = ours.iter().zip(&theirs).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+            assert!(worst < 1e-12, "n = {n}: the two factors differ by {worst:e}");
+            for j in 1..n {
+                assert!(theirs[j * n..j * n + j].iter().all(|&v| v == 0.0), "n = {n}: nonzero above");
+            }
+        }
+        let mut not_pd = DMatrix::from_element(4, 4, 1.0);
+        not_pd[(1, 1)] = 0.5;
+        for tile in [true, false] {
+            assert!(!factor_rung_on(not_pd.as_slice(), 4, 0.0, Par::Seq, tile, &mut Vec::new()), "tile = {tile}");
         }
     }
 

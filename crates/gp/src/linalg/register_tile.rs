@@ -11,7 +11,9 @@
 //! Every entry is one chain of fused multiply-adds in increasing inner index, on every path:
 //! AVX-512 computes 8 rows per vector, AVX2 + FMA 4 (a tile in two halves), the baseline one
 //! (`f64::mul_add`, in software where the build target has no FMA). So the paths give the same
-//! bits and a result does not depend on the CPU (each user tests this).
+//! bits (each user tests this), and a result does not depend on which of AVX2 + FMA and AVX-512 the
+//! CPU has. The baseline is the reference those tests compare with; in use, a CPU with neither
+//! gets faer's routines instead ([`in_hardware`]).
 
 /// Rows per tile and per panel: one AVX-512 vector of f64.
 pub(super) const B: usize = 8;
@@ -39,6 +41,14 @@ pub(super) fn with_panels<R>(n: usize, extra: usize, f: impl FnOnce(&mut [f64], 
         Ok(mut buf) => run(&mut buf),
         Err(_) => run(&mut Vec::new()),
     })
+}
+
+/// Whether the tile runs in hardware on this CPU (AVX-512, or AVX2 + FMA). Elsewhere its fused
+/// multiply-adds would be `f64::mul_add` in software on x86-64, 40–60× slower than faer's
+/// routines at n = 100–225 (measured by forcing that path on a Zen 4), so the one-core
+/// factorisation and inverse are faer's there (docs/decisions.md D36).
+pub(super) fn in_hardware() -> bool {
+    Path::detect() != Path::Baseline
 }
 
 /// Offset of M[row, col] in row panels of 8 × n.
