@@ -743,9 +743,9 @@ mod tests {
         }
     }
 
-    /// Both of `inverse_lower`'s paths (our product below the threshold, faer's parallel inverse
-    /// above it) agree with faer's one-core inverse, the bench's reference, and leave zeros
-    /// above the diagonal.
+    /// Both of `inverse_lower`'s paths (our register-tile inverse below the threshold, faer's
+    /// parallel inverse above it) agree with faer's one-core inverse, the bench's reference, and
+    /// leave zeros above the diagonal.
     #[test]
     fn inverse_lower_agrees_with_faers_inverse_on_both_paths() {
         for n in [9usize, 130, 700] {
