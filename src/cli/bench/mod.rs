@@ -126,6 +126,33 @@ for _ in range(R):
 print(json.dumps({"lib": "numpy " + np.__version__, "gflops": 2 * n**3 / best / 1e9}))
 "#;
 
+/// numpy's BLAS on the VFE step's two products, on its block shapes (as `vfe_products`): per
+/// block of `len` rows the Gram product K_fu,bᵀK_fu,b (numpy hands `b.T @ b` to SYRK, which
+/// fills both triangles) accumulated into an M×M matrix, and P·K_uf,b.
+const NUMPY_PRODUCTS: &str = r#"
+import json, sys, time, numpy as np
+m, n, length, R = (int(v) for v in sys.argv[1:5])
+rng = np.random.default_rng(5)
+kfu = rng.random((length, m)); kuf = np.ascontiguousarray(kfu.T)
+i = np.arange(m); p = 1.0 / (1.0 + np.abs(i[:, None] - i[None, :]))
+out = np.empty((m, length))
+def gram():
+    s = np.zeros((m, m))
+    for start in range(0, n, length):
+        b = kfu[:min(length, n - start)]; s += b.T @ b
+def pk():
+    for start in range(0, n, length):
+        w = min(length, n - start)
+        if w == length: np.matmul(p, kuf, out=out)
+        else: p @ kuf[:, :w]
+def best(f):
+    b = float("inf")
+    for _ in range(R):
+        t0 = time.perf_counter(); f(); b = min(b, time.perf_counter() - t0)
+    return b
+print(json.dumps({"lib": "numpy " + np.__version__, "gram_seconds": best(gram), "pk_seconds": best(pk)}))
+"#;
+
 /// LAPACK's Cholesky (dpotrf) and inverse from the factor (dpotri: the same 2n³/3 as ours) at one
 /// size, one thread, on an SE kernel matrix of the same shape as ours; with numpy's one-core GEMM
 /// 2000³ measured in the same process, so each rate is read against its own library's GEMM.
@@ -279,8 +306,9 @@ fn exact_breakdown(
 /// Seconds (best of `reps`) for the VFE step's two O(NM²) products alone, on its block shapes
 /// (`dpcotrain_gp::sparse::block_entries()` entries per block): per block the Gram product
 /// K_fu,bᵀK_fu,b accumulated into the lower triangle of an M×M matrix (M²·len flops) and
-/// P·K_uf,b (2M²·len), on random data, no kernel evaluation and no contraction.
-fn vfe_products(m: usize, n: usize, reps: usize) -> f64 {
+/// P·K_uf,b (2M²·len), on random data, no kernel evaluation and no contraction. Returns the
+/// two together, then the Gram products alone and the P·K_uf products alone.
+fn vfe_products(m: usize, n: usize, reps: usize) -> (f64, f64, f64) {
     use dpcotrain_gp::linalg::{ata_acc, gemm};
     let len = (dpcotrain_gp::sparse::block_entries() / m).clamp(1, n);
     let mut r = ChaCha8Rng::seed_from_u64(5);
@@ -288,10 +316,15 @@ fn vfe_products(m: usize, n: usize, reps: usize) -> f64 {
     let kuf = kfu.transpose();
     let p = DMatrix::from_fn(m, m, |i, j| 1.0 / (1.0 + i.abs_diff(j) as f64));
     let (mut gram, mut out) = (DMatrix::<f64>::zeros(m, m), DMatrix::<f64>::zeros(m, len));
-    let (t, _) = best_of(reps, || {
+    let mut pass = |with_gram: bool, with_pk: bool| {
         for (i, start) in (0..n).step_by(len).enumerate() {
             let w = len.min(n - start);
-            ata_acc(kfu.rows(0, w), &mut gram, 1.0, i > 0);
+            if with_gram {
+                ata_acc(kfu.rows(0, w), &mut gram, 1.0, i > 0);
+            }
+            if !with_pk {
+                continue;
+            }
             if w == len {
                 gemm(&mut out, 1.0, p.as_view(), false, kuf.as_view(), false, false);
             } else {
@@ -301,8 +334,11 @@ fn vfe_products(m: usize, n: usize, reps: usize) -> f64 {
             }
         }
         std::hint::black_box((&gram, &out));
-    });
-    t
+    };
+    let (both, _) = best_of(reps, || pass(true, true));
+    let (gram_only, _) = best_of(reps, || pass(true, false));
+    let (pk_only, _) = best_of(reps, || pass(false, true));
+    (both, gram_only, pk_only)
 }
 
 /// Seconds (best of `reps`) to evaluate K(Z, X) once, in the VFE step's column blocks, into a
@@ -410,13 +446,47 @@ fn run_gp(a: GpBenchArgs) -> anyhow::Result<()> {
                 if n == 100_000 && m == 500 && d == 4 {
                     // The step's two O(NM²) products alone, on its own block shapes: the part of
                     // the step no kernel work can shorten.
-                    let tp = vfe_products(m, n, reps);
+                    let (tp, t_gram, t_pk) = vfe_products(m, n, reps);
                     say(format!(
                         "  its two products alone (Gram K_fuᵀK_fu, P·K_uf; {}-column blocks): {tp:.3} s = {:.0}% of the best GEMM; the rest of the step {:.3} s",
                         dpcotrain_gp::sparse::block_entries() / m,
                         100.0 * flops / tp / 1e9 / best_gemm,
                         t - tp
                     ));
+                    let (f_gram, f_pk) = (flops / 3.0, 2.0 * flops / 3.0);
+                    say(format!(
+                        "    the Gram products {t_gram:.3} s ({:.1} GFLOP/s = {:.0}% of the best GEMM), P·K_uf {t_pk:.3} s ({:.1} GFLOP/s = {:.0}%)",
+                        f_gram / t_gram / 1e9,
+                        100.0 * f_gram / t_gram / 1e9 / best_gemm,
+                        f_pk / t_pk / 1e9,
+                        100.0 * f_pk / t_pk / 1e9 / best_gemm
+                    ));
+                    if a.vs.is_some() {
+                        let len = (dpcotrain_gp::sparse::block_entries() / m).clamp(1, n).to_string();
+                        match svgp::python(
+                            &a.python,
+                            NUMPY_PRODUCTS,
+                            &[m.to_string(), n.to_string(), len, reps.to_string()],
+                        ) {
+                            Ok(v) => {
+                                let (g, p) = (
+                                    v["gram_seconds"].as_f64().unwrap_or(f64::NAN),
+                                    v["pk_seconds"].as_f64().unwrap_or(f64::NAN),
+                                );
+                                let lib = v["lib"].as_str().unwrap_or("numpy");
+                                say(format!(
+                                    "    the same by {lib}: the Gram products {g:.3} s ({:.0}% of the best GEMM), P·K_uf {p:.3} s ({:.0}%)",
+                                    100.0 * f_gram / g / 1e9 / best_gemm,
+                                    100.0 * f_pk / p / 1e9 / best_gemm
+                                ));
+                                rows.push(json!({"case": "vfe_products_alone", "lib": lib, "n": n, "m": m,
+                                                 "gram_seconds": g, "pk_seconds": p,
+                                                 "gram_share_of_best_gemm": f_gram / g / 1e9 / best_gemm,
+                                                 "pk_share_of_best_gemm": f_pk / p / 1e9 / best_gemm}));
+                            }
+                            Err(e) => say(format!("    numpy on these products: not measured ({e})")),
+                        }
+                    }
                     // One evaluation of K_uf (N·M exponentials), which any step needs at least
                     // once: with the products, a floor for this step on this machine.
                     let tk = kuf_pass(gp.kernel.as_ref(), gp.z(), gp.x(), reps);
@@ -425,10 +495,25 @@ fn run_gp(a: GpBenchArgs) -> anyhow::Result<()> {
                         tp + tk,
                         100.0 * flops / (tp + tk) / 1e9 / best_gemm
                     ));
+                    // What 90% of the best GEMM rate allows the step, and what the step's two
+                    // K_uf passes leave of it even if both products ran at that best rate.
+                    let budget = flops / (0.9 * best_gemm * 1e9);
+                    let ideal = flops / (best_gemm * 1e9);
+                    say(format!(
+                        "  90% of the best GEMM rate allows the step {budget:.3} s; the products at the best rate take {ideal:.3} s and two K_uf passes {:.3} s, \
+                         so a step that evaluates K_uf twice reaches {:.0}% at most, with no time for the contraction and the M×M work",
+                        2.0 * tk,
+                        100.0 * ideal / (ideal + 2.0 * tk)
+                    ));
                     rows.push(json!({"case": "vfe_products_alone", "n": n, "m": m, "seconds": tp,
+                                     "gram_seconds": t_gram, "pk_seconds": t_pk,
+                                     "gram_share_of_best_gemm": f_gram / t_gram / 1e9 / best_gemm,
+                                     "pk_share_of_best_gemm": f_pk / t_pk / 1e9 / best_gemm,
                                      "share_of_best_gemm": flops / tp / 1e9 / best_gemm,
                                      "kuf_pass_seconds": tk,
-                                     "floor_share_of_best_gemm": flops / (tp + tk) / 1e9 / best_gemm}));
+                                     "floor_share_of_best_gemm": flops / (tp + tk) / 1e9 / best_gemm,
+                                     "budget_at_90_seconds": budget,
+                                     "two_passes_at_best_gemm_share": ideal / (ideal + 2.0 * tk)}));
                 }
                 // GPflow on the same data (written to a file it reads), with as many repetitions
                 // and the same best-of rule as ours: like with like.

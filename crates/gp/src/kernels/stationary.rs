@@ -34,13 +34,22 @@ pub(super) struct Stationary {
 }
 
 /// r²_i = Σ_d ((x1_id − x2_jd)/ℓ_d)² for i in `rows`, written into `out`; `inv` holds 1/ℓ_d.
-/// Exactly 0 for identical points.
+/// Exactly 0 for identical points. The first dimension's square is stored, not added to a
+/// zeroed `out`: 0 + t² is t² to the bit (t² is never −0), and the slice's memset is saved.
 #[inline(always)]
 fn sq_dist(x1: &Rows, rows: &Range<usize>, x2: &DMatrixView<'_, f64>, j: usize, inv: &[f64], out: &mut [f64]) {
-    out.fill(0.0);
-    for (d, &s) in inv.iter().enumerate() {
-        let xj = x2[(j, d)];
-        for (o, &a) in out.iter_mut().zip(x1.col(d, rows)) {
+    let Some((&s0, rest)) = inv.split_first() else {
+        out.fill(0.0);
+        return;
+    };
+    let x0 = x2[(j, 0)];
+    for (o, &a) in out.iter_mut().zip(x1.col(0, rows)) {
+        let t = (a - x0) * s0;
+        *o = t * t;
+    }
+    for (d, &s) in rest.iter().enumerate() {
+        let xj = x2[(j, d + 1)];
+        for (o, &a) in out.iter_mut().zip(x1.col(d + 1, rows)) {
             let t = (a - xj) * s;
             *o += t * t;
         }
@@ -389,6 +398,37 @@ mod tests {
         }
         fn f_df(self, r2: f64) -> (f64, f64) {
             (self.f(r2), 0.0)
+        }
+    }
+
+    /// `sq_dist` stores the first dimension's square instead of adding it to a zeroed slice:
+    /// the same bits as the sum from zero, for differences of −0 and infinities too (NaN stays NaN), with
+    /// every entry overwritten (the slice starts as NaN), also with no dimensions at all.
+    #[test]
+    fn squared_distances_equal_the_sum_from_zero_bit_for_bit() {
+        let v = [-0.0, 0.0, 1.5, -2.25, f64::INFINITY, f64::NEG_INFINITY, f64::NAN, 1e-300, 3e200];
+        let x1 =
+            DMatrix::from_fn(v.len() * 3, 3, |i, d| v[(i + d * 4) % v.len()] * if i % 3 == 0 { 1.0 } else { -1.0 });
+        let x2 = DMatrix::from_fn(v.len(), 3, |i, d| v[(i * 5 + d) % v.len()]);
+        let (x1r, x2v) = (Rows::new(&x1.as_view()), x2.as_view());
+        let rows = 2..x1.nrows();
+        for inv in [&[][..], &[0.5][..], &[1.0, 3.0, 0.25][..]] {
+            for j in 0..x2.nrows() {
+                let mut got = vec![f64::NAN; rows.len()];
+                sq_dist(&x1r, &rows, &x2v, j, inv, &mut got);
+                let mut want = vec![0.0; rows.len()];
+                for (d, &s) in inv.iter().enumerate() {
+                    for (w, &a) in want.iter_mut().zip(x1r.col(d, &rows)) {
+                        let t = (a - x2v[(j, d)]) * s;
+                        *w += t * t;
+                    }
+                }
+                // Rust leaves a NaN's sign and payload unspecified (the compiler may swap an
+                // addition's operands), so a NaN is compared as a NaN.
+                let bits =
+                    |x: &[f64]| x.iter().map(|v| if v.is_nan() { None } else { Some(v.to_bits()) }).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "{} dimensions, column {j}", inv.len());
+            }
         }
     }
 
