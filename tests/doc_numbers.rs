@@ -2,8 +2,9 @@
 //! from a cheap command is regenerated here from that command and compared, digit for digit
 //! as printed, so a document cannot drift from the code. Each check names the command a reader
 //! runs to see the same figures. Figures that depend on the machine (wall times, and the counts
-//! docs/results.md marks as machine-dependent) are not compared; the rest are seeded and
-//! reproduce on one build.
+//! docs/results.md marks as machine-dependent) are not regenerated; the rest are seeded and
+//! reproduce on one build. README's speed table is compared with the committed `bench gp` run it
+//! links instead.
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -179,5 +180,104 @@ fn results_quote_bauer_fig1() {
         if method != "FITC" {
             assert!(quoted.contains(sigma), "docs/results.md's Fig 1 {method} σ_n: {quoted}; today {sigma}");
         }
+    }
+}
+
+/// README's speed table ("Now") quotes the `bench gp --vs python --json` run it links, figure for
+/// figure as printed there. The times are this machine's and are not regenerated here; this
+/// keeps the table from drifting from its source file (`dpcotrain bench gp --vs python --python
+/// VENV/bin/python --json` writes such a file).
+#[test]
+fn readme_speed_table_quotes_its_bench_json() {
+    let readme = doc("README.md");
+    let start = readme.find("**Now** (").expect("README has a \"Now\" speed table");
+    let end = start + readme[start..].find("Issue 38's targets").expect("the table ends before the targets");
+    let now = &readme[start..end];
+    let link = now.split('(').find_map(|s| s.strip_prefix("docs/results/speed/")).expect("the table links its JSON");
+    let file = format!("docs/results/speed/{}", &link[..link.find(')').unwrap()]);
+    let rows: Vec<Value> = serde_json::from_str(&doc(&file)).unwrap();
+    fn find<'a>(rows: &'a [Value], file: &str, case: &str, pred: &dyn Fn(&Value) -> bool) -> &'a Value {
+        rows.iter().find(|r| r["case"] == case && pred(r)).unwrap_or_else(|| panic!("{file} has no {case} row"))
+    }
+    let row = |case: &str, pred: &dyn Fn(&Value) -> bool| find(&rows, &file, case, pred);
+    let f = |r: &Value, k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{file}: no {k}"));
+    let ours = |r: &&Value| r.get("lib").is_none();
+    let vfe = |n: u64| move |r: &Value| r["n"] == n && r["m"] == 500 && r["d"] == 4;
+
+    let gemm = row("gemm", &|r| ours(&r));
+    let numpy = row("gemm", &|r| !ours(&r));
+    let step = row("vfe_elbo_grad", &|r| vfe(100_000)(r) && ours(&r));
+    let gpflow = row("vfe_elbo_grad", &|r| vfe(100_000)(r) && !ours(&r));
+    let small = row("vfe_elbo_grad", &|r| vfe(10_000)(r) && ours(&r));
+    let small_gpflow = row("vfe_elbo_grad", &|r| vfe(10_000)(r) && !ours(&r));
+    let products = row("vfe_products_alone", &|r| ours(&r));
+    let np_products = row("vfe_products_alone", &|r| !ours(&r));
+    let svgp = row("svgp_step", &|r| r["lib"] == "dpcotrain");
+    let svgp_gpflow = row("svgp_step", &|r| r["lib"].as_str().is_some_and(|l| l.starts_with("gpflow")));
+    let svgp_torch = row("svgp_step", &|r| r["lib"].as_str().is_some_and(|l| l.starts_with("gpytorch")));
+    let exact = row("exact_breakdown", &|r| ours(&r));
+    let lapack = row("exact_breakdown", &|r| !ours(&r));
+    let lml = |n: u64| 1e6 * f(row("exact_lml_grad_small", &|r| r["n"] == n), "seconds");
+    let pct = |x: f64| format!("{:.0}%", 100.0 * x);
+    let (tc, ti) = (f(exact, "cholesky_seconds"), f(exact, "inverse_seconds"));
+    let one_core = f(exact, "one_core_gemm_gflops");
+
+    let expected = [
+        format!("faer {:.1} GFLOP/s", f(gemm, "gflops")),
+        format!("numpy {:.1} GFLOP/s", f(numpy, "gflops")),
+        format!("{:.3} s ({:.1} GFLOP/s)", f(step, "seconds"), f(step, "gflops")),
+        format!("{} ({} of faer's)", pct(f(step, "share_of_best_gemm")), pct(f(step, "share_of_gemm"))),
+        format!("{:.3} s | {:.2}×", f(gpflow, "seconds"), f(gpflow, "ratio_to_dpcotrain")),
+        format!("{:.3} / {:.3} s", f(products, "gram_seconds"), f(products, "pk_seconds")),
+        format!("numpy's: {:.3} / {:.3} s", f(np_products, "gram_seconds"), f(np_products, "pk_seconds")),
+        format!(
+            "{} / {} (numpy's: {} / {})",
+            pct(f(products, "gram_share_of_best_gemm")),
+            pct(f(products, "pk_share_of_best_gemm")),
+            pct(f(np_products, "gram_share_of_best_gemm")),
+            pct(f(np_products, "pk_share_of_best_gemm"))
+        ),
+        format!("| {:.3} s |", f(products, "kuf_pass_seconds")),
+        format!("at most {:.1}%", 100.0 * f(products, "floor_share_of_best_gemm")),
+        format!(
+            "| {:.3} s | {:.3} s | {:.2}× | {} |",
+            f(small, "seconds"),
+            f(small_gpflow, "seconds"),
+            f(small_gpflow, "ratio_to_dpcotrain"),
+            pct(f(small, "share_of_best_gemm"))
+        ),
+        format!("{:.1} ms", 1e3 * f(svgp, "seconds_per_step")),
+        format!("{:.1} ms (GPyTorch", 1e3 * f(svgp_gpflow, "seconds_per_step")),
+        format!("{:.1} ms)", 1e3 * f(svgp_torch, "seconds_per_step")),
+        format!("**{:.2}×** ({:.2}×)", f(svgp_gpflow, "ratio_to_dpcotrain"), f(svgp_torch, "ratio_to_dpcotrain")),
+        format!(
+            "{:.1} / {:.1} µs = {:.1} / {:.1} GFLOP/s",
+            1e6 * tc,
+            1e6 * ti,
+            f(exact, "cholesky_gflops"),
+            f(exact, "inverse_gflops")
+        ),
+        format!(
+            "{:.2}× / {:.2}× slower",
+            f(exact, "faer_cholesky_seconds") / tc,
+            f(exact, "faer_inverse_seconds") / ti
+        ),
+        format!(
+            "{:.1} / {:.1} GFLOP/s | {:.2}× / {:.2}×",
+            f(lapack, "cholesky_gflops"),
+            f(lapack, "inverse_gflops"),
+            f(lapack, "cholesky_seconds") / tc,
+            f(lapack, "inverse_seconds") / ti
+        ),
+        format!(
+            "{} / {} of one core's GEMM ({:.1}",
+            pct(f(exact, "cholesky_gflops") / one_core),
+            pct(f(exact, "inverse_gflops") / one_core),
+            one_core
+        ),
+        format!("{:.1} / {:.1} / {:.1} µs", lml(25), lml(100), lml(225)),
+    ];
+    for e in &expected {
+        assert!(norm(now).contains(&norm(e)), "README's \"Now\" table does not quote {file} as printed:\n  {e}");
     }
 }
