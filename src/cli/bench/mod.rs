@@ -501,7 +501,7 @@ fn run_gp(a: GpBenchArgs) -> anyhow::Result<()> {
                     let ideal = flops / (best_gemm * 1e9);
                     say(format!(
                         "  90% of the best GEMM rate allows the step {budget:.3} s; the products at the best rate take {ideal:.3} s and two K_uf passes {:.3} s, \
-                         so a step that evaluates K_uf twice reaches {:.0}% at most, with no time for the contraction and the M×M work",
+                         so a step that evaluates K_uf twice reaches {:.1}% at most, with no time for the contraction and the M×M work",
                         2.0 * tk,
                         100.0 * ideal / (ideal + 2.0 * tk)
                     ));
