@@ -303,6 +303,12 @@ fn exact_breakdown(
     Ok(rows)
 }
 
+/// Columns per block of the VFE step's passes over K_uf (`dpcotrain_gp::sparse::block_entries()`
+/// entries per block), as the step itself takes them.
+fn vfe_block(m: usize, n: usize) -> usize {
+    (dpcotrain_gp::sparse::block_entries() / m.max(1)).clamp(1, n.max(1))
+}
+
 /// Seconds (best of `reps`) for the VFE step's two O(NM²) products alone, on its block shapes
 /// (`dpcotrain_gp::sparse::block_entries()` entries per block): per block the Gram product
 /// K_fu,bᵀK_fu,b accumulated into the lower triangle of an M×M matrix (M²·len flops) and
@@ -310,7 +316,7 @@ fn exact_breakdown(
 /// two together, then the Gram products alone and the P·K_uf products alone.
 fn vfe_products(m: usize, n: usize, reps: usize) -> (f64, f64, f64) {
     use dpcotrain_gp::linalg::{ata_acc, gemm};
-    let len = (dpcotrain_gp::sparse::block_entries() / m).clamp(1, n);
+    let len = vfe_block(m, n);
     let mut r = ChaCha8Rng::seed_from_u64(5);
     let kfu = DMatrix::from_fn(len, m, |_, _| r.random_range(0.0..1.0));
     let kuf = kfu.transpose();
@@ -345,7 +351,7 @@ fn vfe_products(m: usize, n: usize, reps: usize) -> (f64, f64, f64) {
 /// reused buffer.
 fn kuf_pass(kernel: &dyn dpcotrain_gp::Kernel, z: &DMatrix<f64>, x: &DMatrix<f64>, reps: usize) -> f64 {
     let (m, n) = (z.nrows(), x.nrows());
-    let len = (dpcotrain_gp::sparse::block_entries() / m).clamp(1, n);
+    let len = vfe_block(m, n);
     let mut buf = DMatrix::<f64>::zeros(m, len);
     let (t, _) = best_of(reps, || {
         for start in (0..n).step_by(len) {
@@ -447,22 +453,24 @@ fn run_gp(a: GpBenchArgs) -> anyhow::Result<()> {
                     // The step's two O(NM²) products alone, on its own block shapes: the part of
                     // the step no kernel work can shorten.
                     let (tp, t_gram, t_pk) = vfe_products(m, n, reps);
+                    // Share of the best GEMM rate of `f` flops in `secs` seconds.
+                    let share = |f: f64, secs: f64| f / secs / 1e9 / best_gemm;
                     say(format!(
                         "  its two products alone (Gram K_fuᵀK_fu, P·K_uf; {}-column blocks): {tp:.3} s = {:.0}% of the best GEMM; the rest of the step {:.3} s",
-                        dpcotrain_gp::sparse::block_entries() / m,
-                        100.0 * flops / tp / 1e9 / best_gemm,
+                        vfe_block(m, n),
+                        100.0 * share(flops, tp),
                         t - tp
                     ));
                     let (f_gram, f_pk) = (flops / 3.0, 2.0 * flops / 3.0);
                     say(format!(
                         "    the Gram products {t_gram:.3} s ({:.1} GFLOP/s = {:.0}% of the best GEMM), P·K_uf {t_pk:.3} s ({:.1} GFLOP/s = {:.0}%)",
                         f_gram / t_gram / 1e9,
-                        100.0 * f_gram / t_gram / 1e9 / best_gemm,
+                        100.0 * share(f_gram, t_gram),
                         f_pk / t_pk / 1e9,
-                        100.0 * f_pk / t_pk / 1e9 / best_gemm
+                        100.0 * share(f_pk, t_pk)
                     ));
                     if a.vs.is_some() {
-                        let len = (dpcotrain_gp::sparse::block_entries() / m).clamp(1, n).to_string();
+                        let len = vfe_block(m, n).to_string();
                         match svgp::python(
                             &a.python,
                             NUMPY_PRODUCTS,
@@ -476,13 +484,13 @@ fn run_gp(a: GpBenchArgs) -> anyhow::Result<()> {
                                 let lib = v["lib"].as_str().unwrap_or("numpy");
                                 say(format!(
                                     "    the same by {lib}: the Gram products {g:.3} s ({:.0}% of the best GEMM), P·K_uf {p:.3} s ({:.0}%)",
-                                    100.0 * f_gram / g / 1e9 / best_gemm,
-                                    100.0 * f_pk / p / 1e9 / best_gemm
+                                    100.0 * share(f_gram, g),
+                                    100.0 * share(f_pk, p)
                                 ));
                                 rows.push(json!({"case": "vfe_products_alone", "lib": lib, "n": n, "m": m,
                                                  "gram_seconds": g, "pk_seconds": p,
-                                                 "gram_share_of_best_gemm": f_gram / g / 1e9 / best_gemm,
-                                                 "pk_share_of_best_gemm": f_pk / p / 1e9 / best_gemm}));
+                                                 "gram_share_of_best_gemm": share(f_gram, g),
+                                                 "pk_share_of_best_gemm": share(f_pk, p)}));
                             }
                             Err(e) => say(format!("    numpy on these products: not measured ({e})")),
                         }
@@ -493,7 +501,7 @@ fn run_gp(a: GpBenchArgs) -> anyhow::Result<()> {
                     say(format!(
                         "  one pass evaluating K_uf: {tk:.3} s; products + one pass = {:.3} s = {:.0}% of the best GEMM at most",
                         tp + tk,
-                        100.0 * flops / (tp + tk) / 1e9 / best_gemm
+                        100.0 * share(flops, tp + tk)
                     ));
                     // What 90% of the best GEMM rate allows the step, and what the step's two
                     // K_uf passes leave of it even if both products ran at that best rate.
@@ -507,11 +515,11 @@ fn run_gp(a: GpBenchArgs) -> anyhow::Result<()> {
                     ));
                     rows.push(json!({"case": "vfe_products_alone", "n": n, "m": m, "seconds": tp,
                                      "gram_seconds": t_gram, "pk_seconds": t_pk,
-                                     "gram_share_of_best_gemm": f_gram / t_gram / 1e9 / best_gemm,
-                                     "pk_share_of_best_gemm": f_pk / t_pk / 1e9 / best_gemm,
-                                     "share_of_best_gemm": flops / tp / 1e9 / best_gemm,
+                                     "gram_share_of_best_gemm": share(f_gram, t_gram),
+                                     "pk_share_of_best_gemm": share(f_pk, t_pk),
+                                     "share_of_best_gemm": share(flops, tp),
                                      "kuf_pass_seconds": tk,
-                                     "floor_share_of_best_gemm": flops / (tp + tk) / 1e9 / best_gemm,
+                                     "floor_share_of_best_gemm": share(flops, tp + tk),
                                      "budget_at_90_seconds": budget,
                                      "two_passes_at_best_gemm_share": ideal / (ideal + 2.0 * tk)}));
                 }
