@@ -221,8 +221,15 @@ fn readme_speed_table_quotes_its_bench_json() {
     let pct = |x: f64| format!("{:.0}%", 100.0 * x);
     let (tc, ti) = (f(exact, "cholesky_seconds"), f(exact, "inverse_seconds"));
     let one_core = f(exact, "one_core_gemm_gflops");
+    let fma = row("fma_peak", &|_| true);
 
     let expected = [
+        format!(
+            "| {:.1} GFLOP/s both cores, {:.1} one core | — | — | the best GEMM is {} of it |",
+            f(fma, "gflops"),
+            f(fma, "one_core_gflops"),
+            pct(f(fma, "best_gemm_share_of_peak"))
+        ),
         format!("faer {:.1} GFLOP/s", f(gemm, "gflops")),
         format!("numpy {:.1} GFLOP/s", f(numpy, "gflops")),
         format!("| {:.3} s ({:.1} GFLOP/s) |", f(step, "seconds"), f(step, "gflops")),
@@ -279,5 +286,17 @@ fn readme_speed_table_quotes_its_bench_json() {
     ];
     for e in &expected {
         assert!(norm(now).contains(&norm(e)), "README's \"Now\" table does not quote {file} as printed:\n  {e}");
+    }
+    // The paragraph after the table: the hardware's bound on the ratio to GPflow, from the same run.
+    let targets = &readme[end..end + readme[end..].find("has the measurements").expect("the targets paragraph ends")];
+    let peak_seconds = f(gpflow, "seconds") / f(gpflow, "max_ratio_at_fma_peak");
+    for e in [
+        format!("take {peak_seconds:.3} s"),
+        format!("more than {:.2}× GPflow's {:.3} s", f(gpflow, "max_ratio_at_fma_peak"), f(gpflow, "seconds")),
+        format!("(at the best GEMM rate: {:.2}×", f(gpflow, "max_ratio_at_best_gemm")),
+        format!("allows {:.3} s here", f(products, "budget_at_90_seconds")),
+        format!("reaches {}", pct(f(products, "two_passes_at_best_gemm_share"))),
+    ] {
+        assert!(norm(targets).contains(&norm(&e)), "README's targets paragraph does not quote {file}:\n  {e}");
     }
 }

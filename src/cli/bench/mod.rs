@@ -2,10 +2,12 @@
 //! (`bench node`, the federation's speed, is in `bench_node.rs`).
 //!
 //! Reports the best of a few repetitions (setup untimed), GFLOP/s estimated from the dominant
-//! dense kernels, and the machine's GEMM rate as the peak to compare with. The memory
+//! dense kernels, the machine's GEMM rate as the practical peak to compare with, and its FMA
+//! peak ([`peak`]) as the hardware's bound that no product exceeds. The memory
 //! benchmark runs a VFE fit in a child process and reads its peak resident set (VmHWM).
 
 pub mod node;
+pub mod peak;
 pub mod state;
 pub mod svgp;
 
@@ -419,6 +421,25 @@ fn run_gp(a: GpBenchArgs) -> anyhow::Result<()> {
         }
     }
 
+    // The FMA peak: what no product on this machine can exceed, of which the best GEMM is a share.
+    let fma = peak::measure(a.reps.min(3));
+    match fma {
+        Some(p) => {
+            say(format!(
+                "FMA peak ({}, {} threads): {:.1} GFLOP/s, one core {:.1}  ← the hardware's bound; the best GEMM is {:.0}% of it",
+                p.isa,
+                p.threads,
+                p.gflops,
+                p.one_core_gflops,
+                100.0 * best_gemm / p.gflops
+            ));
+            rows.push(json!({"case": "fma_peak", "isa": p.isa, "threads": p.threads, "gflops": p.gflops,
+                             "one_core_gflops": p.one_core_gflops,
+                             "best_gemm_share_of_peak": best_gemm / p.gflops}));
+        }
+        None => say("FMA peak: not measured (no AVX2+FMA or AVX-512F on this CPU)".into()),
+    }
+
     let ns: &[usize] = if a.quick { &[10_000] } else { &[10_000, 100_000] };
     for &n in ns {
         for &m in &[100usize, 500] {
@@ -513,6 +534,13 @@ fn run_gp(a: GpBenchArgs) -> anyhow::Result<()> {
                         2.0 * tk,
                         100.0 * ideal / (ideal + 2.0 * tk)
                     ));
+                    if let Some(p) = fma {
+                        say(format!(
+                            "  that budget is {:.0}% of the FMA peak for the whole step; the step runs at {:.0}% of it",
+                            100.0 * 0.9 * best_gemm / p.gflops,
+                            100.0 * flops / t / 1e9 / p.gflops
+                        ));
+                    }
                     rows.push(json!({"case": "vfe_products_alone", "n": n, "m": m, "seconds": tp,
                                      "gram_seconds": t_gram, "pk_seconds": t_pk,
                                      "gram_share_of_best_gemm": share(f_gram, t_gram),
@@ -521,7 +549,8 @@ fn run_gp(a: GpBenchArgs) -> anyhow::Result<()> {
                                      "kuf_pass_seconds": tk,
                                      "floor_share_of_best_gemm": share(flops, tp + tk),
                                      "budget_at_90_seconds": budget,
-                                     "two_passes_at_best_gemm_share": ideal / (ideal + 2.0 * tk)}));
+                                     "two_passes_at_best_gemm_share": ideal / (ideal + 2.0 * tk),
+                                     "step_share_of_fma_peak": fma.map(|p| flops / t / 1e9 / p.gflops)}));
                 }
                 // GPflow on the same data (written to a file it reads), with as many repetitions
                 // and the same best-of rule as ours: like with like.
@@ -553,6 +582,13 @@ fn run_gp(a: GpBenchArgs) -> anyhow::Result<()> {
                                     "  floor: its 3M²N flops at the best GEMM rate take {floor:.3} s, so at most {:.2}× {lib} on this machine",
                                     theirs / floor
                                 ));
+                                if let Some(p) = fma {
+                                    say(format!(
+                                        "  and at the FMA peak {:.3} s: no code doing these flops is more than {:.2}× {lib} on this hardware",
+                                        flops / (p.gflops * 1e9),
+                                        theirs * p.gflops * 1e9 / flops
+                                    ));
+                                }
                             } else {
                                 say(format!(
                                     "VFE ELBO+grad (θ and Z)  N={n:>6} M={m:>3} D={d}: {theirs:>8.3} s  ({lib}; no ratio: the objectives differ by {rel:.1e} > {AGREEMENT:e})"
@@ -562,6 +598,7 @@ fn run_gp(a: GpBenchArgs) -> anyhow::Result<()> {
                                              "seconds": theirs, "reps": reps, "elbo": elbo, "dpcotrain_elbo": e.value,
                                              "relative_difference": rel,
                                              "floor_seconds": floor, "max_ratio_at_best_gemm": theirs / floor,
+                                             "max_ratio_at_fma_peak": fma.map(|p| theirs * p.gflops * 1e9 / flops),
                                              "ratio_to_dpcotrain": if agree { json!(theirs / t) } else { json!(null) }}));
                         }
                         Err(e) => say(format!("gpflow: not measured ({e})")),
@@ -599,8 +636,12 @@ fn run_gp(a: GpBenchArgs) -> anyhow::Result<()> {
     // per core: compare with one core's GEMM rate.
     let single = rayon::ThreadPoolBuilder::new().num_threads(1).build()?;
     let peak1 = single.install(|| gemm_peak(a.reps.min(3)));
-    say(format!("GEMM 2000³ (faer, one core): {peak1:.1} GFLOP/s  ← one core's practical peak"));
-    rows.push(json!({"case": "gemm_one_core", "n": 2000, "gflops": peak1}));
+    say(format!(
+        "GEMM 2000³ (faer, one core): {peak1:.1} GFLOP/s  ← one core's practical peak{}",
+        fma.map_or(String::new(), |p| format!(" ({:.0}% of one core's FMA peak)", 100.0 * peak1 / p.one_core_gflops))
+    ));
+    rows.push(json!({"case": "gemm_one_core", "n": 2000, "gflops": peak1,
+                     "share_of_one_core_fma_peak": fma.map(|p| peak1 / p.one_core_gflops)}));
     for n in [25usize, 100, 225] {
         let (x, y) = data(n, 2, 9);
         let gp =

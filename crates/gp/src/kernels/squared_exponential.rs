@@ -15,7 +15,7 @@ thread_local! {
 
 /// f(r²) = exp(−r²/2).
 #[derive(Debug, Clone, Copy)]
-struct SeProfile;
+pub(super) struct SeProfile;
 
 impl Profile for SeProfile {
     #[inline]
@@ -32,6 +32,7 @@ impl Profile for SeProfile {
         r2.iter_mut().for_each(|v| *v *= -0.5);
         vexp::exp_in_place(r2);
     }
+    const EXP_NEG_HALF: bool = true;
 }
 
 /// Squared-exponential (RBF) kernel
