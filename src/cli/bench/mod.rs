@@ -433,9 +433,17 @@ fn run_gp(a: GpBenchArgs) -> anyhow::Result<()> {
                 p.one_core_gflops,
                 100.0 * best_gemm / p.gflops
             ));
+            // A busy machine lowers the peak, and every bound drawn from it with it.
+            let suspect = best_gemm > p.gflops || (p.threads > 1 && p.gflops < 1.5 * p.one_core_gflops);
+            if suspect {
+                eprintln!(
+                    "warning: the FMA peak reads low (below the best GEMM, or all threads under 1.5× one): \
+                     is something else running? Bounds computed from it are too small."
+                );
+            }
             rows.push(json!({"case": "fma_peak", "isa": p.isa, "threads": p.threads, "gflops": p.gflops,
                              "one_core_gflops": p.one_core_gflops,
-                             "best_gemm_share_of_peak": best_gemm / p.gflops}));
+                             "best_gemm_share_of_peak": best_gemm / p.gflops, "suspect": suspect}));
         }
         None => say("FMA peak: not measured (no AVX2+FMA or AVX-512F on this CPU)".into()),
     }

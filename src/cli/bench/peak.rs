@@ -21,7 +21,7 @@ pub struct FmaPeak {
     pub one_core_gflops: f64,
     /// The widest FMA the CPU has: "avx512f" (8 lanes) or "avx2+fma" (4 lanes).
     pub isa: &'static str,
-    /// The threads of the all-core measurement.
+    /// The threads of the all-core measurement: one per logical CPU (`available_parallelism`).
     pub threads: usize,
 }
 
@@ -93,8 +93,9 @@ fn rate(threads: usize, lanes: usize, run: fn(usize) -> f64, reps: usize) -> f64
     best
 }
 
-/// The FMA peak of this machine (all cores, and one), or `None` on a CPU without a vector FMA
-/// this measurement knows (it covers x86-64's AVX2+FMA and AVX-512F).
+/// The FMA peak of this machine (one thread per logical CPU, and one thread), or `None` on a
+/// CPU without a vector FMA this measurement knows (it covers x86-64's AVX2+FMA and AVX-512F).
+/// Anything else running lowers it: the caller warns when it reads below a GEMM.
 pub fn measure(reps: usize) -> Option<FmaPeak> {
     let (isa, lanes, run) = widest()?;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());

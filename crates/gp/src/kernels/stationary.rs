@@ -96,8 +96,9 @@ const FUSED_MAX_DIM: usize = 32;
 /// s²·exp(−½ r²) for the rows `rows` of x1 against x2's row j, eight rows per register: each
 /// entry is computed and stored once, where [`k_slice_body`] makes a pass over the slice per
 /// dimension, one for the scaling by −½, one for the exponential and one for s². One core
-/// evaluates K 1.1–1.3× faster at 25–225 rows (docs/results.md "The kernel slice in
-/// registers"); the exponential's multiply-adds, not the stores, now bound it. The operations
+/// evaluates K 1.0–1.3× faster at 25–225 rows (noisy), a pass over K_uf on both cores runs
+/// 1.2× faster (docs/results.md "The kernel slice in registers"); the exponential's
+/// multiply-adds, not the stores, now bound it. The operations
 /// are `sq_dist`'s (t_d = (x1_d − x2_d)·(1/ℓ_d); the first square stored, each next one added
 /// in order), the profile's (·(−½), [`super::vexp::exp8`]) and the scaling's (·s²), so the bits
 /// are the body's (`every_k_slice_path_is_bit_identical`). 1 ≤ D ≤ [`FUSED_MAX_DIM`].
@@ -126,6 +127,9 @@ fn se_slice_avx512(a: &SliceInputs<'_>, rows: &Range<usize>, j: usize, out: &mut
 fn se_slice_dim<const C: usize>(a: &SliceInputs<'_>, rows: &Range<usize>, j: usize, out: &mut [f64]) {
     use std::arch::x86_64::*;
     let dim = if C == 0 { a.inv.len() } else { C };
+    debug_assert!(C == 0 || C == a.inv.len(), "dispatched for {C} dimensions, got {}", a.inv.len());
+    // The loads below are bounded by `out`; `rows` bounds the columns they read.
+    assert_eq!(out.len(), rows.len(), "the slice and its rows differ in length");
     // Per dimension: x1's column from the slice's first row, x2's entry (j, d), 1/ℓ_d.
     let mut cols = [std::ptr::null::<f64>(); FUSED_MAX_DIM];
     let mut xj = [_mm512_setzero_pd(); FUSED_MAX_DIM];
@@ -564,8 +568,9 @@ mod tests {
 
     /// The squared-exponential slice in registers ([`se_slice_avx512`], taken for 1–32
     /// dimensions) gives the body's bits: every tail length of its eight-row registers, slices
-    /// starting anywhere, 1, 3 and 32 dimensions (33 takes the body), and inputs that reach the
-    /// exponential's edges (exp underflow to subnormals and 0, infinities, −0, NaN).
+    /// starting anywhere, every dimension with its own unrolled form (1–8), the loop (9, 32),
+    /// the body (33), and inputs that reach the exponential's edges (results that underflow to
+    /// subnormals and to 0, infinities, −0, NaN).
     #[test]
     fn the_squared_exponential_slice_in_registers_matches_the_body() {
         #[cfg(target_arch = "x86_64")]
@@ -573,8 +578,25 @@ mod tests {
             if !std::is_x86_feature_detected!("avx512f") {
                 return;
             }
-            let special = [-0.0, 0.0, f64::INFINITY, f64::NEG_INFINITY, f64::NAN, 1e-300, 38.6, -38.7, 1e200];
-            for dim in [1, 3, 32, 33] {
+            // 93–99 against x2's entries in [−2.7, 2.3] at 1/ℓ = 0.4: −½r² from −685 to −815,
+            // across exp's subnormal range (−708 to −745).
+            let special = [
+                -0.0,
+                0.0,
+                f64::INFINITY,
+                f64::NEG_INFINITY,
+                f64::NAN,
+                1e-300,
+                93.0,
+                94.4,
+                95.3,
+                96.1,
+                97.7,
+                99.0,
+                1e200,
+            ];
+            let mut subnormal = 0;
+            for dim in [1, 2, 3, 4, 5, 6, 7, 8, 9, 32, 33] {
                 let x1 = DMatrix::from_fn(61, dim, |i, d| {
                     if (i * 7 + d) % 11 == 0 {
                         special[(i + d) % special.len()]
@@ -596,10 +618,12 @@ mod tests {
                             unsafe { k_slice_avx512(SeProfile, &inputs, &rows, j, &mut got) };
                             k_slice_body(SeProfile, &inputs, &rows, j, &mut want);
                             assert_eq!(bits(&got), bits(&want), "{dim} dimensions, rows {rows:?}, column {j}");
+                            subnormal += want.iter().filter(|v| v.is_subnormal()).count();
                         }
                     }
                 }
             }
+            assert!(subnormal > 0, "the inputs reach no subnormal kernel value");
         }
     }
 }
