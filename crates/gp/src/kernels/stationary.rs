@@ -97,7 +97,7 @@ const FUSED_MAX_DIM: usize = 32;
 /// entry is computed and stored once, where [`k_slice_body`] makes a pass over the slice per
 /// dimension, one for the scaling by −½, one for the exponential and one for s². One core
 /// evaluates K 1.0–1.3× faster at 25–225 rows (noisy), a pass over K_uf on both cores runs
-/// 1.2× faster (docs/results.md "The kernel slice in registers"); the exponential's
+/// 1.2× faster (docs/results.md "The machine's FMA peak, and the kernel slice in registers"); the exponential's
 /// multiply-adds, not the stores, now bound it. The operations
 /// are `sq_dist`'s (t_d = (x1_d − x2_d)·(1/ℓ_d); the first square stored, each next one added
 /// in order), the profile's (·(−½), [`super::vexp::exp8`]) and the scaling's (·s²), so the bits
@@ -464,8 +464,9 @@ mod tests {
     use super::*;
     use nalgebra::DMatrix;
 
-    /// exp through the vectorised path (as the SE profile) and sqrt/exp through libm (as the
-    /// Matérn profiles' scalar `f`).
+    /// exp through the vectorised path (the SE profile's arithmetic, but without
+    /// `EXP_NEG_HALF`, so that the AVX-512 path runs the body with it) and sqrt/exp through libm
+    /// (as the Matérn profiles' scalar `f`).
     #[derive(Clone, Copy)]
     struct Vectorised;
     impl Profile for Vectorised {
