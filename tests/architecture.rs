@@ -261,3 +261,22 @@ fn the_layer_check_can_fail() {
     assert_eq!(bad.len(), 3, "{bad:?}");
     assert!(bad[0].contains("not a lower layer") && bad[1].contains("white-box") && bad[2].contains("do not name"));
 }
+
+/// Temporary folders come from `tempfile` (removed when dropped, also when a test fails), never
+/// as a name under the system's temporary directory: such folders stayed behind after every
+/// test run (`/tmp/dpcotrain-stream-*`). Only the `bench` commands, which remove theirs at the
+/// end, name one.
+#[test]
+fn no_test_leaves_a_named_folder_in_the_temporary_directory() {
+    let mut files = Vec::new();
+    for dir in ["src", "crates", "tests", "examples"] {
+        rust_files(&root().join(dir), &mut files);
+    }
+    let named: Vec<String> = files
+        .iter()
+        .filter(|f| !f.starts_with(root().join("src/cli/bench")) && !f.ends_with("tests/architecture.rs"))
+        .filter(|f| std::fs::read_to_string(f).unwrap().contains("temp_dir()"))
+        .map(|f| f.strip_prefix(root()).unwrap().display().to_string())
+        .collect();
+    assert!(named.is_empty(), "temporary folders named under std::env::temp_dir(): {named:?}");
+}

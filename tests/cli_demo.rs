@@ -235,7 +235,7 @@ fn demo_options_and_errors() {
         (vec!["--answer-extra-variance", "-1"], "--answer-extra-variance"),
         (vec!["--queries", "0"], "--queries"),
         // A negative value reaches our validation instead of clap's "unexpected argument".
-        (vec!["--epsilon", "-1"], "--epsilon must be a positive number, got -1"),
+        (vec!["--epsilon", "-1"], "epsilon must be a positive finite number, got -1"),
         // Ruinous settings are refused, saying why and what to use.
         (vec!["--combiner", "hybrid"], "use combiner noisy with uncertainty marginal"),
         (vec!["--combiner", "blocky"], "ignores each answer's variance"),

@@ -130,7 +130,7 @@ fn quick_frontier_runs_resumes_and_reports() {
     for (bad, needle) in [
         (vec!["--data", "mnist"], "mnist"),
         (vec!["--mechanisms", "laplace"], "laplace"),
-        (vec!["--epsilons", "0"], "ε = 0"),
+        (vec!["--epsilons", "0"], "epsilon must be a positive finite number, got 0"),
         (vec!["--cap", "eta=-1"], "--cap"),
     ] {
         let run = bin().args(["experiment", "frontier", "--quick"]).args(&bad).output().unwrap();

@@ -132,7 +132,7 @@ fn two_party_example_runs_over_mutual_tls() {
     assert_eq!(again["position_before"], serde_json::json!([3, 3]), "the nodes' true position");
     let human = bin().args(["run", "--rounds", "3", "--config"]).arg(dir.join("federation.toml")).output().unwrap();
     let text = String::from_utf8_lossy(&human.stdout);
-    assert!(text.contains("nothing to do: every node at round 3 (target 3)"), "{text}");
+    assert!(text.contains("nothing to do: every node had done 3 rounds (target 3)"), "{text}");
     for p in v["parties"].as_array().unwrap() {
         let per_round = p["rmse_per_round"].as_array().unwrap();
         assert_eq!(per_round.len(), 3);
@@ -267,10 +267,61 @@ fn a_node_killed_mid_run_resumes_and_the_ledger_shows_each_release_once() {
     let dir = setup("reference", pa, pb, per_query);
     let reference = {
         let _a = node(&dir, "party-a.toml");
-        let _b = node(&dir, "party-b.toml");
+        let log = std::fs::File::create(dir.join("b.stderr")).unwrap();
+        let _b =
+            Kill(bin().args(["node", "serve", "--config"]).arg(dir.join("party-b.toml")).stderr(log).spawn().unwrap());
         wait_up(&dir, &["A", "B"]);
-        json(&run(&dir, rounds))
+        let reference = json(&run(&dir, rounds));
+        // Per-query releases use the label-fitted θ: their ε is not a guarantee, and every
+        // place that shows it says so (it was a plain "ε 6.873" outside `status --json`).
+        let guaranteed = &reference["parties"][0]["privacy_spent"][0]["release_log"][0]["guaranteed"];
+        assert_eq!(guaranteed, false, "{reference}");
+        let text = |args: &[&str]| {
+            let o = bin().args(args).arg("--config").arg(dir.join("federation.toml")).output().unwrap();
+            assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+            String::from_utf8_lossy(&o.stdout).into_owned()
+        };
+        let rerun = text(&["run", "--rounds", &(rounds + 1).to_string()]);
+        let status = text(&["status", "--node", "B"]);
+        // Rounds are counted from 1 in both (`run` said "ran rounds 10 to 10" after 10 done).
+        assert!(rerun.contains("continued an earlier run: every node had done 10 rounds; ran round 11"), "{rerun}");
+        assert!(status.contains("rounds done     11 "), "{status}");
+        for (what, out) in [("run", &rerun), ("status", &status)] {
+            assert!(out.contains("(NOT guaranteed)") && out.contains("NOT guaranteed: some releases"), "{what}: {out}");
+            // Each party's row (run) and the requester's row and the total (status).
+            let rows: Vec<&str> = out
+                .lines()
+                .filter(|l| {
+                    l.starts_with("A ")
+                        || l.starts_with("B ")
+                        || l.trim_start().starts_with("A ")
+                        || l.contains("together: ε")
+                })
+                .collect();
+            assert!(rows.len() >= 2, "{what}: {out}");
+            for line in rows {
+                assert!(line.contains("(NOT guaranteed)"), "{what}: an ε without its warning: {line}");
+            }
+        }
+        let serve_log = std::fs::read_to_string(dir.join("b.stderr")).unwrap();
+        assert!(serve_log.contains("warning: B: the release uses the label-fitted θ"), "{serve_log}");
+        reference
     };
+    // `node check` says it too, on stderr and in its JSON; the default (batches) is a guarantee.
+    let check = |file: &Path| {
+        let o = bin().args(["node", "check", "--offline", "--config"]).arg(file).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        (json(&o), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    let (c, err) = check(&dir.join("party-a.toml"));
+    assert_eq!(c["guaranteed"], false);
+    assert!(
+        err.contains("NOT a guarantee") && c["guarantee_warning"].as_str().unwrap().contains("label-fitted θ"),
+        "{err}"
+    );
+    let (c, err) = check(&Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/two-party/party-a.toml"));
+    assert_eq!(c["guaranteed"], true);
+    assert!(c["guarantee_warning"].is_null() && !err.contains("NOT"), "{err}");
 
     // The same federation; B is killed (SIGKILL) after round 4, the orchestrator is started
     // while B is down (so A's turn and B's turn wait on it), and B comes back 1.5 s later.
@@ -423,15 +474,24 @@ fn python_client(dir: &Path) {
         return;
     }
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/python/client.py");
-    let out = Command::new("python3").arg(&script).arg("--config").arg(dir.join("party-a.toml")).output().unwrap();
+    // Its own TMPDIR, which must be empty again after every call (the stubs' folder used to stay).
+    let tmp = tempfile::tempdir().unwrap();
+    let python = || {
+        let mut c = Command::new("python3");
+        c.env("TMPDIR", tmp.path());
+        c
+    };
+    let left_behind = || std::fs::read_dir(tmp.path()).unwrap().count();
+    let out = python().arg(&script).arg("--config").arg(dir.join("party-a.toml")).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let st: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(st["party"], "A");
     assert_eq!(st["rounds_done"], 3);
+    assert_eq!(left_behind(), 0, "the client left files in TMPDIR");
     // Ask (as B) for three entities A already released to B during the run.
     let saved = dpcotrain_federation::store::peek(&dir.join("state/A")).unwrap().unwrap();
     let released: Vec<String> = saved.requesters["B"].answered[..3].iter().map(|v| v.to_string()).collect();
-    let out = Command::new("python3")
+    let out = python()
         .arg(&script)
         .args(["--as", "B", "--indices", &released.join(","), "--config"])
         .arg(dir.join("party-a.toml"))
@@ -446,7 +506,7 @@ fn python_client(dir: &Path) {
     // An index never released to B needs a new release, which B's spent budget refuses: one
     // line naming the code and the node's reason, exit status 1 (not a traceback).
     let fresh = (0..250).find(|i| !saved.requesters["B"].answered.contains(i)).unwrap();
-    let out = Command::new("python3")
+    let out = python()
         .arg(&script)
         .args(["--as", "B", "--indices", &fresh.to_string(), "--config"])
         .arg(dir.join("party-a.toml"))
@@ -455,6 +515,7 @@ fn python_client(dir: &Path) {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.starts_with("error: ") && err.trim().lines().count() == 1, "{err}");
+    assert_eq!(left_behind(), 0, "the client left files in TMPDIR after an error");
 }
 
 /// `node check` runs every validation `node serve` runs (one code path), except binding the
@@ -802,11 +863,12 @@ fn node_check_counts_the_labels_the_release_clips() {
     assert!(err.contains(&format!("{clipped} of {rows} training labels lie outside privacy.label_range")), "{err}");
 }
 
-/// 1,020 connections that never start their TLS handshake, all from one address (127.0.0.2),
-/// against a node whose open-files limit is 1,024 (soft and hard, so it cannot raise it): the
-/// node closes what is over its per-address cap at once and the rest after the first-bytes
-/// deadline, so `status` from another address answers within 5 s, `/metrics` too, and a round
-/// runs. (Before the limits, the flood took every descriptor and stalled all three.)
+/// 1,020 connections that never start their TLS handshake, from 16 addresses (127.0.0.2–17,
+/// under the per-address cap of 64 each), against a node whose open-files limit is 1,024 (soft
+/// and hard, so it cannot raise it): silent connections may hold at most 896 descriptors, a new
+/// one evicts the oldest, and the rest close after the first-bytes deadline, so `status` from
+/// another address answers within 5 s, `/metrics` too, and a round runs. (From one address the
+/// per-address cap sufficed; from 16 the flood took every descriptor and `status` timed out.)
 #[cfg(target_os = "linux")]
 #[test]
 fn a_half_open_flood_at_ulimit_1024_leaves_the_node_serving() {
@@ -840,9 +902,9 @@ fn a_half_open_flood_at_ulimit_1024_leaves_the_node_serving() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let flood: Vec<tokio::net::TcpStream> = rt.block_on(async {
         let mut held = Vec::new();
-        for _ in 0..1020 {
+        for i in 0..1020 {
             let s = tokio::net::TcpSocket::new_v4().unwrap();
-            s.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+            s.bind(format!("127.0.0.{}:0", 2 + i % 16).parse().unwrap()).unwrap();
             if let Ok(Ok(c)) =
                 tokio::time::timeout(Duration::from_secs(2), s.connect(format!("127.0.0.1:{pa}").parse().unwrap()))
                     .await
@@ -937,4 +999,52 @@ fn a_rolled_back_node_is_stopped_by_the_orchestrators_receipt_until_the_spend_is
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && table.lines().any(|l| l.starts_with("A ") && l.contains("; together ")), "{table}");
     assert!(now >= spent * (1.0 - 1e-12), "the ledger counts {now}, less than the {spent} spent");
+}
+
+/// `node repair --adopt-witnessed` adopts only receipts the node signed: a forged one (noted
+/// because it claimed more than the ledger counts) used to be adopted unchecked, and one at
+/// entry 2^64 − 1 wrapped the entry numbering to 0, after which the node refused every peer.
+/// A receipt no chain can reach is refused even with --adopt-unverified; an unverifiable but
+/// plausible one only with it.
+#[test]
+fn node_repair_adopts_only_receipts_the_node_can_trust() {
+    let dir = setup("forged", 1, 2, |t| t);
+    let state = dir.join("state/A");
+    std::fs::create_dir_all(&state).unwrap();
+    let note = |seq: u64| {
+        let w = serde_json::json!({"B": {"seq": seq, "releases": 1, "rho": 0.25, "mac": "00".repeat(32)}});
+        std::fs::write(state.join("witnessed.json"), w.to_string()).unwrap();
+    };
+    let repair = |extra: &[&str]| {
+        let o = bin()
+            .args(["node", "repair", "--adopt-witnessed", "--write"])
+            .args(extra)
+            .arg("--config")
+            .arg(dir.join("party-a.toml"))
+            .output()
+            .unwrap();
+        (o.status.code(), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
+    };
+    note(u64::MAX);
+    for extra in [&[][..], &["--adopt-unverified"][..]] {
+        let (code, said) = repair(extra);
+        assert_eq!(code, Some(1), "{extra:?}: {said}");
+        assert!(
+            said.contains("beyond the largest a chain may reach") && said.contains("nothing was written"),
+            "{said}"
+        );
+        assert!(!state.join("state.json").exists(), "{extra:?}: a state was written: {said}");
+    }
+    note(7);
+    let (code, said) = repair(&[]);
+    assert_eq!(code, Some(1), "{said}");
+    assert!(said.contains("cannot verify the receipt") && said.contains("--adopt-unverified"), "{said}");
+    assert!(!state.join("state.json").exists());
+    let (code, said) = repair(&["--adopt-unverified"]);
+    assert_eq!(code, Some(0), "{said}");
+    let saved = dpcotrain_federation::store::peek(&state).unwrap().unwrap();
+    let rho: f64 = saved.requesters["B"].ledger.as_ref().unwrap().rho_spent();
+    assert!(rho >= 0.25 * (1.0 - 1e-12), "the claimed spend is charged: {rho}");
+    let envelope: Value = serde_json::from_slice(&std::fs::read(state.join("state.json")).unwrap()).unwrap();
+    assert_eq!(envelope["seq"], 8, "numbered after the receipt, not wrapped");
 }

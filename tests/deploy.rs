@@ -374,8 +374,19 @@ fn ci_runs_the_readme_test_command_on_the_release_build() {
     let demo = blocks.iter().find(|b| b.starts_with("cargo run") && b.ends_with("-- demo")).expect("demo command");
     let test = blocks.iter().find(|b| b.starts_with("cargo test")).expect("test command");
     assert!(demo.contains("--release") && test.contains("--release"), "{demo:?} and {test:?} must share a profile");
-    let ci_lines: Vec<&str> = ci.lines().map(str::trim).filter(|l| !l.starts_with('#')).collect();
-    assert!(ci_lines.contains(test), ".ci/run must run {test:?}: {ci}");
+    // The command itself, after nothing but environment settings (`NAME=value`).
+    let runs_it = |l: &str| {
+        let mut rest = l.trim();
+        while let Some((word, tail)) = rest.split_once(' ') {
+            if rest == *test || !word.contains('=') || word.starts_with('-') {
+                break;
+            }
+            rest = tail.trim_start();
+        }
+        rest == *test
+    };
+    assert!(ci.lines().filter(|l| !l.trim().starts_with('#')).any(runs_it), ".ci/run must run {test:?}: {ci}");
+    assert!(ci.contains("DPCOTRAIN_SLURM_TEST=${DPCOTRAIN_SLURM_TEST:-1}"), "CI asks for the real Slurm test: {ci}");
 }
 
 /// Every manifest file of deploy/k8s (the kustomization's resources and the files applied on
@@ -841,6 +852,47 @@ fn slurm_submit_refuses_before_queueing() {
     refused(slurm.submit(&["frontier", "--quick"], true, &[]), &["'frontier' is not a grid"]);
     refused(slurm.submit(&["--shards", "0", "--quick"], true, &[]), &["--shards must be"]);
     refused(slurm.submit(&["--partition"], true, &[]), &["--partition needs a value"]);
+    // Privacy parameters no run could use are refused by the binary's parser, before anything
+    // is queued (they used to pass the check, fail every run and leave tasks that "succeeded").
+    for (flag, value, why) in [
+        ("--epsilon", "-1", "epsilon must be a positive finite number, got -1"),
+        ("--epsilon", "0", "epsilon must be a positive finite number, got 0"),
+        ("--epsilon", "nan", "epsilon must be a positive finite number, got NaN"),
+        ("--epsilon", "inf", "epsilon must be a positive finite number, got inf"),
+        ("--delta", "0", "delta must lie strictly between 0 and 1, got 0"),
+        ("--delta", "2", "delta must lie strictly between 0 and 1, got 2"),
+    ] {
+        let form = ["--quick", "--dp", "calibrated", flag, value];
+        refused(slurm.submit(&form, true, &[]), &["grid options are refused", flag, why]);
+        let o = Command::new(env!("CARGO_BIN_EXE_dpcotrain"))
+            .args(["experiment", "simulated", "--quick", "--dp", "calibrated", flag, value, "--out"])
+            .arg(slurm.path("direct"))
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{flag} {value}: {}", text(&o));
+        assert!(text(&o).contains(why) && !slurm.path("direct").exists(), "{flag} {value}: {}", text(&o));
+    }
+    let o = Command::new(env!("CARGO_BIN_EXE_dpcotrain"))
+        .args(["experiment", "frontier", "--quick", "--epsilons", "1,0", "--out"])
+        .arg(slurm.path("frontier"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("epsilon must be a positive finite number, got 0"), "{}", text(&o));
+    // A task bigger than every node would wait in the queue forever: with sinfo listing the
+    // partition's nodes (two with 2 CPUs and 8 GB here), it is refused before anything is queued.
+    let sinfo = slurm.path("bin/sinfo");
+    std::fs::write(&sinfo, "#!/bin/bash\nprintf '2 8192\\n2 8000+\\n'\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&sinfo, std::fs::Permissions::from_mode(0o755)).unwrap();
+    refused(
+        slurm.submit(&["--cpus", "64", "--quick"], true, &[]),
+        &["--cpus 64", "the largest have 2 CPUs", "wait forever"],
+    );
+    refused(slurm.submit(&["--mem", "100G", "--quick"], true, &[]), &["--mem 100G", "8192M", "wait forever"]);
+    refused(slurm.submit(&["--partition", "big", "--cpus", "3", "--quick"], true, &[]), &["in partition big"]);
+    refused(slurm.submit(&["--mem", "lots", "--quick"], true, &[]), &["--mem must be a size"]);
+    assert!(slurm.submit(&["--cpus", "2", "--mem", "8000M", "--quick"], true, &[]).status.success());
     // On a node without the binary, the task says so and records it for the merge.
     let o = Command::new("bash")
         .arg(root().join("deploy/slurm/experiment.sbatch"))
@@ -859,15 +911,20 @@ fn slurm_submit_refuses_before_queueing() {
 /// forms of submit.sh, and each merged folder equals the unsharded run byte for byte; a failed
 /// task makes the merge job fail naming it. About a minute (with the install).
 ///
-/// DPCOTRAIN_SLURM_TEST: unset runs it where it can and reports SKIPPED (the test passes)
-/// where Slurm can neither be found nor installed; `0` skips it; `1` requires it (a skip fails).
+/// It changes the machine while it runs, so it is opt-in: it runs only with
+/// DPCOTRAIN_SLURM_TEST=1 (which `.ci/run` sets), and then a skip fails. Whatever the script
+/// installed is taken back on exit: the installed packages, users, groups and service links
+/// are the same after the test as before, which the test checks.
 #[test]
 fn slurm_one_node_cluster_runs_the_documented_forms() {
     let mode = std::env::var("DPCOTRAIN_SLURM_TEST").unwrap_or_default();
-    if mode == "0" {
-        eprintln!("SKIPPED: slurm_one_node_cluster_runs_the_documented_forms (DPCOTRAIN_SLURM_TEST=0)");
+    if mode != "1" {
+        eprintln!(
+            "SKIPPED: slurm_one_node_cluster_runs_the_documented_forms (opt-in: DPCOTRAIN_SLURM_TEST=1 installs slurm-wlm and munge as root and takes them back)"
+        );
         return;
     }
+    let before = machine_state();
     let out = Command::new("bash")
         .arg(root().join("deploy/slurm/test-local.sh"))
         .env("DPCOTRAIN", env!("CARGO_BIN_EXE_dpcotrain"))
@@ -877,12 +934,35 @@ fn slurm_one_node_cluster_runs_the_documented_forms() {
     let t = text(&out);
     match out.status.code() {
         Some(0) => eprintln!("{t}"),
-        Some(77) if mode != "1" => {
-            let why = t.lines().find(|l| l.starts_with("SKIPPED")).unwrap_or("SKIPPED");
-            eprintln!("SKIPPED: slurm_one_node_cluster_runs_the_documented_forms: {why}");
-        }
         code => panic!("deploy/slurm/test-local.sh exited {code:?}:\n{t}"),
     }
+    let after = machine_state();
+    for (what, b) in &before {
+        let a = &after[what];
+        let added: Vec<&String> = a.difference(b).collect();
+        let removed: Vec<&String> = b.difference(a).collect();
+        assert!(added.is_empty() && removed.is_empty(), "{what} changed: added {added:?}, removed {removed:?}");
+    }
+}
+
+/// What an install can leave behind: installed packages, users, groups, links under systemd's
+/// folders (enabled services), munge's key, and the script's own temporary files.
+fn machine_state() -> BTreeMap<&'static str, BTreeSet<String>> {
+    let lines = |cmd: &str| -> BTreeSet<String> {
+        let o = Command::new("bash").args(["-c", cmd]).output().unwrap();
+        String::from_utf8_lossy(&o.stdout).lines().map(String::from).collect()
+    };
+    BTreeMap::from([
+        (
+            "packages",
+            lines(r#"dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' 2>/dev/null | awk '$1 == "ii" {print $2}'"#),
+        ),
+        ("users", lines("cut -d: -f1 /etc/passwd")),
+        ("groups", lines("cut -d: -f1 /etc/group")),
+        ("service links", lines("find /etc/systemd /lib/systemd/system /usr/lib/systemd/system -type l 2>/dev/null")),
+        ("munge key", lines("ls /etc/munge/munge.key 2>/dev/null")),
+        ("temporary files", lines(r#"ls -d "${TMPDIR:-/tmp}"/dpcotrain-* 2>/dev/null"#)),
+    ])
 }
 
 /// YAML as JSON, for the schema validators (keys as strings, as Kubernetes and Compose read

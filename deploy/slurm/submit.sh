@@ -40,6 +40,7 @@ results=${RESULTS:-$PWD/results}
 common=() # sbatch options for both jobs
 grid_opts=()
 merge_time=1:00:00
+cpus=2 mem=4G partition= # the task's request (experiment.sbatch's defaults unless given)
 while (($#)); do
     opt=$1 val=
     case $opt in
@@ -58,9 +59,10 @@ while (($#)); do
     case $opt in
     --shards) shards=$val ;;
     --results) results=$val ;;
-    --partition | --account | --qos) common+=("$opt=$val") ;;
-    --cpus) grid_opts+=("--cpus-per-task=$val") ;;
-    --mem) grid_opts+=("--mem=$val") ;;
+    --partition | --account | --qos) common+=("$opt=$val") ;;&
+    --partition) partition=$val ;;
+    --cpus) grid_opts+=("--cpus-per-task=$val") cpus=$val ;;
+    --mem) grid_opts+=("--mem=$val") mem=$val ;;
     --time) grid_opts+=("--time=$val") ;;
     --merge-time) merge_time=$val ;;
     esac
@@ -106,6 +108,29 @@ if ! path=$(command -v -- "$bin"); then
 fi
 [[ $path == /* ]] || path="$(cd "$(dirname "$path")" && pwd)/$(basename "$path")"
 command -v sbatch >/dev/null || die "sbatch not found: run this on a Slurm submit host"
+[[ $cpus =~ ^[1-9][0-9]*$ ]] || die "--cpus must be a whole number ≥ 1, not '$cpus'"
+mem_mb() { # a Slurm memory size (default unit M; K, M, G, T suffixes) in megabytes
+    local n=${1%[KkMmGgTt]} u=${1: -1}
+    [[ $n =~ ^[0-9]+$ ]] || return 1
+    case $u in
+    K | k) echo $((n / 1024)) ;; G | g) echo $((n * 1024)) ;; T | t) echo $((n * 1024 * 1024)) ;; *) echo "$n" ;;
+    esac
+}
+want_mb=$(mem_mb "$mem") || die "--mem must be a size such as 4G or 4096M, not '$mem'"
+
+# A task that asks more CPUs or memory than any node of the partition has would wait in the
+# queue forever (and the merge job behind it): refuse it here, naming the largest node.
+if command -v sinfo >/dev/null; then
+    where=()
+    [[ -n $partition ]] && where=(--partition "$partition")
+    if nodes=$(sinfo -h -N "${where[@]}" -o '%c %m' 2>/dev/null) && [[ -n $nodes ]]; then
+        read -r max_cpus max_mb < <(echo "$nodes" | awk '{m = $2 + 0; if ($1 > c) c = $1; if (m > b) b = m} END {print c + 0, b + 0}')
+        fit=$(echo "$nodes" | awk -v c="$cpus" -v m="$want_mb" '$1 >= c && $2 + 0 >= m {n++} END {print n + 0}')
+        ((fit > 0)) || die "no node${partition:+ in partition $partition} has --cpus $cpus and --mem $mem (the largest have $max_cpus CPUs, ${max_mb}M): the tasks would wait forever; nothing was submitted"
+    else
+        echo "submit.sh: note: sinfo lists no node${partition:+ in partition $partition}; the task size is not checked" >&2
+    fi
+fi
 
 # The grid options, checked by the binary itself on an empty slice of the grid.
 check=$(mktemp -d)

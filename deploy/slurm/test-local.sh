@@ -8,13 +8,17 @@
 #      --dp thesis --rounds 3                                  (DPCOTRAIN set; every submit option)
 #   3. a task that fails (its shard folder cannot be created): the merge job still runs, fails,
 #      and names the task — it never waits forever.
+#   4. a task asking more CPUs than the node has: submit.sh refuses it, nothing is queued.
 #
 #   DPCOTRAIN=target/release/dpcotrain deploy/slurm/test-local.sh
 #
 # Needs slurmctld, slurmd, sbatch and munged (Debian: slurm-wlm, munge). If they are missing it
 # installs them with apt-get when it runs as root (no service is started by the install: a
-# policy-rc.d that forbids it is in place meanwhile, if none was). It starts nothing but its own
-# daemons and stops exactly those on exit.
+# policy-rc.d that forbids it is in place meanwhile, if none was), and on exit it takes back
+# everything the install added: it purges exactly the packages that were not installed before,
+# deletes the users and groups and the service links they created, and removes the folders they
+# made (/etc/munge with its key, /var/lib/munge, …). KEEP_SLURM=1 keeps the install for the
+# next run. It starts nothing but its own daemons and stops exactly those on exit.
 # Exit codes: 0 passed, 1 failed, 77 skipped (Slurm could not be installed or started here;
 # the reason is printed on a line that starts with SKIPPED). KEEP=1 keeps the work folder.
 set -uo pipefail
@@ -44,20 +48,61 @@ missing() {
     done
     return 1
 }
+# What an install adds, so that it can be taken back: installed packages, users, groups, links
+# under /etc/systemd (enabled services) and the folders the packages make.
+installed_pkgs() { dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' 2>/dev/null | awk '$1 == "ii" {print $2}' | sort; }
+names_in() { cut -d: -f1 "$1" | sort; }
+service_links() { find /etc/systemd /lib/systemd/system /usr/lib/systemd/system -type l 2>/dev/null | sort; }
+package_dirs=(/etc/munge /var/lib/munge /var/log/munge /run/munge /etc/slurm /etc/slurm-llnl /var/lib/slurm
+    /var/lib/slurm-llnl /var/log/slurm /var/log/slurm-llnl /var/spool/slurmd /var/spool/slurmctld /run/slurm)
+undo_install() { # purge what the install added; called on every exit once the install began
+    local new users groups links d
+    [[ -n ${KEEP_SLURM:-} ]] && {
+        say "KEEP_SLURM set: slurm-wlm and munge stay installed"
+        return
+    }
+    new=$(comm -13 <(echo "$pkgs_before") <(installed_pkgs))
+    if [[ -n $new ]]; then
+        say "removing what the install added: $(echo $new)"
+        # shellcheck disable=SC2086
+        DEBIAN_FRONTEND=noninteractive apt-get purge -y -q $new >>"$apt_log" 2>&1 ||
+            say "apt-get purge failed (see $apt_log)"
+    fi
+    users=$(comm -13 <(echo "$users_before") <(names_in /etc/passwd))
+    for u in $users; do userdel "$u" 2>/dev/null || say "could not delete user $u"; done
+    groups=$(comm -13 <(echo "$groups_before") <(names_in /etc/group))
+    for g in $groups; do groupdel "$g" 2>/dev/null || say "could not delete group $g"; done
+    links=$(comm -13 <(echo "$links_before") <(service_links))
+    for l in $links; do rm -f "$l"; done
+    for d in "${package_dirs[@]}"; do
+        [[ " $dirs_before " == *" $d "* ]] || rm -rf "$d"
+    done
+    # apt's log stays only if something went wrong (a message names it).
+    [[ -n ${install_ok:-} && -z $(comm -13 <(echo "$pkgs_before") <(installed_pkgs)) ]] && rm -f "$apt_log"
+}
 if missing; then
     [[ $(id -u) == 0 ]] || skip "Slurm and munge are not installed, and installing them (apt-get install slurm-wlm munge) needs root"
     command -v apt-get >/dev/null || skip "Slurm and munge are not installed and there is no apt-get to install them"
+    pkgs_before=$(installed_pkgs)
+    users_before=$(names_in /etc/passwd)
+    groups_before=$(names_in /etc/group)
+    links_before=$(service_links)
+    dirs_before=
+    for d in "${package_dirs[@]}"; do [[ -e $d ]] && dirs_before+=" $d"; done
+    apt_log=$(mktemp "${TMPDIR:-/tmp}/dpcotrain-slurm-apt.XXXXXX")
+    trap undo_install EXIT
     say "installing slurm-wlm and munge with apt-get…"
     policy=/usr/sbin/policy-rc.d
     own_policy=
     if [[ ! -e $policy ]]; then
         printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy" && own_policy=1
     fi
-    apt_install() { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends slurm-wlm munge >"${TMPDIR:-/tmp}/dpcotrain-slurm-apt.log" 2>&1; }
+    apt_install() { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends slurm-wlm munge >"$apt_log" 2>&1; }
     apt_install || { apt-get update -q >/dev/null 2>&1 && apt_install; }
     ok=$?
     [[ -n $own_policy ]] && rm -f "$policy"
-    ((ok == 0)) || skip "apt-get could not install slurm-wlm and munge (see ${TMPDIR:-/tmp}/dpcotrain-slurm-apt.log)"
+    ((ok == 0)) || skip "apt-get could not install slurm-wlm and munge (see $apt_log)"
+    install_ok=1
     missing && skip "slurm-wlm and munge installed, but slurmctld, slurmd, sbatch or munged is still missing"
     say "installed in $((SECONDS - t0)) s"
 fi
@@ -76,6 +121,8 @@ cleanup() {
     else
         say "work folder kept: $work (slurmctld.log, slurmd.log, munged.log, */logs)"
     fi
+    [[ -n ${pkgs_before+x} ]] && undo_install
+    exit "$rc"
 }
 trap cleanup EXIT
 free_port() { # a port nothing listens on, from a range the usual services do not use
@@ -213,6 +260,17 @@ log=$(cat "$work"/failing/results/logs/merge-*.out)
 [[ $log == *"task 1 of job"*"failed with exit code 1"* && $log != *"task 0"* ]] ||
     fail "failing: the merge job's log does not name task 1 (alone): $log"
 passed+=("a failed task: the merge job ended FAILED naming it, $((SECONDS - t)) s")
+
+# 3.4 A task bigger than every node is refused at submission; nothing is queued.
+t=$SECONDS
+mkdir -p "$work/too-big"
+queued=$(squeue -h | wc -l)
+if out=$(cd "$work/too-big" && DPCOTRAIN="$bin" "$here/submit.sh" --cpus $((cpus + 1)) --results "$work/too-big/results" --quick 2>&1); then
+    fail "too-big: submit.sh queued a task needing $((cpus + 1)) CPUs on a node with $cpus: $out"
+fi
+[[ $out == *"wait forever"* ]] || fail "too-big: submit.sh did not say why: $out"
+(($(squeue -h | wc -l) == queued)) || fail "too-big: something was queued: $(squeue -h)"
+passed+=("a task bigger than every node: refused at submission, nothing queued, $((SECONDS - t)) s")
 
 for p in "${passed[@]}"; do say "ok: $p"; done
 say "passed in $((SECONDS - t0)) s"

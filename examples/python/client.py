@@ -15,9 +15,11 @@ node over mutual TLS with a bearer token, and
 Only the standard library, grpcio and grpcio-tools (for protoc) are needed.
 """
 import argparse
+import atexit
 import importlib
 import json
 import pathlib
+import shutil
 import sys
 import tempfile
 import tomllib
@@ -32,6 +34,8 @@ PROTO = ROOT / "proto"
 def stubs():
     """Compile node.proto into a temporary package and import it."""
     out = pathlib.Path(tempfile.mkdtemp(prefix="dpcotrain-py-"))
+    # The stubs are imported once; the folder goes when the client exits, however it exits.
+    atexit.register(shutil.rmtree, out, ignore_errors=True)
     include = pathlib.Path(protoc.__file__).parent / "_proto"
     rc = protoc.main(["protoc", f"-I{PROTO}", f"-I{include}", f"--python_out={out}", f"--grpc_python_out={out}",
                       str(PROTO / "dpcotrain/v2/node.proto")])

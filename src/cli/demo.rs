@@ -59,12 +59,12 @@ pub struct DemoArgs {
     #[arg(long, default_value = "calibrated")]
     pub dp: PrivacyMode,
     /// ε of each release (calibrated mode).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = dpcotrain_privacy::calibrate::parse_epsilon, allow_negative_numbers = true)]
     pub epsilon: f64,
-    #[arg(long, default_value_t = 1e-5)]
+    #[arg(long, default_value_t = 1e-5, value_parser = dpcotrain_privacy::calibrate::parse_delta, allow_negative_numbers = true)]
     pub delta: f64,
     /// ε budget per requester (default: --epsilon).
-    #[arg(long)]
+    #[arg(long, value_parser = dpcotrain_privacy::calibrate::parse_epsilon, allow_negative_numbers = true)]
     pub budget_epsilon: Option<f64>,
     /// batches: the honest default (public θ, label-free queries, a capped finite release of
     /// the asked indices, one charge per batch); release-once and per-query: the function-space
@@ -113,16 +113,11 @@ impl DemoArgs {
 }
 
 fn check(a: &DemoArgs) -> anyhow::Result<()> {
-    if !(a.epsilon.is_finite() && a.epsilon > 0.0) {
-        anyhow::bail!("--epsilon must be a positive number, got {}", a.epsilon);
-    }
-    if !(a.delta > 0.0 && a.delta < 1.0) {
-        anyhow::bail!("--delta must be in (0, 1), got {}", a.delta);
-    }
-    if let Some(b) = a.budget_epsilon
-        && !(b.is_finite() && b > 0.0)
-    {
-        anyhow::bail!("--budget-epsilon must be a positive number, got {b}");
+    use dpcotrain_privacy::calibrate::{check_delta, check_epsilon};
+    check_epsilon(a.epsilon).map_err(|e| anyhow::anyhow!("--epsilon: {e}"))?;
+    check_delta(a.delta).map_err(|e| anyhow::anyhow!("--delta: {e}"))?;
+    if let Some(b) = a.budget_epsilon {
+        check_epsilon(b).map_err(|e| anyhow::anyhow!("--budget-epsilon: {e}"))?;
     }
     if let Some(b) = a.budget_epsilon
         && a.dp == PrivacyMode::Calibrated

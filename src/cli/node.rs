@@ -18,6 +18,9 @@ pub struct ServeArgs {
 
 pub async fn serve_node(a: ServeArgs) -> anyhow::Result<()> {
     let cfg: PartyConfig = load(&a.config)?;
+    if let Some(why) = settings_from_config(&cfg, &a.config)?.dp.guarantee().why_not() {
+        eprintln!("warning: {}: {why}", cfg.name);
+    }
     eprintln!("{}: loading data and fitting the local GP…", cfg.name);
     let node = launch(&cfg, &a.config).await?;
     eprintln!(
@@ -82,8 +85,11 @@ pub struct CheckArgs {
 pub fn check(a: CheckArgs) -> anyhow::Result<()> {
     let cfg: PartyConfig = load(&a.config)?;
     cfg.validate(&a.config)?;
-    settings_from_config(&cfg, &a.config)?;
+    let guarantee = settings_from_config(&cfg, &a.config)?.dp.guarantee();
     let f = a.config.display();
+    if let Some(why) = guarantee.why_not() {
+        eprintln!("warning: {f}: {why}");
+    }
     let ignored = dpcotrain_federation::config::ignored_privacy_settings_at(&a.config);
     if !ignored.is_empty() {
         eprintln!("warning: {f}: privacy.mode = \"off\" ignores {}", ignored.join(", "));
@@ -153,7 +159,8 @@ pub fn check(a: CheckArgs) -> anyhow::Result<()> {
             "listen_port": listen_port, "ops_port": ops_port, "state_dir": s(&cfg.state_dir(&a.config)),
             "security_dir": cfg.security.as_ref().map(|x| s(&rel(&a.config, &x.dir))),
             "secret_files": secrets.iter().map(s).collect::<Vec<_>>(),
-            "data_files": data.iter().map(s).collect::<Vec<_>>(), "peers": peers, "labels": labels})
+            "data_files": data.iter().map(s).collect::<Vec<_>>(), "peers": peers, "labels": labels,
+            "guaranteed": guarantee.is_formal(), "guarantee_warning": guarantee.why_not()})
     );
     Ok(())
 }
@@ -179,6 +186,12 @@ pub struct RepairArgs {
     /// with --write it is saved.
     #[arg(long, requires = "config")]
     pub adopt_witnessed: bool,
+    /// Also adopt receipts this node cannot verify (its ledger key changed: the state directory
+    /// was replaced or lost). Such a receipt may be forged: adopting it charges the spend it
+    /// claims (never less than was spent) and numbers the state after it. Without this flag
+    /// only receipts the node itself signed are adopted.
+    #[arg(long, requires = "adopt_witnessed")]
+    pub adopt_unverified: bool,
 }
 
 /// `dpcotrain node repair`: what the state directory's MAC chain proves, and (with `--write`)
@@ -192,7 +205,7 @@ pub fn repair(a: RepairArgs) -> anyhow::Result<()> {
     if a.adopt_witnessed && !dir.join("state.json").exists() {
         // A state directory lost whole: nothing to check, only receipts to adopt.
         if let Some(config) = &a.config {
-            adopt_witnessed(config, &dir, a.write)?;
+            adopt_witnessed(config, &dir, a.write, a.adopt_unverified)?;
         }
         return Ok(());
     }
@@ -242,13 +255,18 @@ pub fn repair(a: RepairArgs) -> anyhow::Result<()> {
     if a.adopt_witnessed
         && let Some(config) = &a.config
     {
-        adopt_witnessed(config, &dir, a.write)?;
+        adopt_witnessed(config, &dir, a.write, a.adopt_unverified)?;
     }
     Ok(())
 }
 
 /// `node repair --adopt-witnessed`: charge what the receipts noted in witnessed.json prove.
-fn adopt_witnessed(config: &std::path::Path, dir: &std::path::Path, write: bool) -> anyhow::Result<()> {
+fn adopt_witnessed(
+    config: &std::path::Path,
+    dir: &std::path::Path,
+    write: bool,
+    unverified: bool,
+) -> anyhow::Result<()> {
     use dpcotrain_federation::store::{StateStore, witnessed};
     let noted = witnessed(dir)?;
     if noted.is_empty() {
@@ -262,7 +280,23 @@ fn adopt_witnessed(config: &std::path::Path, dir: &std::path::Path, write: bool)
         party.restore(&st).with_context(|| format!("cannot resume from {}", dir.join("state.json").display()))?;
     }
     let mut floor = 0;
+    let mut refused = Vec::new();
     for (requester, r) in &noted {
+        // Only what the node itself signed is adopted by default: a receipt is a claim made by
+        // the party that shows it, and adopting a forged one moved the entry numbering (one at
+        // 2^64 − 1 wrapped it to 0, after which the node refused every peer).
+        if let Some(why) = dpcotrain_federation::receipt::implausible(r) {
+            refused.push(format!("{requester}: not adopted: {why}; no node signed it"));
+            continue;
+        }
+        let signed = dpcotrain_federation::receipt::verify(&store, &cfg.federation_id, &cfg.name, requester, r)?;
+        if !signed && !unverified {
+            refused.push(format!(
+                "{requester}: not adopted: this node cannot verify the receipt (entry {}, rho {:.6}): it was signed under another ledger key, or not by this node. If the state directory was replaced or lost, --adopt-unverified adopts it anyway (it charges the spend the receipt claims)",
+                r.seq, r.rho
+            ));
+            continue;
+        }
         let id = format!("restored from receipt {requester}@{}", r.seq);
         if requester == dpcotrain_federation::receipt::EVERY_REQUESTER {
             // The orchestrator's head receipt proves a total, not who received it: every
@@ -297,9 +331,18 @@ fn adopt_witnessed(config: &std::path::Path, dir: &std::path::Path, write: bool)
             r.rho, r.releases, r.seq
         );
     }
+    for line in &refused {
+        println!("  {line}");
+    }
+    if !refused.is_empty() {
+        anyhow::bail!(
+            "{} of {} noted receipts were not adopted (above); nothing was written. Put back the newest copy of the state directory, or adopt them as described",
+            refused.len(),
+            noted.len()
+        );
+    }
     if write {
-        store.save_at_least(&party.state(), floor)?;
-        store.clear_witnessed()?;
+        store.adopt(&party.state(), &noted.values().collect::<Vec<_>>())?;
         println!("adopted: the state now counts that spend and is numbered at or after entry {floor}");
     } else {
         println!("nothing changed; run again with --write to adopt");

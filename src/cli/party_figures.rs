@@ -34,6 +34,16 @@ pub fn party_json(st: &pb::StatusResponse) -> Value {
                        "privacy_spent_total": {"rho": st.rho_total, "epsilon": st.epsilon_total}})
 }
 
+/// The mark an ε carries where it is shown: empty when every release behind it is a formal
+/// guarantee, else a warning that names it as not one (thesis noise, or the label-fitted θ or
+/// adaptive queries of the earlier policies; `status --json` has `guaranteed` per release).
+pub fn epsilon_mark(release_guaranteed: impl IntoIterator<Item = bool>) -> &'static str {
+    if release_guaranteed.into_iter().all(|g| g) { "" } else { " (NOT guaranteed)" }
+}
+
+/// The line that explains [`epsilon_mark`] once, below a table that used it.
+pub const NOT_GUARANTEED_NOTE: &str = "(NOT guaranteed: some releases were made in thesis mode, or with the label-fitted θ or label-chosen queries of the per-query and release-once policies; their ε is computed and charged but is not a privacy guarantee. The default policy, batches, gives one.)";
+
 /// Whether co-training changed a party's test RMSE by more than the test set's noise: two
 /// standard errors of the change, paired over the same test points (the node computes it by
 /// the delta method from per-point errors; `Status.rmse_change_se`). A ±0.015 change that is

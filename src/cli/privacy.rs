@@ -26,9 +26,9 @@ pub enum MechanismArg {
 
 #[derive(Debug, Args)]
 pub struct CalibrateArgs {
-    #[arg(long)]
+    #[arg(long, value_parser = dpcotrain_privacy::calibrate::parse_epsilon, allow_negative_numbers = true)]
     pub epsilon: f64,
-    #[arg(long)]
+    #[arg(long, value_parser = dpcotrain_privacy::calibrate::parse_delta, allow_negative_numbers = true)]
     pub delta: f64,
     #[arg(long)]
     pub sensitivity: f64,
@@ -52,7 +52,7 @@ pub struct ComposeArgs {
     /// Sensitivity Δ of each release.
     #[arg(long)]
     pub sensitivity: f64,
-    #[arg(long)]
+    #[arg(long, value_parser = dpcotrain_privacy::calibrate::parse_delta, allow_negative_numbers = true)]
     pub delta: f64,
     #[arg(long)]
     pub json: bool,

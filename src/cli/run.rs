@@ -20,12 +20,30 @@ pub struct RunArgs {
     pub json: bool,
 }
 
-/// "A at round 3, B at 4" (or "both at round 3").
+/// Rounds done so far, counted as `status` counts them ("rounds done"): "every node had done
+/// 3 rounds", or "A had done 3 rounds, B 4". Rounds are numbered from 1 everywhere a person
+/// reads them (the progress bar, these lines, `status`); JSON keeps counts.
 fn positions(orch: &Orchestrator, position: &[u32]) -> String {
+    let rounds = |r: u32| if r == 1 { "1 round".to_string() } else { format!("{r} rounds") };
     if position.windows(2).all(|w| w[0] == w[1]) {
-        return format!("every node at round {}", position.first().copied().unwrap_or(0));
+        return format!("every node had done {}", rounds(position.first().copied().unwrap_or(0)));
     }
-    orch.nodes.iter().zip(position).map(|(n, r)| format!("{} at round {r}", n.name)).collect::<Vec<_>>().join(", ")
+    orch.nodes
+        .iter()
+        .zip(position)
+        .enumerate()
+        .map(
+            |(i, (n, &r))| {
+                if i == 0 { format!("{} had done {}", n.name, rounds(r)) } else { format!("{} {r}", n.name) }
+            },
+        )
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// "round 5" or "rounds 5 to 10": rounds `start + 1` to `target`, numbered from 1.
+fn ran_rounds(start: u32, target: u32) -> String {
+    if start + 1 == target { format!("round {target}") } else { format!("rounds {} to {target}", start + 1) }
 }
 
 pub async fn run(a: RunArgs) -> anyhow::Result<()> {
@@ -71,12 +89,17 @@ pub async fn run(a: RunArgs) -> anyhow::Result<()> {
         if ran == 0 {
             println!("nothing to do: {} (target {target})", positions(&orch, &position));
         } else if position.iter().any(|&r| r > 0) {
-            println!("continued an earlier run: {}; ran rounds {start} to {}", positions(&orch, &position), target - 1);
+            println!("continued an earlier run: {}; ran {}", positions(&orch, &position), ran_rounds(start, target));
         }
         println!(
             "{:<10} {:>12} {:>12} {:>12}  privacy spent on its labels (ε per requester; all requesters together)",
             "party", "mean only", "RMSE alone", "RMSE after"
         );
+        let release_mark = |s: &serde_json::Value| {
+            let log = s["release_log"].as_array().map(Vec::as_slice).unwrap_or_default();
+            crate::cli::party_figures::epsilon_mark(log.iter().map(|r| r["guaranteed"].as_bool() == Some(true)))
+        };
+        let mut any_unguaranteed = false;
         let cell = |v: &serde_json::Value| v.as_f64().map_or_else(|| "—".to_string(), |x| format!("{x:.4}"));
         for r in &rows {
             let spent: Vec<String> = r["privacy_spent"]
@@ -85,15 +108,19 @@ pub async fn run(a: RunArgs) -> anyhow::Result<()> {
                     v.iter()
                         .map(|s| {
                             format!(
-                                "{}: {:.3}",
+                                "{}: {:.3}{}",
                                 s["peer"].as_str().unwrap_or("?"),
-                                s["epsilon"].as_f64().unwrap_or(0.0)
+                                s["epsilon"].as_f64().unwrap_or(0.0),
+                                release_mark(s)
                             )
                         })
                         .collect()
                 })
                 .unwrap_or_default();
             let total = r["privacy_spent_total"]["epsilon"].as_f64().unwrap_or(0.0);
+            let spends = r["privacy_spent"].as_array().map(Vec::as_slice).unwrap_or_default();
+            let total_mark = crate::cli::party_figures::epsilon_mark(spends.iter().map(|s| release_mark(s).is_empty()));
+            any_unguaranteed |= !total_mark.is_empty();
             println!(
                 "{:<10} {:>12} {:>12} {:>12}  {}",
                 r["party"].as_str().unwrap_or(""),
@@ -103,11 +130,14 @@ pub async fn run(a: RunArgs) -> anyhow::Result<()> {
                 if spent.is_empty() {
                     "none".to_string()
                 } else {
-                    format!("{}; together {total:.3}", spent.join(", "))
+                    format!("{}; together {total:.3}{total_mark}", spent.join(", "))
                 }
             );
         }
         println!("(mean only: test RMSE of predicting the public mean of y, the baseline that needs no label)");
+        if any_unguaranteed {
+            println!("{}", crate::cli::party_figures::NOT_GUARANTEED_NOTE);
+        }
         println!(
             "(together: the ε of all requesters' releases combined — what colluding requesters could learn together)"
         );

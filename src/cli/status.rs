@@ -90,14 +90,26 @@ fn status_table(st: &pb::StatusResponse) -> String {
     } else {
         let _ = writeln!(o, "  privacy spent on its labels:");
         let _ = writeln!(o, "    {:<12} {:>8} {:>10} {:>10} {:>9}", "requester", "ε", "ρ", "ρ budget", "releases");
+        let mark =
+            |s: &pb::PeerSpend| crate::cli::party_figures::epsilon_mark(s.release_log.iter().map(|r| r.guaranteed));
         for s in &st.spend {
             let _ = writeln!(
                 o,
-                "    {:<12} {:>8.4} {:>10.3e} {:>10.3e} {:>9}",
-                s.peer, s.epsilon, s.rho, s.rho_budget, s.releases
+                "    {:<12} {:>8.4} {:>10.3e} {:>10.3e} {:>9}{}",
+                s.peer,
+                s.epsilon,
+                s.rho,
+                s.rho_budget,
+                s.releases,
+                mark(s)
             );
         }
-        let _ = writeln!(o, "    all requesters together: ε {:.4} (ρ {:.3e})", st.epsilon_total, st.rho_total);
+        let all =
+            crate::cli::party_figures::epsilon_mark(st.spend.iter().flat_map(|s| &s.release_log).map(|r| r.guaranteed));
+        let _ = writeln!(o, "    all requesters together: ε {:.4} (ρ {:.3e}){all}", st.epsilon_total, st.rho_total);
+        if !all.is_empty() {
+            let _ = writeln!(o, "    {}", crate::cli::party_figures::NOT_GUARANTEED_NOTE);
+        }
         // The DP θ vote (theta = "select") is one entry of every requester's ledger.
         if let Some(r) =
             st.spend.iter().flat_map(|s| &s.release_log).find(|r| r.id == dpcotrain_cotrain::party::THETA_SELECTION_ID)

@@ -52,6 +52,11 @@ pub struct PredictRequest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Receipt {
     pub seq: u64,
+    /// The responder's state chain at entry `seq`: the first 32 hex digits of that entry's
+    /// MAC, which chains every entry before it. A responder rolled back to an older copy whose
+    /// entry numbers have since caught up has a different entry there, and refuses.
+    #[serde(default)]
+    pub head: String,
     /// Releases charged to this requester.
     pub releases: u64,
     /// ρ charged to this requester.

@@ -43,7 +43,7 @@ pub use driver::{RunReport, block_on, build_parties, run_in_process};
 pub use party::Party;
 pub use peer::{InProcessPeer, Peer};
 pub use release_model::{PublicTheta, QueryPolicy, ReleaseForm, ThetaPolicy};
-pub use settings::{AnswerDiscount, AnswerGuard, CombinerKind, DpConfig, DpMode, ReleasePolicy};
+pub use settings::{AnswerDiscount, AnswerGuard, CombinerKind, DpConfig, DpMode, Guarantee, ReleasePolicy};
 pub use simulate::{SimConfig, simulate};
 pub use state::PartyState;
 pub use table::Table;

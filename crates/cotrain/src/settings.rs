@@ -137,7 +137,59 @@ pub struct DpConfig {
     pub queries: QueryPolicy,
 }
 
+/// What the (ε, δ) a node reports means under its configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Guarantee {
+    /// DP off: nothing is noised and no ε is claimed.
+    Off,
+    /// A formal (ε, δ) guarantee for everything the node lets out about its labels.
+    Formal,
+    /// An ε is computed and charged, but it is not a guarantee; [`Guarantee::why_not`] says why.
+    ThesisNoise,
+    /// Calibrated noise, but the release's θ is the label-fitted θ̂ (uncounted).
+    FittedTheta,
+    /// Calibrated noise, but the node's queries are chosen from its label-fitted model.
+    AdaptiveQueries,
+}
+
+impl Guarantee {
+    pub fn is_formal(self) -> bool {
+        self == Guarantee::Formal
+    }
+
+    /// One line for whoever reads an ε this configuration produced; `None` unless the ε is
+    /// computed yet not guaranteed.
+    pub fn why_not(self) -> Option<&'static str> {
+        match self {
+            Guarantee::Off | Guarantee::Formal => None,
+            Guarantee::ThesisNoise => {
+                Some("thesis mode reproduces Thomas 2017's noise scale: the ε is NOT a privacy guarantee")
+            }
+            Guarantee::FittedTheta => Some(
+                "the release uses the label-fitted θ (policy per-query or release-once, or theta = fitted): the ε covers the means given θ only; θ and the released variances leak labels, uncounted: NOT a guarantee",
+            ),
+            Guarantee::AdaptiveQueries => Some(
+                "queries are chosen by uncertainty sampling on the label-fitted model: the indices leak labels, uncounted: the ε is NOT a guarantee",
+            ),
+        }
+    }
+}
+
 impl DpConfig {
+    /// What this configuration's ε means (see [`Guarantee`]): formal only for calibrated DP
+    /// with a counted θ (public or a charged vote) and label-free queries.
+    pub fn guarantee(&self) -> Guarantee {
+        match self.mode {
+            DpMode::Off => Guarantee::Off,
+            DpMode::Thesis { .. } => Guarantee::ThesisNoise,
+            DpMode::Calibrated { .. } if !self.theta.is_counted() => Guarantee::FittedTheta,
+            DpMode::Calibrated { .. } if !matches!(self.queries, QueryPolicy::Public { .. }) => {
+                Guarantee::AdaptiveQueries
+            }
+            DpMode::Calibrated { .. } => Guarantee::Formal,
+        }
+    }
+
     pub fn off() -> Self {
         DpConfig {
             mode: DpMode::Off,

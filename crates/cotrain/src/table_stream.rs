@@ -352,8 +352,14 @@ mod tests {
     use super::*;
     use dpcotrain_gp::svgp::InMemory;
 
+    thread_local! {
+        /// This test's own temporary directory, removed when the test's thread ends (a named
+        /// folder under the system's temporary directory stayed behind after every run).
+        static TEST_DIR: tempfile::TempDir = tempfile::tempdir().expect("temporary directory");
+    }
+
     fn write(name: &str, body: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("dpcotrain-stream-{}-{name}", std::process::id()));
+        let dir = TEST_DIR.with(|d| d.path().join(name));
         std::fs::create_dir_all(&dir).unwrap();
         let p = dir.join("data.csv");
         std::fs::write(&p, body).unwrap();

@@ -97,9 +97,9 @@ pub struct GridArgs {
     #[arg(long, value_enum, default_value = "off")]
     pub dp: DpArg,
     /// Calibrated DP: ε per requester (one release with the release-once policy).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = dpcotrain_privacy::calibrate::parse_epsilon, allow_negative_numbers = true)]
     pub epsilon: f64,
-    #[arg(long, default_value_t = 1e-5)]
+    #[arg(long, default_value_t = 1e-5, value_parser = dpcotrain_privacy::calibrate::parse_delta, allow_negative_numbers = true)]
     pub delta: f64,
     #[arg(long, value_enum, default_value = "release-once")]
     pub policy: PolicyArg,
@@ -186,6 +186,8 @@ fn dp_setting(a: &GridArgs) -> anyhow::Result<DpSetting> {
         DpArg::Off => DpSetting::Off,
         DpArg::Thesis => DpSetting::Thesis,
         DpArg::Calibrated => {
+            dpcotrain_privacy::calibrate::check_epsilon(a.epsilon)?;
+            dpcotrain_privacy::calibrate::check_delta(a.delta)?;
             if a.label_range.len() != 2 {
                 anyhow::bail!("--label-range takes two numbers LO,HI");
             }

@@ -34,8 +34,9 @@ pub enum ConfigError {
     #[error("cannot read {}: {source}", path.display())]
     Read { path: PathBuf, source: std::io::Error },
     /// The TOML does not parse or does not fit the schema (unknown key, wrong type, …).
-    #[error("{}: {}{message}", path.display(), position.map(|(l, c)| format!("line {l}, column {c}: ")).unwrap_or_default())]
-    Syntax { path: PathBuf, position: Option<(usize, usize)>, message: String },
+    #[error("{}: {}{}{message}", path.display(), position.map(|(l, c)| format!("line {l}, column {c}: ")).unwrap_or_default(),
+        key.as_ref().map(|k| format!("{k}: ")).unwrap_or_default())]
+    Syntax { path: PathBuf, position: Option<(usize, usize)>, key: Option<String>, message: String },
     /// A value the schema accepts but the node cannot use (named by its field in `message`).
     #[error("{}: {message}", path.display())]
     Invalid { path: PathBuf, message: String },
@@ -601,7 +602,32 @@ pub fn load<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, ConfigError>
             let before = &text[..span.start.min(text.len())];
             (before.matches('\n').count() + 1, before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1)
         });
-        ConfigError::Syntax { path: path.to_path_buf(), position, message }
+        let key = e.span().and_then(|span| key_at(&text, span.start));
+        ConfigError::Syntax { path: path.to_path_buf(), position, key, message }
+    })
+}
+
+/// The dotted key whose value starts at byte `at` (`privacy.epsilon` for the `"x"` of
+/// `epsilon = "x"` under `[privacy]`), when `at` lies after a `key =` on its own line: the
+/// name a wrong-type error needs besides its line and column.
+fn key_at(text: &str, at: usize) -> Option<String> {
+    let at = at.min(text.len());
+    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    let (key, _) = text[line_start..at].split_once('=')?;
+    let key = key.trim().replace(['"', '\''], "");
+    let bare = |k: &str| !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c));
+    if !bare(&key) {
+        return None;
+    }
+    let table = text[..line_start]
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| l.starts_with('['))
+        .map(|h| h.trim_start_matches('[').split(']').next().unwrap_or("").trim().replace(['"', '\''], ""));
+    Some(match table {
+        Some(t) if !t.is_empty() => format!("{t}.{key}"),
+        _ => key,
     })
 }
 
@@ -736,11 +762,8 @@ pub fn settings_from_config(cfg: &PartyConfig, path: &Path) -> Result<NodeSettin
     } else {
         AnswerForm::Posterior
     });
-    for (name, v) in [("epsilon", pv.epsilon), ("delta", pv.delta)] {
-        if !v.is_finite() || v <= 0.0 {
-            return Err(bad(path, format!("privacy.{name} must be a positive number, got {v}")));
-        }
-    }
+    dpcotrain_privacy::calibrate::check_epsilon(pv.epsilon).map_err(|e| bad(path, format!("privacy.epsilon: {e}")))?;
+    dpcotrain_privacy::calibrate::check_delta(pv.delta).map_err(|e| bad(path, format!("privacy.delta: {e}")))?;
     let mode = match pv.mode {
         PrivacyMode::Off => DpMode::Off,
         PrivacyMode::Thesis => DpMode::Thesis { multiplier: THESIS_MULTIPLIER },

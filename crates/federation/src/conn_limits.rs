@@ -8,13 +8,25 @@
 //!
 //! At start the node also raises its open-files soft limit to the hard limit
 //! ([`raise_open_files_limit`]): a common default of 1,024 is a few hundred peers' worth.
+//!
+//! **A reserve for peers that speak.** The per-address cap does not stop a flood from many
+//! addresses (16 loopback addresses × 64 held 1,020 descriptors of 1,024). So every
+//! connection that has sent nothing yet is *silent*, and silent connections together (on both
+//! ports: descriptors are the process's) may hold at most the open-files limit less a reserve
+//! (an eighth of it, at least 64; [`SilentPool`]). A new connection over that evicts the oldest
+//! silent one. A real peer sends its TLS ClientHello at once and stops being silent within
+//! milliseconds, so it is never the oldest; a half-open flood only evicts itself, and the
+//! reserve stays free for connections that speak.
 
-use std::collections::HashMap;
+use futures_util::task::AtomicWaker;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::sync::{OnceLock, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -54,16 +66,113 @@ impl ConnLimits {
 /// Open connections per peer address.
 type Table = Arc<Mutex<HashMap<IpAddr, usize>>>;
 
+const SILENT: u8 = 0;
+const SPOKE: u8 = 1;
+const EVICTED: u8 = 2;
+const GONE: u8 = 3;
+
+/// One connection's place among the silent ones.
+#[derive(Debug, Default)]
+struct Ticket {
+    state: AtomicU8,
+    waker: AtomicWaker,
+}
+
+/// The connections that have sent nothing yet, oldest first, and how many of them may be
+/// open at once (module docs).
+#[derive(Debug)]
+pub(crate) struct SilentPool {
+    cap: usize,
+    queue: Mutex<VecDeque<Weak<Ticket>>>,
+    silent: AtomicUsize,
+}
+
+impl SilentPool {
+    pub fn new(cap: usize) -> Arc<Self> {
+        Arc::new(SilentPool { cap: cap.max(1), queue: Mutex::default(), silent: AtomicUsize::new(0) })
+    }
+
+    /// The process's pool: the open-files limit (as raised at start) less a reserve of an
+    /// eighth of it, at least 64.
+    pub fn global() -> Arc<Self> {
+        static POOL: OnceLock<Arc<SilentPool>> = OnceLock::new();
+        POOL.get_or_init(|| {
+            let limit = open_files_limit().unwrap_or(1024) as usize;
+            SilentPool::new(limit.saturating_sub((limit / 8).max(64)))
+        })
+        .clone()
+    }
+
+    /// Silent connections open now.
+    #[cfg(test)]
+    pub fn silent(&self) -> usize {
+        self.silent.load(Ordering::SeqCst)
+    }
+
+    /// A ticket for a new connection; at the cap, the oldest silent connection is evicted.
+    fn admit(self: &Arc<Self>) -> SilentTicket {
+        let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        while self.silent.load(Ordering::SeqCst) >= self.cap {
+            let Some(oldest) = queue.pop_front() else { break };
+            if let Some(t) = oldest.upgrade()
+                && t.state.compare_exchange(SILENT, EVICTED, Ordering::SeqCst, Ordering::SeqCst).is_ok()
+            {
+                self.silent.fetch_sub(1, Ordering::SeqCst);
+                t.waker.wake();
+                tracing::debug!("{} silent connections open, the most allowed: the oldest closed", self.cap);
+            }
+        }
+        // Entries of connections that spoke or ended are dropped as they reach the front.
+        while queue.front().is_some_and(|w| w.upgrade().is_none_or(|t| t.state.load(Ordering::SeqCst) != SILENT)) {
+            queue.pop_front();
+        }
+        let ticket = Arc::new(Ticket::default());
+        queue.push_back(Arc::downgrade(&ticket));
+        self.silent.fetch_add(1, Ordering::SeqCst);
+        SilentTicket { pool: self.clone(), ticket }
+    }
+}
+
+/// A connection's ticket: it leaves the silent ones when the connection first sends bytes,
+/// or ends.
+struct SilentTicket {
+    pool: Arc<SilentPool>,
+    ticket: Arc<Ticket>,
+}
+
+impl SilentTicket {
+    fn leave(&self, to: u8) {
+        if self.ticket.state.compare_exchange(SILENT, to, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+            self.pool.silent.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    fn evicted(&self) -> bool {
+        self.ticket.state.load(Ordering::SeqCst) == EVICTED
+    }
+}
+
+impl Drop for SilentTicket {
+    fn drop(&mut self) {
+        self.leave(GONE);
+    }
+}
+
 /// A listener that applies [`ConnLimits`] to what it accepts.
 pub(crate) struct GuardedListener {
     listener: TcpListener,
     limits: ConnLimits,
     open: Table,
+    silent: Arc<SilentPool>,
 }
 
 impl GuardedListener {
     pub fn new(listener: TcpListener, limits: ConnLimits) -> Self {
-        GuardedListener { listener, limits, open: Table::default() }
+        Self::with_pool(listener, limits, SilentPool::global())
+    }
+
+    pub fn with_pool(listener: TcpListener, limits: ConnLimits, silent: Arc<SilentPool>) -> Self {
+        GuardedListener { listener, limits, open: Table::default(), silent }
     }
 
     /// The next connection within the limits. Connections over an address's cap are closed
@@ -102,6 +211,7 @@ impl GuardedListener {
             let guarded = Guarded {
                 inner: stream,
                 slot: Slot { table: self.open.clone(), ip },
+                ticket: self.silent.admit(),
                 deadline: Box::pin(tokio::time::sleep_until(end.map_or(first, |e| first.min(e)))),
                 idle: self.limits.idle,
                 end,
@@ -156,6 +266,7 @@ pub(crate) struct Guarded {
     inner: TcpStream,
     #[allow(dead_code)] // held for its Drop
     slot: Slot,
+    ticket: SilentTicket,
     deadline: Pin<Box<Sleep>>,
     idle: Duration,
     end: Option<Instant>,
@@ -164,10 +275,18 @@ pub(crate) struct Guarded {
 impl AsyncRead for Guarded {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let this = &mut *self;
+        this.ticket.ticket.waker.register(cx.waker());
+        if this.ticket.evicted() {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "connection closed: it had sent nothing, and the node needed room for connections that do",
+            )));
+        }
         let before = buf.filled().len();
         match Pin::new(&mut this.inner).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
                 if buf.filled().len() > before {
+                    this.ticket.leave(SPOKE);
                     let next = Instant::now() + this.idle;
                     this.deadline.as_mut().reset(this.end.map_or(next, |e| next.min(e)));
                 }
@@ -214,6 +333,19 @@ impl tonic::transport::server::Connected for Guarded {
     }
 }
 
+/// The open-files soft limit (Unix).
+#[cfg(unix)]
+fn open_files_limit() -> Option<u64> {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes one rlimit into the struct we own; RLIMIT_NOFILE is a valid resource.
+    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut lim) } == 0).then_some(lim.rlim_cur)
+}
+
+#[cfg(not(unix))]
+fn open_files_limit() -> Option<u64> {
+    None
+}
+
 /// Raise the open-files soft limit to the hard limit (Unix); returns (before, after). A node
 /// holds a descriptor per connection, per state file and per TLS file; 1,024 (a common default)
 /// is too few under a flood.
@@ -247,6 +379,23 @@ mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+    /// A server on `l` that echoes every connection until its peer closes or the limits close it.
+    fn echo_server(mut l: GuardedListener) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            loop {
+                let (mut io, _) = l.accept().await;
+                tokio::spawn(async move {
+                    let mut b = [0u8; 16];
+                    while let Ok(n) = io.read(&mut b).await {
+                        if n == 0 || io.write_all(&b[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        })
+    }
+
     /// The cap per address closes extra connections at once (another address is unaffected);
     /// a silent connection is closed after the first-bytes deadline; one that talks stays.
     #[tokio::test]
@@ -257,22 +406,9 @@ mod tests {
             idle: Duration::from_secs(5),
             lifetime: None,
         };
-        let mut l = GuardedListener::new(TcpListener::bind("127.0.0.1:0").await.unwrap(), limits);
+        let l = GuardedListener::new(TcpListener::bind("127.0.0.1:0").await.unwrap(), limits);
         let addr = axum::serve::Listener::local_addr(&l).unwrap();
-        let server = tokio::spawn(async move {
-            loop {
-                let (mut io, _) = l.accept().await;
-                tokio::spawn(async move {
-                    let mut b = [0u8; 16];
-                    // Echo until the peer closes or the limits close it.
-                    while let Ok(n) = io.read(&mut b).await {
-                        if n == 0 || io.write_all(&b[..n]).await.is_err() {
-                            break;
-                        }
-                    }
-                });
-            }
-        });
+        let server = echo_server(l);
         let from = |ip: &str| {
             let ip: IpAddr = ip.parse().unwrap();
             async move {
@@ -307,6 +443,56 @@ mod tests {
         again.write_all(b"pong").await.unwrap();
         again.read_exact(&mut b).await.unwrap();
         assert_eq!(&b, b"pong");
+        server.abort();
+    }
+
+    /// Silent connections from many addresses (each under its per-address cap) hold at most
+    /// the pool's cap: a new one evicts the oldest silent one, never one that has spoken, so a
+    /// peer that talks is served through a flood that used to take every descriptor.
+    #[tokio::test]
+    async fn a_flood_from_many_addresses_evicts_only_silent_connections() {
+        let limits = ConnLimits {
+            per_address: 64,
+            first_bytes: Duration::from_secs(30),
+            idle: Duration::from_secs(30),
+            lifetime: None,
+        };
+        let pool = SilentPool::new(8);
+        let l = GuardedListener::with_pool(TcpListener::bind("127.0.0.1:0").await.unwrap(), limits, pool.clone());
+        let addr = axum::serve::Listener::local_addr(&l).unwrap();
+        let server = echo_server(l);
+        let from = |k: u8| async move {
+            let s = tokio::net::TcpSocket::new_v4().unwrap();
+            s.bind(SocketAddr::new(IpAddr::from([127, 0, 0, 2 + k % 16]), 0)).unwrap();
+            s.connect(addr).await.unwrap()
+        };
+        async fn echo(c: &mut TcpStream) -> bool {
+            c.write_all(b"ping").await.unwrap();
+            let mut b = [0u8; 4];
+            tokio::time::timeout(Duration::from_secs(2), c.read_exact(&mut b)).await.is_ok_and(|r| r.is_ok())
+        }
+        // A peer that talks, then 64 silent connections from 16 addresses.
+        let mut peer = from(0).await;
+        assert!(echo(&mut peer).await);
+        let mut flood = Vec::new();
+        for k in 0..64 {
+            flood.push(from(k).await);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(pool.silent() <= 8, "{} silent connections held", pool.silent());
+        // The peer is still served, and a new peer gets in and is served.
+        assert!(echo(&mut peer).await, "the talking peer was evicted");
+        let mut late = from(5).await;
+        assert!(echo(&mut late).await, "a new peer was not served through the flood");
+        // The oldest silent ones were closed; the newest are held.
+        let mut closed = 0;
+        for c in &mut flood {
+            let mut b = [0u8; 1];
+            if matches!(tokio::time::timeout(Duration::from_millis(50), c.read(&mut b)).await, Ok(Ok(0) | Err(_))) {
+                closed += 1;
+            }
+        }
+        assert!(closed >= 64 - 8, "only {closed} of 64 silent connections were closed");
         server.abort();
     }
 

@@ -58,7 +58,7 @@ pub(crate) fn request_to_pb(r: &PredictRequest, federation_id: &str) -> pb::Pred
 }
 
 pub(crate) fn receipt_to_pb(r: &Receipt) -> pb::Receipt {
-    pb::Receipt { seq: r.seq, releases: r.releases, rho: r.rho, mac: r.mac.clone() }
+    pb::Receipt { seq: r.seq, releases: r.releases, rho: r.rho, mac: r.mac.clone(), head: r.head.clone() }
 }
 
 /// A receipt from the wire: ρ finite and non-negative, the MAC 64 hex digits.
@@ -69,7 +69,10 @@ pub(crate) fn receipt_from_pb(r: &pb::Receipt) -> Result<Receipt, String> {
     if r.mac.len() != 64 || !r.mac.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err("receipt: mac is not 64 hex digits".into());
     }
-    Ok(Receipt { seq: r.seq, releases: r.releases, rho: r.rho, mac: r.mac.clone() })
+    if !(r.head.is_empty() || r.head.len() == 32 && r.head.bytes().all(|b| b.is_ascii_hexdigit())) {
+        return Err("receipt: head is not 32 hex digits".into());
+    }
+    Ok(Receipt { seq: r.seq, head: r.head.clone(), releases: r.releases, rho: r.rho, mac: r.mac.clone() })
 }
 
 /// Largest number of indices one request may carry.
@@ -271,8 +274,8 @@ mod tests {
                 indices in prop::collection::vec(prop_oneof![0u64..1000, any::<u64>()], 0..40),
                 uncertainty in prop_oneof![1i32..=3, any::<i32>()],
                 want_prior in any::<bool>(),
-                witness in prop::option::of((any::<u64>(), any::<u64>(), prop_oneof![0.0..10.0, any::<f64>()], "[0-9a-f]{62,66}|.{0,8}")
-                    .prop_map(|(seq, releases, rho, mac)| pb::Receipt { seq, releases, rho, mac })),
+                witness in prop::option::of((any::<u64>(), any::<u64>(), prop_oneof![0.0..10.0, any::<f64>()], "[0-9a-f]{62,66}|.{0,8}", "[0-9a-f]{31,33}|.{0,4}")
+                    .prop_map(|(seq, releases, rho, mac, head)| pb::Receipt { seq, releases, rho, mac, head })),
             ) {
                 let wire = pb::PredictRequest { request_id, requester, indices, uncertainty, want_prior, federation_id: "f".into(), witness };
                 if let Ok(r) = request_from_pb(&wire) {

@@ -206,7 +206,7 @@ pub async fn launch(cfg: &PartyConfig, path: &Path) -> Result<Launched, LaunchEr
     service.halt_if_behind_noted()?;
     if let Some(w) = crate::store::witnessed(&cfg.state_dir(path))?.keys().next() {
         tracing::warn!(
-            "{}: receipts showing this node's state is behind are noted in witnessed.json (first: {w}); see `dpcotrain node repair --adopt-witnessed`",
+            "{}: receipts showing this node's state is behind are noted in its state (first: {w}); see `dpcotrain node repair --adopt-witnessed`",
             cfg.name
         );
     }

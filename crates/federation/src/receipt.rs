@@ -5,9 +5,13 @@
 //! answer) and shows it with its next request. The node checks it against its own state
 //! before answering: a state restored from an older copy of its files (a VM or volume
 //! snapshot, a backup, a log cut short) is *behind* a receipt it signed, and the node refuses
-//! with `DATA_LOSS` instead of releasing again as if the lost releases never happened. It also
-//! notes the receipt (`witnessed.json`), so that `dpcotrain node repair --adopt-witnessed` can
-//! charge the missing spend. A receipt the node cannot verify (its ledger key changed: the
+//! with `DATA_LOSS` instead of releasing again as if the lost releases never happened. A
+//! receipt names the chain's entry *and its head* (the entry's MAC, which chains every entry
+//! before it), so a restored state whose entry numbers and ρ have caught up since (a requester
+//! that hides its receipts asked until they did) is caught too: its entry there has another
+//! head. The node notes the receipt in its chain (under the snapshot's MAC: deleting a file
+//! does not make it forget), so that `dpcotrain node repair --adopt-witnessed` can charge the
+//! missing spend. A receipt the node cannot verify (its ledger key changed: the
 //! state directory was replaced) is treated the same way when it claims more than the ledger
 //! counts; one that claims no more is harmless, genuine or not.
 //!
@@ -26,9 +30,15 @@ use dpcotrain_cotrain::Party;
 use dpcotrain_cotrain::Receipt;
 
 /// The bytes a receipt's MAC covers.
-fn message(federation: &str, responder: &str, requester: &str, seq: u64, releases: u64, rho: f64) -> Vec<u8> {
-    format!("dpcotrain receipt 1\n{federation}\n{responder}\n{requester}\n{seq}\n{releases}\n{:016x}\n", rho.to_bits())
-        .into_bytes()
+fn message(federation: &str, responder: &str, requester: &str, w: &Receipt) -> Vec<u8> {
+    format!(
+        "dpcotrain receipt 2\n{federation}\n{responder}\n{requester}\n{}\n{}\n{}\n{:016x}\n",
+        w.seq,
+        w.head,
+        w.releases,
+        w.rho.to_bits()
+    )
+    .into_bytes()
 }
 
 /// The name a node's head receipt is signed for: every requester together.
@@ -47,9 +57,33 @@ fn charged(party: &Party, requester: &str) -> (u64, f64) {
 /// The receipt for `requester` as the node's state stands now (call after the save).
 pub fn sign(store: &StateStore, federation: &str, party: &Party, requester: &str) -> Result<Receipt, StoreError> {
     let seq = store.seq();
+    let head = store.head_at(seq)?.unwrap_or_default();
     let (releases, rho) = charged(party, requester);
-    let mac = store.sign(&message(federation, party.name(), requester, seq, releases, rho))?;
-    Ok(Receipt { seq, releases, rho, mac })
+    let mut r = Receipt { seq, head, releases, rho, mac: String::new() };
+    r.mac = store.sign(&message(federation, party.name(), requester, &r))?;
+    Ok(r)
+}
+
+/// Whether this node signed `w` for `requester` (its ledger key, this federation and party).
+pub fn verify(
+    store: &StateStore,
+    federation: &str,
+    party: &str,
+    requester: &str,
+    w: &Receipt,
+) -> Result<bool, StoreError> {
+    store.verify(&message(federation, party, requester, w), &w.mac)
+}
+
+/// Why a receipt cannot be adopted at all, signed or not: numbers no node can have signed.
+pub fn implausible(w: &Receipt) -> Option<String> {
+    if w.seq > crate::store::MAX_SEQ {
+        Some(format!("entry {} is beyond the largest a chain may reach ({})", w.seq, crate::store::MAX_SEQ))
+    } else if !(w.rho.is_finite() && w.rho >= 0.0) {
+        Some(format!("ρ = {} is not a finite non-negative number", w.rho))
+    } else {
+        None
+    }
 }
 
 /// Why a node may not answer `requester`, who shows `witness`.
@@ -71,15 +105,20 @@ pub enum Behind {
         "{requester} shows a receipt (entry {receipt_seq}, ρ = {receipt_rho}) ahead of this node's state that this node cannot verify: either its ledger key changed (its state directory was replaced or deleted since it signed the receipt) or the receipt is not genuine. It will not release to {requester} until the spend that receipt records is counted. {RECOVER}"
     )]
     Unverified { requester: String, receipt_seq: u64, receipt_rho: f64 },
+    #[error(
+        "this node's state is not the one it signed a receipt for {requester} at: the receipt records entry {receipt_seq} with chain head {receipt_head}, and this node's entry {receipt_seq} has head {head} (it is at entry {seq} now). Its state files were restored from an older copy and have gone on since, so the releases the receipt counts may be missing from its ledger; it will not release to {requester}. {RECOVER}"
+    )]
+    Forked { requester: String, receipt_seq: u64, receipt_head: String, head: String, seq: u64 },
 }
 
-const RECOVER: &str = "To recover, stop the node and put back the newest copy of its state directory; if there is none, run `dpcotrain node repair --config <party.toml> --adopt-witnessed --write`, which charges the ledger the spend the receipt proves (noted in witnessed.json).";
+const RECOVER: &str = "To recover, stop the node and put back the newest copy of its state directory; if there is none, run `dpcotrain node repair --config <party.toml> --adopt-witnessed --write`, which charges the ledger the spend the receipt proves (noted in the state).";
 
 /// Relative slack on ρ: a ledger that adopted a receipt's spend sums to it up to round-off.
 const RHO_TOLERANCE: f64 = 1e-12;
 
 /// Check `witness` (shown by `requester`) against the node's state; a receipt ahead of it, or
-/// one it cannot verify, is noted in `witnessed.json` and refused.
+/// one it cannot verify, or one whose entry this node's chain has with another head, is noted
+/// (in the chain itself) and refused.
 pub fn check(
     store: &StateStore,
     federation: &str,
@@ -88,14 +127,22 @@ pub fn check(
     witness: &Receipt,
 ) -> Result<Result<(), Behind>, StoreError> {
     let w = witness;
-    let signed = store.verify(&message(federation, party.name(), requester, w.seq, w.releases, w.rho), &w.mac)?;
+    let signed = verify(store, federation, party.name(), requester, w)?;
     let seq = store.seq();
     let (releases, rho) = charged(party, requester);
     // Only a state behind what the receipt claims is refused: a receipt that claims less than
     // the ledger counts is harmless, genuine or not. The MAC tells a rollback (a receipt this
-    // node signed) from a replaced state directory or a receipt it never signed.
+    // node signed) from a replaced state directory or a receipt it never signed. A receipt
+    // this node signed whose entry its chain has with another head is a rollback whose entry
+    // numbers (and ρ) have caught up since: counters alone no longer show it.
     let behind = seq < w.seq || rho < w.rho * (1.0 - RHO_TOLERANCE);
-    let verdict = if !behind {
+    let forked = match (signed && !behind && !w.head.is_empty(), store.head_at(w.seq)?) {
+        (true, Some(head)) if head != w.head => Some(head),
+        _ => None,
+    };
+    let verdict = if let Some(head) = forked {
+        Err(Behind::Forked { requester: requester.into(), receipt_seq: w.seq, receipt_head: w.head.clone(), head, seq })
+    } else if !behind {
         Ok(())
     } else if signed {
         Err(Behind::Rolled {
@@ -111,7 +158,7 @@ pub fn check(
         Err(Behind::Unverified { requester: requester.into(), receipt_seq: w.seq, receipt_rho: w.rho })
     };
     if verdict.is_err() {
-        store.record_witness(requester, w)?;
+        store.record_witness(requester, w, &party.state())?;
     }
     Ok(verdict)
 }

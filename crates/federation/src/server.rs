@@ -88,11 +88,11 @@ impl NodeService {
         self
     }
 
-    /// Stop releasing if a head receipt noted before a restart (`witnessed.json`) is still
+    /// Stop releasing if a head receipt noted before a restart (in the state's chain) is still
     /// ahead of the state (call after the party was restored).
     pub fn halt_if_behind_noted(&self) -> Result<(), NodeError> {
         let Some(store) = &self.store else { return Ok(()) };
-        let noted = crate::store::witnessed(store.dir())?;
+        let noted = store.noted()?;
         if let Some(w) = noted.get(receipt::EVERY_REQUESTER) {
             let p = self.party.lock().map_err(|_| NodeError::Poisoned)?;
             if let Err(behind) = receipt::check(store, &self.agreement.federation_id, &p, receipt::EVERY_REQUESTER, w)?

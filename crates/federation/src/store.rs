@@ -60,14 +60,36 @@ pub enum StoreError {
     Tampered { path: PathBuf, message: String },
 }
 
-/// What `state.json` holds: the state's exact bytes, the last log entry folded in, and the MAC.
+/// What `state.json` holds: the state's exact bytes, the last log entry folded in, the chain's
+/// earlier heads, the receipts noted as ahead of the state, and the MAC over all of them.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Envelope<'a> {
     #[serde(borrow)]
     state: &'a serde_json::value::RawValue,
     #[serde(default, skip_serializing_if = "is_zero")]
     seq: u64,
+    /// `[[seq, head], …]` of every entry before this snapshot ([`Chain::heads`]).
+    #[serde(borrow, default, skip_serializing_if = "Option::is_none")]
+    heads: Option<&'a serde_json::value::RawValue>,
+    /// Receipts noted as ahead of the state, by requester ([`Chain::witnessed`]).
+    #[serde(borrow, default, skip_serializing_if = "Option::is_none")]
+    witnessed: Option<&'a serde_json::value::RawValue>,
     mac: String,
+}
+
+/// What the chain remembers beyond the state: the head of every entry (so that a receipt for
+/// entry k can be checked against the entry this chain has there) and the receipts requesters
+/// showed that the state is behind. Both live in the MAC'd snapshot (and the heads of later
+/// entries in the log lines), so deleting a side file forgets nothing.
+#[derive(Debug, Default)]
+struct Chain {
+    heads: std::collections::BTreeMap<u64, String>,
+    witnessed: std::collections::BTreeMap<String, Receipt>,
+}
+
+/// An entry's head: the first 32 hex digits (128 bits) of its MAC.
+fn head_of(mac: &str) -> String {
+    mac.chars().take(32).collect()
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -87,12 +109,18 @@ const LOG_FILE: &str = "state.log";
 /// The log is compacted into a new snapshot once it is larger than the snapshot and this.
 const COMPACT_MIN_BYTES: u64 = 1 << 20;
 
-fn snapshot_mac(key: &ring::hmac::Key, state: &[u8], seq: u64) -> String {
+fn snapshot_mac(key: &ring::hmac::Key, env: &Envelope) -> String {
     let mut ctx = ring::hmac::Context::with_key(key);
-    if seq > 0 {
-        ctx.update(format!("seq {seq}\n").as_bytes());
+    if env.seq > 0 {
+        ctx.update(format!("seq {}\n", env.seq).as_bytes());
     }
-    ctx.update(state);
+    if let Some(h) = env.heads {
+        ctx.update(format!("heads {}\n", h.get()).as_bytes());
+    }
+    if let Some(w) = env.witnessed {
+        ctx.update(format!("witnessed {}\n", w.get()).as_bytes());
+    }
+    ctx.update(env.state.get().as_bytes());
     hex(ctx.sign().as_ref())
 }
 
@@ -103,18 +131,50 @@ fn line_mac(key: &ring::hmac::Key, prev: &str, seq: u64, delta: &[u8]) -> String
     hex(ctx.sign().as_ref())
 }
 
+/// The largest entry number a state chain may reach (2^62 saves: never, at any rate of saves).
+/// A number beyond it (in a receipt to adopt, say) is not genuine, and no arithmetic on entry
+/// numbers can wrap.
+pub const MAX_SEQ: u64 = 1 << 62;
+
 const KEY_FILE: &str = "ledger.key";
-/// Receipts requesters showed that the state is behind ([`StateStore::record_witness`]).
+/// Where earlier versions noted receipts (now in the snapshot); read and merged if present.
 const WITNESS_FILE: &str = "witnessed.json";
 
-/// The receipts noted in `dir` by [`StateStore::record_witness`], by requester.
-pub fn witnessed(dir: &Path) -> Result<std::collections::BTreeMap<String, Receipt>, StoreError> {
+fn legacy_witnessed(dir: &Path) -> Result<std::collections::BTreeMap<String, Receipt>, StoreError> {
     let path = dir.join(WITNESS_FILE);
     match fs::read(&path) {
         Ok(b) => serde_json::from_slice(&b).map_err(|e| StoreError::Corrupt { path, message: e.to_string() }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Default::default()),
         Err(e) => Err(io(&path, e)),
     }
+}
+
+/// The receipts noted in `dir` by [`StateStore::record_witness`], by requester (read without
+/// the lock, from the MAC-checked snapshot).
+pub fn witnessed(dir: &Path) -> Result<std::collections::BTreeMap<String, Receipt>, StoreError> {
+    Ok(load_chain(dir)?.witnessed)
+}
+
+/// The chain's heads and noted receipts as the files in `dir` prove them.
+fn load_chain(dir: &Path) -> Result<Chain, StoreError> {
+    let mut chain = match scan(dir)? {
+        Some(sc) => Chain { heads: sc.heads, witnessed: sc.witnessed },
+        None => Chain::default(),
+    };
+    for (requester, w) in legacy_witnessed(dir)? {
+        note(&mut chain.witnessed, &requester, &w);
+    }
+    Ok(chain)
+}
+
+/// Keep `w` as `requester`'s noted receipt if it claims more than the one kept (ρ, then entry
+/// number); whether it changed anything.
+fn note(all: &mut std::collections::BTreeMap<String, Receipt>, requester: &str, w: &Receipt) -> bool {
+    let keep = all.get(requester).is_none_or(|old| (w.rho, w.seq) > (old.rho, old.seq));
+    if keep {
+        all.insert(requester.to_string(), w.clone());
+    }
+    keep
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -162,6 +222,8 @@ pub struct StateStore {
     /// The largest entry number this store has written: after a failed save the files may not
     /// tell it (a log that cannot be read), and numbering never goes back.
     high_seq: std::sync::atomic::AtomicU64,
+    /// Heads and noted receipts ([`Chain`]), read from the files when first needed.
+    chain: std::sync::Mutex<Option<Chain>>,
     /// Test-only fault injection in the append path (a full disk, a failed fsync).
     #[cfg(test)]
     fault: std::sync::Mutex<Option<Fault>>,
@@ -215,6 +277,7 @@ impl StateStore {
             disk: std::sync::Mutex::new(None),
             cleaned,
             high_seq: std::sync::atomic::AtomicU64::new(0),
+            chain: std::sync::Mutex::new(None),
             #[cfg(test)]
             fault: std::sync::Mutex::new(None),
         })
@@ -236,6 +299,26 @@ impl StateStore {
 
     fn wrote(&self, seq: u64) {
         self.high_seq.fetch_max(seq, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The chain's memory, read from the files the first time.
+    fn chain(&self) -> Result<std::sync::MutexGuard<'_, Option<Chain>>, StoreError> {
+        let mut c = self.chain.lock().unwrap_or_else(|e| e.into_inner());
+        if c.is_none() {
+            *c = Some(load_chain(&self.dir)?);
+        }
+        Ok(c)
+    }
+
+    /// The head of entry `seq` of this node's chain (None for an entry number it never had,
+    /// or one from before heads were kept).
+    pub fn head_at(&self, seq: u64) -> Result<Option<String>, StoreError> {
+        Ok(self.chain()?.as_ref().and_then(|c| c.heads.get(&seq).cloned()))
+    }
+
+    /// The receipts noted as ahead of this node's state, by requester.
+    pub fn noted(&self) -> Result<std::collections::BTreeMap<String, Receipt>, StoreError> {
+        Ok(self.chain()?.as_ref().map(|c| c.witnessed.clone()).unwrap_or_default())
     }
 
     /// HMAC-SHA256 under the ledger key of `message` (receipts this node signs).
@@ -326,6 +409,12 @@ impl StateStore {
     fn append(&self, d: &mut OnDisk, delta: &StateDelta, state: &PartyState) -> Result<(), StoreError> {
         let path = self.dir.join(LOG_FILE);
         let key = self.key()?;
+        if d.seq >= MAX_SEQ {
+            return Err(io(
+                &path,
+                format!("entry number {} is beyond the largest a chain may reach ({MAX_SEQ})", d.seq),
+            ));
+        }
         let seq = d.seq + 1;
         let raw = serde_json::value::to_raw_value(delta).map_err(|e| io(&path, e))?;
         let mac = line_mac(key, &d.mac, seq, raw.get().as_bytes());
@@ -350,6 +439,9 @@ impl StateStore {
         }
         d.state.apply(delta).map_err(|e| io(&path, e))?;
         debug_assert!(d.state == *state, "a state delta did not reproduce the saved state");
+        if let Some(c) = self.chain.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+            c.heads.insert(seq, head_of(&mac));
+        }
         d.mac = mac;
         d.seq = seq;
         d.log_bytes += line.len() as u64;
@@ -357,42 +449,62 @@ impl StateStore {
         Ok(())
     }
 
-    /// Save `state` as a new snapshot whose entry number is at least `floor` (after a rollback,
-    /// so that receipts signed before it read as behind no longer).
-    pub fn save_at_least(&self, state: &PartyState, floor: u64) -> Result<(), StoreError> {
+    /// Adopt `receipts` (after a rollback, once `state` charges the spend they prove): save
+    /// `state` as a new snapshot numbered after every one of them, take each receipt's head as
+    /// this chain's entry at its number (so that it matches from now on), and forget the noted
+    /// receipts.
+    pub fn adopt(&self, state: &PartyState, receipts: &[&Receipt]) -> Result<(), StoreError> {
+        let floor = receipts.iter().map(|r| r.seq).max().unwrap_or(0);
+        if floor >= MAX_SEQ {
+            return Err(io(
+                &self.path(),
+                format!("entry number {floor} is beyond the largest a chain may reach ({MAX_SEQ})"),
+            ));
+        }
         let mut disk = self.disk.lock().unwrap_or_else(|e| e.into_inner());
         let last = match disk.as_ref() {
             Some(d) => d.seq,
             None => self.seq_on_disk(),
         };
+        {
+            let mut c = self.chain()?;
+            let c = c.as_mut().ok_or_else(|| io(&self.dir, "no chain"))?;
+            for r in receipts.iter().filter(|r| !r.head.is_empty()) {
+                c.heads.insert(r.seq, r.head.clone());
+            }
+            c.witnessed.clear();
+        }
         *disk = None;
         *disk = Some(self.snapshot(state, last.max(floor))?);
+        match fs::remove_file(self.dir.join(WITNESS_FILE)) {
+            Ok(()) => sync_dir(&self.dir).map_err(|e| io(&self.dir, e))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io(&self.dir.join(WITNESS_FILE), e)),
+        }
         Ok(())
     }
 
     /// Note a receipt a requester showed that this node's state is behind (or cannot verify),
-    /// in `witnessed.json` beside the state (kept per requester: the largest ρ, then entry
-    /// number). `dpcotrain node repair --adopt-witnessed` charges what they prove.
-    pub fn record_witness(&self, requester: &str, w: &Receipt) -> Result<(), StoreError> {
-        let path = self.dir.join(WITNESS_FILE);
-        let mut all = witnessed(&self.dir)?;
-        let keep = all.get(requester).is_none_or(|old| (w.rho, w.seq) > (old.rho, old.seq));
-        if keep {
-            all.insert(requester.to_string(), w.clone());
-            let bytes = serde_json::to_vec_pretty(&all).map_err(|e| io(&path, e))?;
-            write_atomic(&path, &bytes, Access::Public).map_err(|e| io(&path, e))?;
+    /// kept per requester (the largest ρ, then entry number), in the chain itself: a new
+    /// snapshot of `state` (the state as saved) that carries it under the MAC, so that deleting
+    /// a file cannot make the node forget it. `dpcotrain node repair --adopt-witnessed` charges
+    /// what the noted receipts prove.
+    pub fn record_witness(&self, requester: &str, w: &Receipt, state: &PartyState) -> Result<(), StoreError> {
+        let mut disk = self.disk.lock().unwrap_or_else(|e| e.into_inner());
+        let changed = {
+            let mut c = self.chain()?;
+            let c = c.as_mut().ok_or_else(|| io(&self.dir, "no chain"))?;
+            note(&mut c.witnessed, requester, w)
+        };
+        if changed {
+            let last = match disk.as_ref() {
+                Some(d) => d.seq,
+                None => self.seq_on_disk(),
+            };
+            *disk = None;
+            *disk = Some(self.snapshot(state, last)?);
         }
         Ok(())
-    }
-
-    /// Forget the receipts noted by [`StateStore::record_witness`] (once adopted).
-    pub fn clear_witnessed(&self) -> Result<(), StoreError> {
-        let path = self.dir.join(WITNESS_FILE);
-        match fs::remove_file(&path) {
-            Ok(()) => sync_dir(&self.dir).map_err(|e| io(&self.dir, e)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(io(&path, e)),
-        }
     }
 
     /// Write one line and fsync it; an error from either is a failed save.
@@ -421,11 +533,34 @@ impl StateStore {
         // The snapshot's seq continues the chain's numbering (one past every entry it folds
         // in), so a log line left by a crash between the rename and the log's removal is
         // recognised as already folded in, and every save has a number of its own.
+        if last_seq >= MAX_SEQ {
+            return Err(io(
+                &path,
+                format!("entry number {last_seq} is beyond the largest a chain may reach ({MAX_SEQ})"),
+            ));
+        }
         let seq = last_seq + 1;
         let raw = serde_json::value::to_raw_value(state).map_err(|e| io(&path, e))?;
-        let mac = snapshot_mac(key, raw.get().as_bytes(), seq);
-        let bytes = serde_json::to_vec(&Envelope { state: &raw, seq, mac: mac.clone() }).map_err(|e| io(&path, e))?;
+        let mut chain = self.chain()?;
+        let chain = chain.as_mut().ok_or_else(|| io(&self.dir, "no chain"))?;
+        // Heads of entries this snapshot does not fold in (numbered after it: none can be).
+        chain.heads.retain(|&k, _| k < seq);
+        let heads: Vec<(u64, &String)> = chain.heads.iter().map(|(k, h)| (*k, h)).collect();
+        let heads = (!heads.is_empty())
+            .then(|| serde_json::value::to_raw_value(&heads))
+            .transpose()
+            .map_err(|e| io(&path, e))?;
+        let witnessed = (!chain.witnessed.is_empty())
+            .then(|| serde_json::value::to_raw_value(&chain.witnessed))
+            .transpose()
+            .map_err(|e| io(&path, e))?;
+        let mut env =
+            Envelope { state: &raw, seq, heads: heads.as_deref(), witnessed: witnessed.as_deref(), mac: String::new() };
+        env.mac = snapshot_mac(key, &env);
+        let mac = env.mac.clone();
+        let bytes = serde_json::to_vec(&env).map_err(|e| io(&path, e))?;
         write_atomic(&path, &bytes, Access::Public).map_err(|e| io(&path, e))?;
+        chain.heads.insert(seq, head_of(&mac));
         let log = self.dir.join(LOG_FILE);
         match fs::remove_file(&log) {
             Ok(()) => sync_dir(&self.dir).map_err(|e| io(&self.dir, e))?,
@@ -481,6 +616,9 @@ struct Scan {
     problem: Option<(usize, String)>,
     /// Complete lines from the problem on.
     unproven_lines: usize,
+    /// The head of every proven entry, and the receipts the snapshot noted ([`Chain`]).
+    heads: std::collections::BTreeMap<u64, String>,
+    witnessed: std::collections::BTreeMap<String, Receipt>,
 }
 
 /// The start of every serialised [`LogLine`]: a fragment of a torn append is cut off in front
@@ -523,11 +661,21 @@ fn scan(dir: &Path) -> Result<Option<Scan>, StoreError> {
     let key = mac_key(dir, false)?.ok_or_else(|| {
         tampered(format!("its key {} is missing, so it cannot be verified", dir.join(KEY_FILE).display()))
     })?;
-    if snapshot_mac(&key, env.state.get().as_bytes(), env.seq) != env.mac {
+    if snapshot_mac(&key, &env) != env.mac {
         return Err(tampered("its content does not match its MAC".into()));
     }
     let state: PartyState = serde_json::from_str(env.state.get())
         .map_err(|e| StoreError::Corrupt { path: path.clone(), message: e.to_string() })?;
+    let corrupt = |e: serde_json::Error| StoreError::Corrupt { path: path.clone(), message: e.to_string() };
+    let mut heads: std::collections::BTreeMap<u64, String> = match env.heads {
+        Some(h) => serde_json::from_str::<Vec<(u64, String)>>(h.get()).map_err(corrupt)?.into_iter().collect(),
+        None => Default::default(),
+    };
+    heads.insert(env.seq, head_of(&env.mac));
+    let witnessed = match env.witnessed {
+        Some(w) => serde_json::from_str(w.get()).map_err(corrupt)?,
+        None => Default::default(),
+    };
     let mut scan = Scan {
         state,
         seq: env.seq,
@@ -537,6 +685,8 @@ fn scan(dir: &Path) -> Result<Option<Scan>, StoreError> {
         torn_tail: 0,
         problem: None,
         unproven_lines: 0,
+        heads,
+        witnessed,
     };
     // The log: every complete line after the snapshot's seq, chained from the snapshot's MAC.
     let log = dir.join(LOG_FILE);
@@ -569,6 +719,7 @@ fn scan(dir: &Path) -> Result<Option<Scan>, StoreError> {
                 if at > 0 {
                     scan.fragments.push((line_no, at));
                 }
+                scan.heads.insert(line.seq, head_of(&line.mac));
                 prev = line.mac;
                 scan.seq = line.seq;
                 scan.applied += 1;
@@ -580,7 +731,44 @@ fn scan(dir: &Path) -> Result<Option<Scan>, StoreError> {
             }
         }
     }
+    // A torn append is a prefix of the line the save was writing: `{"seq":` and the next entry
+    // number. Anything else after the last newline (a log overwritten with zero bytes, or with
+    // anything at all) is not a save that never returned, and ignoring it would silently drop
+    // every entry it replaced: refused, like a line that does not match its MAC.
+    if scan.problem.is_none() && scan.torn_tail > 0 && !is_torn_append(&bytes[complete..], scan.seq.saturating_add(1)) {
+        let tail = &bytes[complete..];
+        let what = if tail.iter().all(|b| *b == 0) { "all zero bytes".to_string() } else { "not an entry".to_string() };
+        scan.problem = Some((
+            lines.len() + 1,
+            format!(
+                "its last {} bytes (after the last complete line, without a newline) are {what}; an append torn by a crash starts with {{\"seq\":{}",
+                tail.len(),
+                scan.seq.saturating_add(1)
+            ),
+        ));
+        scan.unproven_lines = 1;
+    }
     Ok(Some(scan))
+}
+
+/// Whether `tail` (the bytes after the log's last newline) can be the start of the line that
+/// a save of entry `next` was appending when it was cut short.
+fn is_torn_append(tail: &[u8], next: u64) -> bool {
+    if tail.len() <= LINE_START.len() {
+        return LINE_START.starts_with(tail);
+    }
+    if !tail.starts_with(LINE_START) {
+        return false;
+    }
+    let rest = &tail[LINE_START.len()..];
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    let expected = next.to_string();
+    if digits == rest.len() {
+        // Cut inside the number.
+        expected.as_bytes().starts_with(rest)
+    } else {
+        &rest[..digits] == expected.as_bytes()
+    }
 }
 
 enum Entry<'a> {
@@ -610,7 +798,7 @@ fn next_entry<'a>(
                 .skip(1)
                 .find_map(|at| {
                     let l = parse_at(raw, at)?;
-                    (l.seq == seq + 1 && line_mac(key, prev, l.seq, l.delta.get().as_bytes()) == l.mac)
+                    (l.seq == seq.saturating_add(1) && line_mac(key, prev, l.seq, l.delta.get().as_bytes()) == l.mac)
                         .then_some(Entry::Next { at, line: l })
                 })
                 .ok_or(why);
@@ -619,7 +807,7 @@ fn next_entry<'a>(
     if l.seq <= snapshot_seq {
         return Ok(Entry::Folded);
     }
-    if l.seq != seq + 1 {
+    if l.seq != seq.saturating_add(1) {
         return Err(format!("entry {} follows entry {seq}: entries are missing", l.seq));
     }
     if line_mac(key, prev, l.seq, l.delta.get().as_bytes()) != l.mac {
@@ -880,15 +1068,29 @@ mod tests {
         let log_path = d.join(LOG_FILE);
         let log = fs::read_to_string(&log_path).unwrap();
         let lines: Vec<&str> = log.lines().collect();
-        // A crash in the middle of the next append.
-        fs::write(&log_path, format!("{log}{}", &lines[0][..20])).unwrap();
-        assert_eq!(s.load().unwrap(), Some(with_answers(4, 5)));
+        // A crash in the middle of the next append: its first bytes, cut anywhere.
+        let next = format!("{{\"seq\":{},\"delta\":{{\"answers\":", s.seq() + 1);
+        for cut in [1, 5, 7, 8, next.len()] {
+            fs::write(&log_path, format!("{log}{}", &next[..cut])).unwrap();
+            assert_eq!(s.load().unwrap(), Some(with_answers(4, 5)), "cut at {cut}");
+        }
         let refused = |text: String, needle: &str| {
             fs::write(&log_path, text).unwrap();
             let e = s.load().unwrap_err();
             assert!(matches!(e, StoreError::Tampered { .. }), "{e}");
             assert!(e.to_string().contains("state.log") && e.to_string().contains(needle), "{e}");
         };
+        // The log overwritten with zero bytes has no newline, like one torn append; it used to
+        // load as the snapshot alone, every entry dropped. So did a tail of zeros, and a tail
+        // that is the start of an entry other than the next one.
+        refused("\0".repeat(28 * 1024), "line 1: its last 28672 bytes");
+        refused("\0".repeat(28 * 1024), "all zero bytes");
+        // `node repair` shows it, and warns that keeping the proven state may roll back.
+        let r = repair_of_copy(&d);
+        assert!(r.problem.is_some() && r.may_roll_back() && r.kept_entries == 0, "{r:?}");
+        refused(format!("{log}{}", "\0".repeat(300)), "line 5: its last 300 bytes");
+        refused(format!("{log}{}", &lines[0][..20]), "not an entry");
+        refused(format!("{log}garbage"), "not an entry");
         // A released mean changed in line 2 (answer r1).
         refused(log.replacen("\"mean\":[0.5]", "\"mean\":[1.5]", 1), "line 2: does not match its MAC");
         // Line 2 dropped.
@@ -900,6 +1102,42 @@ mod tests {
         fs::remove_file(d.join("state.json")).unwrap();
         let e = s.load().unwrap_err().to_string();
         assert!(e.contains("without its snapshot"), "{e}");
+        let _ = fs::remove_dir_all(&d);
+    }
+
+    /// Every entry keeps its head across appends, compaction and a reopen (the snapshot carries
+    /// the earlier ones); the heads and noted receipts are under the snapshot's MAC, and a noted
+    /// receipt survives the loss of every other file but the state, its log and its key.
+    #[test]
+    fn heads_and_noted_receipts_live_in_the_chain() {
+        let (d, s) = store_with_log("heads", 4, 5);
+        let heads: Vec<String> = (1..=s.seq()).map(|k| s.head_at(k).unwrap().expect("a head per entry")).collect();
+        assert_eq!(heads.iter().collect::<std::collections::BTreeSet<_>>().len(), heads.len(), "heads differ");
+        let w = Receipt { seq: 99, head: "ab".repeat(16), releases: 1, rho: 0.5, mac: "00".repeat(32) };
+        s.record_witness("B", &w, &with_answers(4, 5)).unwrap();
+        drop(s);
+        let s = StateStore::open(&d).unwrap();
+        for (k, h) in heads.iter().enumerate() {
+            assert_eq!(s.head_at(k as u64 + 1).unwrap().as_ref(), Some(h), "entry {} after a reopen", k + 1);
+        }
+        assert_eq!(s.noted().unwrap().get("B"), Some(&w));
+        assert_eq!(witnessed(&d).unwrap().get("B"), Some(&w), "read without the lock");
+        // Compaction keeps them too.
+        s.save(&with_answers(5, 5)).unwrap();
+        assert_eq!(s.head_at(1).unwrap().as_ref(), Some(&heads[0]));
+        assert_eq!(s.noted().unwrap().get("B"), Some(&w));
+        // Edited under the MAC: refused.
+        let text = fs::read_to_string(d.join("state.json")).unwrap();
+        for (from, to) in [(heads[0].as_str(), "00000000000000000000000000000000"), ("\"rho\":0.5", "\"rho\":0.25")] {
+            assert!(text.contains(from), "{from} not in the snapshot");
+            fs::write(d.join("state.json"), text.replacen(from, to, 1)).unwrap();
+            assert!(matches!(s.load(), Err(StoreError::Tampered { .. })), "an edit of {from} was accepted");
+        }
+        fs::write(d.join("state.json"), &text).unwrap();
+        // Adoption takes the receipt's head at its entry and forgets the note.
+        s.adopt(&with_answers(5, 5), &[&w]).unwrap();
+        assert_eq!(s.head_at(99).unwrap(), Some(w.head.clone()));
+        assert!(s.noted().unwrap().is_empty() && s.seq() == 100, "seq {}", s.seq());
         let _ = fs::remove_dir_all(&d);
     }
 

@@ -189,6 +189,25 @@ fn roll_back(how: Rollback, dir: &Path, old: &Path) {
     }
 }
 
+/// B (`ps[1]`, its state in `dir`) answers four of A's turns; its files are copied to `old`
+/// after the second. A's latest receipt from B.
+async fn four_turns_copied_after_two(
+    ps: &[Arc<Mutex<Party>>],
+    dir: &Path,
+    old: &Path,
+) -> dpcotrain_cotrain::answer::Receipt {
+    let (addr, stop) = serve(&ps[1], dir).await;
+    let to_b = vec![peer(&ps[0], "P2", &addr)];
+    for round in 0..4 {
+        if round == 2 {
+            copy_dir(dir, old);
+        }
+        query_turn(&ps[0], &to_b, round).await.unwrap();
+    }
+    let _ = stop.send(());
+    ps[0].lock().unwrap().receipt_from("P2").expect("A holds a receipt from B")
+}
+
 /// Every rollback variant: B restarts from the rolled-back files, A shows its latest receipt,
 /// B refuses (DATA_LOSS, the turn not taken) and releases nothing, and notes the receipt. After
 /// `node repair --adopt-witnessed` (its library steps) B answers again, its ledger counting at
@@ -204,18 +223,8 @@ async fn every_rollback_of_a_peers_state_is_refused_until_the_receipt_is_adopted
         let ps = parties();
         let dir = tmp.path().join(format!("b{k}"));
         let old: PathBuf = tmp.path().join(format!("old{k}"));
-        let (addr, stop) = serve(&ps[1], &dir).await;
-        let to_b = vec![peer(&ps[0], "P2", &addr)];
-        for round in 0..2 {
-            query_turn(&ps[0], &to_b, round).await.unwrap();
-        }
-        copy_dir(&dir, &old);
-        for round in 2..4 {
-            query_turn(&ps[0], &to_b, round).await.unwrap();
-        }
-        let receipt = ps[0].lock().unwrap().receipt_from("P2").expect("A holds a receipt from B");
+        let receipt = four_turns_copied_after_two(&ps, &dir, &old).await;
         assert_eq!(receipt.releases, 4);
-        let _ = stop.send(());
         roll_back(how, &dir, &old);
         // B restarts from what is left: a fresh party restored from the files.
         let b = parties().remove(1);
@@ -242,8 +251,7 @@ async fn every_rollback_of_a_peers_state_is_refused_until_the_receipt_is_adopted
             }
             let mut p = b.lock().unwrap();
             p.charge_missing("P1", receipt.rho, "restored from receipt").unwrap();
-            store.save_at_least(&p.state(), receipt.seq).unwrap();
-            store.clear_witnessed().unwrap();
+            store.adopt(&p.state(), &[&receipt]).unwrap();
         }
         let b = parties().remove(1);
         let (addr, stop) = serve(&b, &dir).await;
@@ -309,4 +317,79 @@ async fn the_orchestrators_head_receipt_stops_a_rolled_back_node_for_everyone() 
     assert!(err.to_string().contains("DataLoss"), "{err}");
     let _ = stop.send(());
     assert!(witnessed(&dir).unwrap().contains_key("*"));
+    // Deleting every file beside the state, its log and its key (the noted receipt lived in
+    // witnessed.json, and a restart without it used to release to the hider again) forgets
+    // nothing: the note is in the MAC'd state itself.
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let name = e.unwrap().file_name().into_string().unwrap();
+        if !["state.json", "state.log", "ledger.key", "LOCK"].contains(&name.as_str()) {
+            std::fs::remove_file(dir.join(&name)).unwrap();
+        }
+    }
+    let b = parties().remove(1);
+    let (addr, stop) = serve(&b, &dir).await;
+    let hider = parties().remove(0);
+    let err = query_turn(&hider, &[peer(&hider, "P2", &addr)], 0).await.unwrap_err();
+    assert!(err.to_string().contains("DataLoss"), "a restart without its side files forgot the rollback: {err}");
+    assert_eq!(rho_charged(&b, "P1"), released, "released after the side files were deleted");
+    let _ = stop.send(());
+}
+
+/// A rolled-back node whose counters have caught up: B is restored from an older copy, a
+/// requester that hides its receipts asks until B's entry number and ρ for it are again at
+/// least what A's receipt records (so that comparing counters, as receipts used to, shows
+/// nothing), and B re-released what the lost entries had released, with fresh noise. A's
+/// genuine receipt names the entry *and its head*; B's chain has another entry there, so B
+/// refuses A (DATA_LOSS), releases nothing to it, and notes the receipt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollback_whose_counters_caught_up_is_caught_by_the_chain_head() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, old) = (tmp.path().join("b"), tmp.path().join("old"));
+    let ps = parties();
+    let receipt = four_turns_copied_after_two(&ps, &dir, &old).await;
+    assert_eq!(receipt.head.len(), 32, "{receipt:?}");
+    copy_dir(&old, &dir);
+    let b = parties().remove(1);
+    let (addr, stop) = serve(&b, &dir).await;
+    // The hider asks until B's counters are back where A's receipt says they were.
+    let hider = parties().remove(0);
+    let to_b_hidden = vec![peer(&hider, "P2", &addr)];
+    let seq_now = || {
+        let log = std::fs::read_to_string(dir.join("state.log")).unwrap_or_default();
+        let snap: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("state.json")).unwrap()).unwrap();
+        log.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()?["seq"].as_u64())
+            .fold(snap["seq"].as_u64().unwrap_or(0), u64::max)
+    };
+    let mut round = 0;
+    while seq_now() < receipt.seq || rho_charged(&b, "P1").1 < receipt.rho {
+        query_turn(&hider, &to_b_hidden, round).await.unwrap();
+        round += 1;
+        assert!(round < 12, "B's counters never caught up: entry {} of {}", seq_now(), receipt.seq);
+    }
+    let before = rho_charged(&b, "P1");
+    let err = query_turn(&ps[0], &[peer(&ps[0], "P2", &addr)], 4).await.unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, CotrainError::TurnNotTaken { round: 4, .. }), "{msg}");
+    assert!(msg.contains("DataLoss") && msg.contains("not the one it signed a receipt for"), "{msg}");
+    assert_eq!(rho_charged(&b, "P1"), before, "B released to A from a forked chain");
+    let _ = stop.send(());
+    assert_eq!(witnessed(&dir).unwrap().get("P1"), Some(&receipt), "the receipt was not noted");
+    // Adopting the receipt (what `node repair --adopt-witnessed --write` does) takes its head
+    // as the chain's entry there: A is answered again.
+    {
+        let b = parties().remove(1);
+        let store = open(&dir).await;
+        let st = store.load().unwrap().unwrap();
+        b.lock().unwrap().restore(&st).unwrap();
+        let mut p = b.lock().unwrap();
+        let now = p.ledger("P1").unwrap().rho_spent();
+        p.charge_missing("P1", now + receipt.rho, "restored from receipt").unwrap();
+        store.adopt(&p.state(), &[&receipt]).unwrap();
+    }
+    let b = parties().remove(1);
+    let (addr, stop) = serve(&b, &dir).await;
+    let rep = query_turn(&ps[0], &[peer(&ps[0], "P2", &addr)], 4).await.unwrap();
+    assert_eq!(rep.answered_by, vec!["P2".to_string()], "{:?}", rep.refused);
+    let _ = stop.send(());
 }

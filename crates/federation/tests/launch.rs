@@ -119,10 +119,18 @@ async fn bad_configs_are_typed_errors_that_name_the_file_and_field() {
     std::fs::write(&bad, text.replace("insecure = true", "insecure = \"yes\"")).unwrap();
     match load::<PartyConfig>(&bad) {
         Err(e @ ConfigError::Syntax { position: Some(_), .. }) => {
-            assert!(e.to_string().contains("syntax.toml: line"), "{e}")
+            // The key as well as its place: a wrong type used to name only line and column.
+            assert!(e.to_string().contains("syntax.toml: line"), "{e}");
+            assert!(e.to_string().contains(": insecure: invalid type"), "{e}");
         }
         other => panic!("expected a syntax error, got {other:?}"),
     }
+    let bad = dir.path().join("epsilon.toml");
+    let at = text.find("\nepsilon = ").expect("the config sets privacy.epsilon");
+    let end = at + 1 + text[at + 1..].find('\n').unwrap();
+    std::fs::write(&bad, format!("{}\nepsilon = \"one\"{}", &text[..at], &text[end..])).unwrap();
+    let e = load::<PartyConfig>(&bad).unwrap_err().to_string();
+    assert!(e.contains("epsilon.toml: line") && e.contains("privacy.epsilon: invalid type"), "{e}");
     // A value the node cannot use: file and field.
     let bad = dir.path().join("theta.toml");
     std::fs::write(&bad, text.replace("[privacy]", "[privacy]\ntheta = \"select\"")).unwrap();

@@ -54,13 +54,40 @@ pub(crate) fn classic_constant(delta: f64) -> f64 {
     (2.0 * (1.25 / delta).ln()).sqrt()
 }
 
+/// ε as a privacy parameter: a positive finite number.
+pub fn check_epsilon(epsilon: f64) -> Result<f64, PrivacyError> {
+    if epsilon.is_finite() && epsilon > 0.0 {
+        Ok(epsilon)
+    } else {
+        Err(PrivacyError::invalid(format!("epsilon must be a positive finite number, got {epsilon}")))
+    }
+}
+
+/// δ as a privacy parameter: strictly between 0 and 1.
+pub fn check_delta(delta: f64) -> Result<f64, PrivacyError> {
+    if delta > 0.0 && delta < 1.0 {
+        Ok(delta)
+    } else {
+        Err(PrivacyError::invalid(format!("delta must lie strictly between 0 and 1, got {delta}")))
+    }
+}
+
+/// A command-line ε (`--epsilon 1`), refused at parse time unless [`check_epsilon`] accepts it:
+/// a grid given `--epsilon 0` must stop before its first run, not record a failure per run.
+pub fn parse_epsilon(text: &str) -> Result<f64, String> {
+    let v: f64 = text.trim().parse().map_err(|_| format!("{text:?} is not a number"))?;
+    check_epsilon(v).map_err(|e| e.to_string())
+}
+
+/// A command-line δ, refused at parse time unless [`check_delta`] accepts it.
+pub fn parse_delta(text: &str) -> Result<f64, String> {
+    let v: f64 = text.trim().parse().map_err(|_| format!("{text:?} is not a number"))?;
+    check_delta(v).map_err(|e| e.to_string())
+}
+
 fn check(epsilon: f64, delta: f64, sensitivity: f64) -> Result<(), PrivacyError> {
-    if !(epsilon.is_finite() && epsilon > 0.0) {
-        return Err(PrivacyError::invalid(format!("epsilon must be a positive finite number, got {epsilon}")));
-    }
-    if !(delta > 0.0 && delta < 1.0) {
-        return Err(PrivacyError::invalid(format!("delta must lie strictly between 0 and 1, got {delta}")));
-    }
+    check_epsilon(epsilon)?;
+    check_delta(delta)?;
     if !(sensitivity.is_finite() && sensitivity >= 0.0) {
         return Err(PrivacyError::invalid(format!("sensitivity must be finite and ≥ 0, got {sensitivity}")));
     }
@@ -101,6 +128,19 @@ pub fn calibrate(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn command_line_epsilon_and_delta_are_refused_unless_valid() {
+        for bad in ["-1", "0", "nan", "NaN", "inf", "-inf", "x", ""] {
+            assert!(parse_epsilon(bad).is_err(), "epsilon {bad:?}");
+        }
+        for bad in ["0", "1", "2", "-0.1", "nan", "inf", "y"] {
+            assert!(parse_delta(bad).is_err(), "delta {bad:?}");
+        }
+        assert_eq!(parse_epsilon(" 0.5").unwrap(), 0.5);
+        assert_eq!(parse_delta("1e-5").unwrap(), 1e-5);
+        assert!(parse_epsilon("nan").unwrap_err().contains("positive finite"));
+    }
     use crate::gaussian::gdp_delta;
 
     #[test]

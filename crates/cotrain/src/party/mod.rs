@@ -24,7 +24,7 @@ use crate::answer_cache::{self, AnswerCache};
 use crate::combiner::{CoModel, CombinerKind, LocalModel, SPARSE_THRESHOLD, SvgpTraining};
 use crate::data::PartyData;
 use crate::readings::{AnswerSource, BlockyTheta, Readings, SharedVariance, ThesisNoise};
-use crate::release_model::{QueryPolicy, ReleaseForm, ReleaseModel, ThetaPolicy, ThetaSelection, select_theta};
+use crate::release_model::{ReleaseForm, ReleaseModel, ThetaPolicy, ThetaSelection, select_theta};
 pub use crate::settings::{DpConfig, DpMode, ReleasePolicy, discounts_answer_noise};
 use crate::{CotrainError, RequestError};
 
@@ -796,9 +796,7 @@ impl Party {
     /// label-fitted model, so they too depend on its labels, uncounted. Either way its releases
     /// are recorded as not guaranteed.
     pub fn guaranteed(&self) -> bool {
-        matches!(self.dp.mode, DpMode::Calibrated { .. })
-            && self.dp.theta.is_counted()
-            && matches!(self.dp.queries, QueryPolicy::Public { .. })
+        self.dp.guarantee().is_formal()
     }
 
     /// What a release of this party is, as its ledger records it.

@@ -47,9 +47,9 @@ pub struct FrontierArgs {
     #[arg(long, default_value_t = 10)]
     pub seeds: u64,
     /// ε of the one release each party makes to each peer.
-    #[arg(long, value_delimiter = ',', default_value = "0.25,0.5,1,2,4,8")]
+    #[arg(long, value_delimiter = ',', default_value = "0.25,0.5,1,2,4,8", value_parser = dpcotrain_privacy::calibrate::parse_epsilon, allow_negative_numbers = true)]
     pub epsilons: Vec<f64>,
-    #[arg(long, default_value_t = 1e-5)]
+    #[arg(long, default_value_t = 1e-5, value_parser = dpcotrain_privacy::calibrate::parse_delta, allow_negative_numbers = true)]
     pub delta: f64,
     /// Release mechanisms: rkhs, finite, finite+cap.
     #[arg(long, value_delimiter = ',', default_value = "rkhs,finite,finite+cap")]
