@@ -882,7 +882,8 @@ fn slurm_submit_refuses_before_queueing() {
     // A task bigger than every node would wait in the queue forever: with sinfo listing the
     // partition's nodes (two with 2 CPUs and 8 GB here), it is refused before anything is queued.
     let sinfo = slurm.path("bin/sinfo");
-    std::fs::write(&sinfo, "#!/bin/bash\nprintf '2 8192\\n2 8000+\\n'\n").unwrap();
+    std::fs::write(&sinfo, "#!/bin/bash\nprintf 'small* 2 8192\\nsmall* 2 8000+\\nbig 64 512000\\nbig 3 8000\\n'\n")
+        .unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&sinfo, std::fs::Permissions::from_mode(0o755)).unwrap();
     refused(
@@ -890,9 +891,16 @@ fn slurm_submit_refuses_before_queueing() {
         &["--cpus 64", "the largest have 2 CPUs", "wait forever"],
     );
     refused(slurm.submit(&["--mem", "100G", "--quick"], true, &[]), &["--mem 100G", "8192M", "wait forever"]);
-    refused(slurm.submit(&["--partition", "big", "--cpus", "3", "--quick"], true, &[]), &["in partition big"]);
+    refused(slurm.submit(&["--partition", "big", "--cpus", "65", "--quick"], true, &[]), &["in partition big"]);
+    refused(
+        slurm.submit(&["--partition", "none", "--quick"], true, &[]),
+        &["--partition none: sinfo lists no node in it"],
+    );
     refused(slurm.submit(&["--mem", "lots", "--quick"], true, &[]), &["--mem must be a size"]);
+    // The default partition only: a bigger node elsewhere does not make the task fit.
+    refused(slurm.submit(&["--cpus", "3", "--quick"], true, &[]), &["the largest have 2 CPUs"]);
     assert!(slurm.submit(&["--cpus", "2", "--mem", "8000M", "--quick"], true, &[]).status.success());
+    assert!(slurm.submit(&["--partition", "big", "--cpus", "64", "--quick"], true, &[]).status.success());
     // On a node without the binary, the task says so and records it for the merge.
     let o = Command::new("bash")
         .arg(root().join("deploy/slurm/experiment.sbatch"))

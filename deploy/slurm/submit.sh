@@ -120,13 +120,16 @@ want_mb=$(mem_mb "$mem") || die "--mem must be a size such as 4G or 4096M, not '
 
 # A task that asks more CPUs or memory than any node of the partition has would wait in the
 # queue forever (and the merge job behind it): refuse it here, naming the largest node.
+# Without --partition the jobs go to the default one (sinfo marks it with a *).
 if command -v sinfo >/dev/null; then
-    where=()
-    [[ -n $partition ]] && where=(--partition "$partition")
-    if nodes=$(sinfo -h -N "${where[@]}" -o '%c %m' 2>/dev/null) && [[ -n $nodes ]]; then
+    if all=$(sinfo -h -N -o '%P %c %m' 2>/dev/null) &&
+        nodes=$(echo "$all" | awk -v p="$partition" '(p == "" && $1 ~ /\*$/) || (p != "" && ($1 == p || $1 == p "*")) {print $2, $3}') &&
+        [[ -n $nodes ]]; then
         read -r max_cpus max_mb < <(echo "$nodes" | awk '{m = $2 + 0; if ($1 > c) c = $1; if (m > b) b = m} END {print c + 0, b + 0}')
         fit=$(echo "$nodes" | awk -v c="$cpus" -v m="$want_mb" '$1 >= c && $2 + 0 >= m {n++} END {print n + 0}')
         ((fit > 0)) || die "no node${partition:+ in partition $partition} has --cpus $cpus and --mem $mem (the largest have $max_cpus CPUs, ${max_mb}M): the tasks would wait forever; nothing was submitted"
+    elif [[ -n $partition && -n ${all:-} ]]; then
+        die "--partition $partition: sinfo lists no node in it (partitions: $(echo "$all" | awk '{print $1}' | sort -u | tr '\n' ' '))"
     else
         echo "submit.sh: note: sinfo lists no node${partition:+ in partition $partition}; the task size is not checked" >&2
     fi

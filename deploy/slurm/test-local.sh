@@ -51,6 +51,7 @@ missing() {
 # What an install adds, so that it can be taken back: installed packages, users, groups, links
 # under /etc/systemd (enabled services) and the folders the packages make.
 installed_pkgs() { dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' 2>/dev/null | awk '$1 == "ii" {print $2}' | sort; }
+configured_pkgs() { dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' 2>/dev/null | awk '$1 == "rc" {print $2}' | sort; }
 names_in() { cut -d: -f1 "$1" | sort; }
 service_links() { find /etc/systemd /lib/systemd/system /usr/lib/systemd/system -type l 2>/dev/null | sort; }
 package_dirs=(/etc/munge /var/lib/munge /var/log/munge /run/munge /etc/slurm /etc/slurm-llnl /var/lib/slurm
@@ -62,11 +63,18 @@ undo_install() { # purge what the install added; called on every exit once the i
         return
     }
     new=$(comm -13 <(echo "$pkgs_before") <(installed_pkgs))
-    if [[ -n $new ]]; then
-        say "removing what the install added: $(echo $new)"
+    # Packages removed before but with their configuration kept ("rc") go back to that state:
+    # removed, not purged, so their configuration files stay as they were.
+    back=$(comm -12 <(echo "$new") <(echo "$rc_before"))
+    new=$(comm -23 <(echo "$new") <(echo "$rc_before"))
+    if [[ -n $new$back ]]; then
+        say "removing what the install added: $(echo $new $back)"
         # shellcheck disable=SC2086
-        DEBIAN_FRONTEND=noninteractive apt-get purge -y -q $new >>"$apt_log" 2>&1 ||
+        { [[ -z $new ]] || DEBIAN_FRONTEND=noninteractive apt-get purge -y -q $new; } >>"$apt_log" 2>&1 ||
             say "apt-get purge failed (see $apt_log)"
+        # shellcheck disable=SC2086
+        { [[ -z $back ]] || DEBIAN_FRONTEND=noninteractive apt-get remove -y -q $back; } >>"$apt_log" 2>&1 ||
+            say "apt-get remove failed (see $apt_log)"
     fi
     users=$(comm -13 <(echo "$users_before") <(names_in /etc/passwd))
     for u in $users; do userdel "$u" 2>/dev/null || say "could not delete user $u"; done
@@ -84,6 +92,7 @@ if missing; then
     [[ $(id -u) == 0 ]] || skip "Slurm and munge are not installed, and installing them (apt-get install slurm-wlm munge) needs root"
     command -v apt-get >/dev/null || skip "Slurm and munge are not installed and there is no apt-get to install them"
     pkgs_before=$(installed_pkgs)
+    rc_before=$(configured_pkgs)
     users_before=$(names_in /etc/passwd)
     groups_before=$(names_in /etc/group)
     links_before=$(service_links)

@@ -181,7 +181,7 @@ pub struct RepairArgs {
     #[arg(long)]
     pub json: bool,
     /// Charge each requester's ledger the spend that the receipts it showed prove (the node
-    /// refused them because its state was behind: witnessed.json), and number the state after
+    /// refused them because its state was behind; noted in the state), and number the state after
     /// them, so that those requesters are answered again. Needs --config (the ledger's budget);
     /// with --write it is saved.
     #[arg(long, requires = "config")]
@@ -260,92 +260,81 @@ pub fn repair(a: RepairArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `node repair --adopt-witnessed`: charge what the receipts noted in witnessed.json prove.
+/// `node repair --adopt-witnessed`: charge what the receipts noted in the state prove (`receipt::adopt_noted`).
 fn adopt_witnessed(
     config: &std::path::Path,
     dir: &std::path::Path,
     write: bool,
     unverified: bool,
 ) -> anyhow::Result<()> {
-    use dpcotrain_federation::store::{StateStore, witnessed};
-    let noted = witnessed(dir)?;
-    if noted.is_empty() {
-        println!("no receipts noted in {}: nothing to adopt", dir.join("witnessed.json").display());
+    use dpcotrain_federation::receipt::{Adoption, EVERY_REQUESTER, adopt_noted};
+    use dpcotrain_federation::store::StateStore;
+    let cfg: PartyConfig = load(config)?;
+    let store = StateStore::open(dir)?;
+    if store.noted()?.is_empty() {
+        println!("no receipts noted in {}: nothing to adopt", dir.display());
         return Ok(());
     }
-    let cfg: PartyConfig = load(config)?;
     let mut party = party_from_config(&cfg, config)?;
-    let store = StateStore::open(dir)?;
     if let Some(st) = store.load()? {
         party.restore(&st).with_context(|| format!("cannot resume from {}", dir.join("state.json").display()))?;
     }
-    let mut floor = 0;
-    let mut refused = Vec::new();
-    for (requester, r) in &noted {
-        // Only what the node itself signed is adopted by default: a receipt is a claim made by
-        // the party that shows it, and adopting a forged one moved the entry numbering (one at
-        // 2^64 − 1 wrapped it to 0, after which the node refused every peer).
-        if let Some(why) = dpcotrain_federation::receipt::implausible(r) {
-            refused.push(format!("{requester}: not adopted: {why}; no node signed it"));
-            continue;
+    let peers: Vec<String> = cfg.peers.iter().map(|p| p.name.clone()).collect();
+    let done = adopt_noted(&store, &cfg.federation_id, &mut party, &peers, unverified)?;
+    let (mut adopted, mut trusted, mut refused, mut floor) = (Vec::new(), Vec::new(), 0, 0);
+    let fork_note = |forked: bool| {
+        if forked {
+            " (this node's chain has another entry there: the state was restored and went on, so the receipt's spend is charged on top)"
+        } else {
+            ""
         }
-        let signed = dpcotrain_federation::receipt::verify(&store, &cfg.federation_id, &cfg.name, requester, r)?;
-        if !signed && !unverified {
-            refused.push(format!(
-                "{requester}: not adopted: this node cannot verify the receipt (entry {}, rho {:.6}): it was signed under another ledger key, or not by this node. If the state directory was replaced or lost, --adopt-unverified adopts it anyway (it charges the spend the receipt claims)",
-                r.seq, r.rho
-            ));
-            continue;
-        }
-        let id = format!("restored from receipt {requester}@{}", r.seq);
-        if requester == dpcotrain_federation::receipt::EVERY_REQUESTER {
-            // The orchestrator's head receipt proves a total, not who received it: every
-            // requester is charged the whole gap (conservative).
-            let gap = r.rho - party.privacy_spent_total().0;
-            floor = floor.max(r.seq);
-            println!(
-                "  the orchestrator's receipt proves rho {:.6} in total over {} releases (entry {}); each configured peer's ledger is charged the gap {:.6}",
-                r.rho,
-                r.releases,
-                r.seq,
-                gap.max(0.0)
-            );
-            if gap > 0.0 {
-                // Every party that may have received it: those with a ledger here, and every
-                // configured peer (a rollback can lose a requester's whole record).
-                let mut who = party.requesters();
-                who.extend(cfg.peers.iter().map(|p| p.name.clone()));
-                who.sort();
-                who.dedup();
-                for req in who {
-                    let now = party.ledger(&req).map_or(0.0, dpcotrain_privacy::accountant::Ledger::rho_spent);
-                    party.charge_missing(&req, now + gap, &id)?;
-                }
+    };
+    for (a, signed) in &done {
+        let (name, r) = match a {
+            Adoption::Charged { requester, receipt: r, rho_to, added, forked } => {
+                println!(
+                    "  {requester}: the receipt proves rho {:.6} over {} releases (entry {}){}; the ledger now charges {added:.6} more (rho {rho_to:.6})",
+                    r.rho,
+                    r.releases,
+                    r.seq,
+                    fork_note(*forked)
+                );
+                (requester.as_str(), r)
             }
-            continue;
-        }
-        let added = party.charge_missing(requester, r.rho, &id)?;
+            Adoption::Total { receipt: r, gap, forked } => {
+                println!(
+                    "  the orchestrator's receipt proves rho {:.6} in total over {} releases (entry {}){}; each configured peer's ledger is charged the gap {gap:.6}",
+                    r.rho,
+                    r.releases,
+                    r.seq,
+                    fork_note(*forked)
+                );
+                (EVERY_REQUESTER, r)
+            }
+            Adoption::Refused { requester, why } => {
+                println!("  {requester}: not adopted (it stays noted): {why}");
+                refused += 1;
+                continue;
+            }
+        };
+        adopted.push(name.to_string());
         floor = floor.max(r.seq);
-        println!(
-            "  {requester}: the receipt proves rho {:.6} over {} releases (entry {}); the ledger now charges {added:.6} more",
-            r.rho, r.releases, r.seq
-        );
+        if *signed {
+            trusted.push(r.clone());
+        }
     }
-    for line in &refused {
-        println!("  {line}");
-    }
-    if !refused.is_empty() {
-        anyhow::bail!(
-            "{} of {} noted receipts were not adopted (above); nothing was written. Put back the newest copy of the state directory, or adopt them as described",
-            refused.len(),
-            noted.len()
-        );
-    }
-    if write {
-        store.adopt(&party.state(), &noted.values().collect::<Vec<_>>())?;
+    if write && !adopted.is_empty() {
+        let names: Vec<&str> = adopted.iter().map(String::as_str).collect();
+        store.adopt(&party.state(), &names, &trusted.iter().collect::<Vec<_>>())?;
         println!("adopted: the state now counts that spend and is numbered at or after entry {floor}");
-    } else {
+    } else if !adopted.is_empty() {
         println!("nothing changed; run again with --write to adopt");
+    }
+    if refused > 0 {
+        anyhow::bail!(
+            "{refused} of {} noted receipts were not adopted (above); they stay noted and the node keeps refusing their holders. Put back the newest copy of the state directory, or adopt them as described",
+            done.len()
+        );
     }
     Ok(())
 }

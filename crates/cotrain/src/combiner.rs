@@ -664,9 +664,10 @@ impl CoModel {
                 self.set_params(&p);
                 0
             }
-            FitStarts::BestOf(_) => self.train.restarts.max(self.readings.fit_starts.restarts()),
+            FitStarts::BestOf(_) | FitStarts::Fixed(_) => self.train.restarts.max(self.readings.fit_starts.restarts()),
         };
-        let opts = TrainOptions { restarts, ..self.train.clone() };
+        let seed = self.readings.fit_starts.seed(self.train.seed);
+        let opts = TrainOptions { restarts, seed, ..self.train.clone() };
         let key = private_fit::key(self.kernel.as_ref(), &self.noise, &self.x_tr, &self.y_tr, &opts);
         let (kernel, noise, objective) = match private_fit::get(&key) {
             Some(hit) => hit,

@@ -162,9 +162,17 @@ pub enum FitStarts {
     /// One L-BFGS run from the GPy default start s² = ℓ = σ² = 1.
     Single,
     /// The best of K runs: the default start (s² = Var(y), ℓ = 1, σ² = 0.1·Var(y); D17) and K − 1
-    /// seeded random restarts. Default K = 4.
+    /// seeded random restarts. Default K = 4. The restarts are drawn from the party's seed, so
+    /// the private fit (every "alone" figure) depends on it.
     BestOf(usize),
+    /// The best of K runs from the default start and K − 1 restarts drawn from one fixed stream
+    /// ([`PRIVATE_FIT_SEED`]), whatever the party's seed: the private fit depends on the data
+    /// alone (issue 56).
+    Fixed(usize),
 }
+
+/// The stream the restarts of a [`FitStarts::Fixed`] private fit are drawn from.
+pub const PRIVATE_FIT_SEED: u64 = 0x5EED_A10E;
 
 impl Default for FitStarts {
     fn default() -> Self {
@@ -177,7 +185,15 @@ impl FitStarts {
     pub fn restarts(self) -> usize {
         match self {
             FitStarts::Single => 0,
-            FitStarts::BestOf(k) => k - 1,
+            FitStarts::BestOf(k) | FitStarts::Fixed(k) => k - 1,
+        }
+    }
+
+    /// The seed of the restarts: the party's, or the fixed stream.
+    pub fn seed(self, party_seed: u64) -> u64 {
+        match self {
+            FitStarts::Fixed(_) => PRIVATE_FIT_SEED,
+            FitStarts::Single | FitStarts::BestOf(_) => party_seed,
         }
     }
 }
@@ -187,6 +203,7 @@ impl std::fmt::Display for FitStarts {
         match self {
             FitStarts::Single => f.write_str("single"),
             FitStarts::BestOf(k) => write!(f, "best-of-{k}"),
+            FitStarts::Fixed(k) => write!(f, "fixed-{k}"),
         }
     }
 }
@@ -196,9 +213,13 @@ impl std::str::FromStr for FitStarts {
     fn from_str(s: &str) -> Result<Self, String> {
         match s.trim() {
             "single" => Ok(FitStarts::Single),
-            other => match other.strip_prefix("best-of-").map(str::parse::<usize>) {
-                Some(Ok(k)) if k >= 1 => Ok(FitStarts::BestOf(k)),
-                _ => Err(format!("fit starts {s:?} is not single or best-of-K with K ≥ 1")),
+            other => match (
+                other.strip_prefix("best-of-").map(str::parse::<usize>),
+                other.strip_prefix("fixed-").map(str::parse::<usize>),
+            ) {
+                (Some(Ok(k)), _) if k >= 1 => Ok(FitStarts::BestOf(k)),
+                (_, Some(Ok(k))) if k >= 1 => Ok(FitStarts::Fixed(k)),
+                _ => Err(format!("fit starts {s:?} is not single, best-of-K or fixed-K with K ≥ 1")),
             },
         }
     }
@@ -283,8 +304,8 @@ impl Readings {
     ///   refused there.
     pub fn check(&self, dp: &DpConfig) -> Result<(), CotrainError> {
         let calibrated = matches!(dp.mode, DpMode::Calibrated { .. });
-        if let FitStarts::BestOf(0) = self.fit_starts {
-            return Err(CotrainError::config("readings.fit_starts: best-of-K needs K ≥ 1"));
+        if let FitStarts::BestOf(0) | FitStarts::Fixed(0) = self.fit_starts {
+            return Err(CotrainError::config("readings.fit_starts: best-of-K and fixed-K need K ≥ 1"));
         }
         if self.thesis_noise == ThesisNoise::FreshPerQuery && calibrated {
             return Err(CotrainError::config(
@@ -353,12 +374,14 @@ mod tests {
         assert!(err.contains("hybrid form") && err.contains("yuu"), "{err}");
         let err = serde_json::from_str::<Readings>(r#"{"hybird": "yu"}"#).unwrap_err().to_string();
         assert!(err.contains("hybird"), "{err}");
-        for (s, want) in [("single", FitStarts::Single), ("best-of-4", FitStarts::BestOf(4))] {
+        for (s, want) in
+            [("single", FitStarts::Single), ("best-of-4", FitStarts::BestOf(4)), ("fixed-8", FitStarts::Fixed(8))]
+        {
             assert_eq!(s.parse::<FitStarts>().unwrap(), want);
             assert_eq!(want.to_string(), s);
         }
-        for bad in ["best-of-0", "best-of-x", "two"] {
-            assert!(bad.parse::<FitStarts>().unwrap_err().contains("single or best-of-K"), "{bad}");
+        for bad in ["best-of-0", "best-of-x", "two", "fixed-0", "fixed-"] {
+            assert!(bad.parse::<FitStarts>().unwrap_err().contains("single, best-of-K or fixed-K"), "{bad}");
         }
         assert_eq!(FitStarts::default().restarts(), 3, "the default is the D17 private fit: 3 restarts");
         assert!(Readings::default().is_default() && !Readings::thesis().is_default());

@@ -859,7 +859,7 @@ mod tests {
             )
         );
         assert!(parse(&["--hybrid", "yuu"]).unwrap_err().contains("hybrid form"));
-        assert!(parse(&["--fit-starts", "best-of-0"]).unwrap_err().contains("single or best-of-K"));
+        assert!(parse(&["--fit-starts", "best-of-0"]).unwrap_err().contains("single, best-of-K or fixed-K"));
         assert!(parse(&["--reading", "paper"]).unwrap_err().contains("reading preset"));
     }
 }

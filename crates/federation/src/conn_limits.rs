@@ -97,7 +97,8 @@ impl SilentPool {
     pub fn global() -> Arc<Self> {
         static POOL: OnceLock<Arc<SilentPool>> = OnceLock::new();
         POOL.get_or_init(|| {
-            let limit = open_files_limit().unwrap_or(1024) as usize;
+            // An unlimited (RLIM_INFINITY) or huge limit: a million is room enough.
+            let limit = open_files_limit().unwrap_or(1024).min(1 << 20) as usize;
             SilentPool::new(limit.saturating_sub((limit / 8).max(64)))
         })
         .clone()
@@ -144,6 +145,18 @@ impl SilentTicket {
     fn leave(&self, to: u8) {
         if self.ticket.state.compare_exchange(SILENT, to, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
             self.pool.silent.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// The connection sent bytes: it leaves the silent ones (also if it was evicted just now,
+    /// between the check and the read: its bytes are served, not cut off).
+    fn spoke(&self) {
+        match self.ticket.state.compare_exchange(SILENT, SPOKE, Ordering::SeqCst, Ordering::SeqCst) {
+            Ok(_) => {
+                self.pool.silent.fetch_sub(1, Ordering::SeqCst);
+            }
+            Err(EVICTED) => self.ticket.state.store(SPOKE, Ordering::SeqCst),
+            Err(_) => {}
         }
     }
 
@@ -286,7 +299,7 @@ impl AsyncRead for Guarded {
         match Pin::new(&mut this.inner).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
                 if buf.filled().len() > before {
-                    this.ticket.leave(SPOKE);
+                    this.ticket.spoke();
                     let next = Instant::now() + this.idle;
                     this.deadline.as_mut().reset(this.end.map_or(next, |e| next.min(e)));
                 }

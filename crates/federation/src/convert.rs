@@ -69,6 +69,9 @@ pub(crate) fn receipt_from_pb(r: &pb::Receipt) -> Result<Receipt, String> {
     if r.mac.len() != 64 || !r.mac.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err("receipt: mac is not 64 hex digits".into());
     }
+    if r.seq > crate::store::MAX_SEQ {
+        return Err(format!("receipt: entry {} is beyond the largest a chain may reach", r.seq));
+    }
     if !(r.head.is_empty() || r.head.len() == 32 && r.head.bytes().all(|b| b.is_ascii_hexdigit())) {
         return Err("receipt: head is not 32 hex digits".into());
     }

@@ -136,8 +136,8 @@ pub fn check(
     // this node signed whose entry its chain has with another head is a rollback whose entry
     // numbers (and ρ) have caught up since: counters alone no longer show it.
     let behind = seq < w.seq || rho < w.rho * (1.0 - RHO_TOLERANCE);
-    let forked = match (signed && !behind && !w.head.is_empty(), store.head_at(w.seq)?) {
-        (true, Some(head)) if head != w.head => Some(head),
+    let forked = match (signed && !behind && !w.head.is_empty(), store.accepts(w.seq, &w.head)?) {
+        (true, Some(false)) => Some(store.head_at(w.seq)?.unwrap_or_default()),
         _ => None,
     };
     let verdict = if let Some(head) = forked {
@@ -161,4 +161,78 @@ pub fn check(
         store.record_witness(requester, w, &party.state())?;
     }
     Ok(verdict)
+}
+
+/// What adopting one noted receipt did (`node repair --adopt-witnessed`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Adoption {
+    /// `requester`'s ledger now charges at least `rho_to` (`added` more). `forked`: the chain
+    /// has another entry where the receipt's head was, so the lost branch's releases are charged
+    /// on top of what the ledger counts (it cannot tell which of them the new branch repeats).
+    Charged { requester: String, receipt: Receipt, rho_to: f64, added: f64, forked: bool },
+    /// The orchestrator's head receipt: a total, not who received it; every requester with a
+    /// ledger here and every configured peer is charged `gap`.
+    Total { receipt: Receipt, gap: f64, forked: bool },
+    /// Not adopted (it stays noted, and the node keeps refusing its holder).
+    Refused { requester: String, why: String },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AdoptError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Party(#[from] dpcotrain_cotrain::CotrainError),
+}
+
+/// Charge `party` (restored from `store`) the spend the receipts noted in `store` prove, in
+/// memory: receipts this node signed (and, with `unverified`, ones signed under another ledger
+/// key, which may be forged), never one numbered beyond what a chain can reach. `peers`: every
+/// configured peer (a total is charged to each). Save with [`StateStore::adopt`], giving it the
+/// requesters adopted and the receipts this node signed (only their heads are trusted).
+pub fn adopt_noted(
+    store: &StateStore,
+    federation: &str,
+    party: &mut Party,
+    peers: &[String],
+    unverified: bool,
+) -> Result<Vec<(Adoption, bool)>, AdoptError> {
+    let mut out = Vec::new();
+    for (requester, r) in store.noted()? {
+        if let Some(why) = implausible(&r) {
+            out.push((Adoption::Refused { requester, why: format!("{why}; no node signed it") }, false));
+            continue;
+        }
+        let signed = verify(store, federation, party.name(), &requester, &r)?;
+        if !signed && !unverified {
+            let why = format!(
+                "this node cannot verify the receipt (entry {}, rho {:.6}): it was signed under another ledger key, or not by this node. If the state directory was replaced or lost, --adopt-unverified adopts it anyway (it charges the spend the receipt claims)",
+                r.seq, r.rho
+            );
+            out.push((Adoption::Refused { requester, why }, false));
+            continue;
+        }
+        let forked = signed && !r.head.is_empty() && store.accepts(r.seq, &r.head)? == Some(false);
+        let id = format!("restored from receipt {requester}@{}", r.seq);
+        let charged = |p: &Party, who: &str| p.ledger(who).map_or(0.0, dpcotrain_privacy::Ledger::rho_spent);
+        if requester == EVERY_REQUESTER {
+            let gap = if forked { r.rho } else { r.rho - party.privacy_spent_total().0 };
+            if gap > 0.0 {
+                let mut who = party.requesters();
+                who.extend(peers.iter().cloned());
+                who.sort();
+                who.dedup();
+                for req in who {
+                    let now = charged(party, &req);
+                    party.charge_missing(&req, now + gap, &id)?;
+                }
+            }
+            out.push((Adoption::Total { receipt: r, gap: gap.max(0.0), forked }, signed));
+            continue;
+        }
+        let rho_to = if forked { charged(party, &requester) + r.rho } else { r.rho };
+        let added = party.charge_missing(&requester, rho_to, &id)?;
+        out.push((Adoption::Charged { requester, receipt: r, rho_to, added, forked }, signed));
+    }
+    Ok(out)
 }

@@ -81,10 +81,33 @@ struct Envelope<'a> {
 /// entry k can be checked against the entry this chain has there) and the receipts requesters
 /// showed that the state is behind. Both live in the MAC'd snapshot (and the heads of later
 /// entries in the log lines), so deleting a side file forgets nothing.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct Chain {
-    heads: std::collections::BTreeMap<u64, String>,
+    /// Per entry number, the heads accepted there: the node's own first, then those of receipts
+    /// adopted after a rollback (their entries are the lost branch's).
+    heads: std::collections::BTreeMap<u64, Vec<String>>,
     witnessed: std::collections::BTreeMap<String, Receipt>,
+}
+
+/// How many entry numbers' heads a snapshot keeps (the latest): about 3 MB. A receipt for an
+/// older entry is checked by its counters alone.
+const MAX_HEADS: usize = 1 << 16;
+
+impl Chain {
+    fn add_head(&mut self, seq: u64, head: String) {
+        let v = self.heads.entry(seq).or_default();
+        if !v.contains(&head) {
+            v.push(head);
+        }
+    }
+
+    /// Keep the heads of at most [`MAX_HEADS`] entry numbers, the latest, all before `seq`.
+    fn prune(&mut self, seq: u64) {
+        self.heads.retain(|&k, _| k < seq);
+        while self.heads.len() > MAX_HEADS {
+            self.heads.pop_first();
+        }
+    }
 }
 
 /// An entry's head: the first 32 hex digits (128 bits) of its MAC.
@@ -157,10 +180,13 @@ pub fn witnessed(dir: &Path) -> Result<std::collections::BTreeMap<String, Receip
 
 /// The chain's heads and noted receipts as the files in `dir` prove them.
 fn load_chain(dir: &Path) -> Result<Chain, StoreError> {
-    let mut chain = match scan(dir)? {
-        Some(sc) => Chain { heads: sc.heads, witnessed: sc.witnessed },
-        None => Chain::default(),
-    };
+    let mut chain = Chain::default();
+    if let Some(sc) = scan(dir)? {
+        for (seq, head) in sc.heads {
+            chain.add_head(seq, head);
+        }
+        chain.witnessed = sc.witnessed;
+    }
     for (requester, w) in legacy_witnessed(dir)? {
         note(&mut chain.witnessed, &requester, &w);
     }
@@ -311,9 +337,15 @@ impl StateStore {
     }
 
     /// The head of entry `seq` of this node's chain (None for an entry number it never had,
-    /// or one from before heads were kept).
+    /// or one whose head is no longer kept).
     pub fn head_at(&self, seq: u64) -> Result<Option<String>, StoreError> {
-        Ok(self.chain()?.as_ref().and_then(|c| c.heads.get(&seq).cloned()))
+        Ok(self.chain()?.as_ref().and_then(|c| c.heads.get(&seq).and_then(|v| v.first().cloned())))
+    }
+
+    /// Whether `head` is this chain's entry `seq` (its own, or one adopted there); None when no
+    /// head is kept for that entry number.
+    pub fn accepts(&self, seq: u64, head: &str) -> Result<Option<bool>, StoreError> {
+        Ok(self.chain()?.as_ref().and_then(|c| c.heads.get(&seq)).map(|v| v.iter().any(|h| h == head)))
     }
 
     /// The receipts noted as ahead of this node's state, by requester.
@@ -440,7 +472,7 @@ impl StateStore {
         d.state.apply(delta).map_err(|e| io(&path, e))?;
         debug_assert!(d.state == *state, "a state delta did not reproduce the saved state");
         if let Some(c) = self.chain.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
-            c.heads.insert(seq, head_of(&mac));
+            c.add_head(seq, head_of(&mac));
         }
         d.mac = mac;
         d.seq = seq;
@@ -449,12 +481,14 @@ impl StateStore {
         Ok(())
     }
 
-    /// Adopt `receipts` (after a rollback, once `state` charges the spend they prove): save
-    /// `state` as a new snapshot numbered after every one of them, take each receipt's head as
-    /// this chain's entry at its number (so that it matches from now on), and forget the noted
-    /// receipts.
-    pub fn adopt(&self, state: &PartyState, receipts: &[&Receipt]) -> Result<(), StoreError> {
-        let floor = receipts.iter().map(|r| r.seq).max().unwrap_or(0);
+    /// Adopt the receipts noted for `requesters` (after a rollback, once `state` charges the
+    /// spend they prove): save `state` as a new snapshot numbered after every one of them, take
+    /// the heads of `trusted` (receipts this node signed) as entries of this chain at their
+    /// numbers, so that they match from now on, and forget those requesters' notes. Other
+    /// notes stay.
+    pub fn adopt(&self, state: &PartyState, requesters: &[&str], trusted: &[&Receipt]) -> Result<(), StoreError> {
+        let noted = self.noted()?;
+        let floor = requesters.iter().filter_map(|r| noted.get(*r)).map(|r| r.seq).max().unwrap_or(0);
         if floor >= MAX_SEQ {
             return Err(io(
                 &self.path(),
@@ -466,21 +500,15 @@ impl StateStore {
             Some(d) => d.seq,
             None => self.seq_on_disk(),
         };
-        {
-            let mut c = self.chain()?;
-            let c = c.as_mut().ok_or_else(|| io(&self.dir, "no chain"))?;
-            for r in receipts.iter().filter(|r| !r.head.is_empty()) {
-                c.heads.insert(r.seq, r.head.clone());
-            }
-            c.witnessed.clear();
-        }
         *disk = None;
-        *disk = Some(self.snapshot(state, last.max(floor))?);
-        match fs::remove_file(self.dir.join(WITNESS_FILE)) {
-            Ok(()) => sync_dir(&self.dir).map_err(|e| io(&self.dir, e))?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io(&self.dir.join(WITNESS_FILE), e)),
-        }
+        *disk = Some(self.snapshot_editing(state, last.max(floor), |c| {
+            for r in trusted.iter().filter(|r| !r.head.is_empty()) {
+                c.add_head(r.seq, r.head.clone());
+            }
+            for r in requesters {
+                c.witnessed.remove(*r);
+            }
+        })?);
         Ok(())
     }
 
@@ -488,22 +516,20 @@ impl StateStore {
     /// kept per requester (the largest ρ, then entry number), in the chain itself: a new
     /// snapshot of `state` (the state as saved) that carries it under the MAC, so that deleting
     /// a file cannot make the node forget it. `dpcotrain node repair --adopt-witnessed` charges
-    /// what the noted receipts prove.
+    /// what the noted receipts prove. The note counts only once the snapshot is on disk.
     pub fn record_witness(&self, requester: &str, w: &Receipt, state: &PartyState) -> Result<(), StoreError> {
         let mut disk = self.disk.lock().unwrap_or_else(|e| e.into_inner());
-        let changed = {
-            let mut c = self.chain()?;
-            let c = c.as_mut().ok_or_else(|| io(&self.dir, "no chain"))?;
-            note(&mut c.witnessed, requester, w)
-        };
-        if changed {
-            let last = match disk.as_ref() {
-                Some(d) => d.seq,
-                None => self.seq_on_disk(),
-            };
-            *disk = None;
-            *disk = Some(self.snapshot(state, last)?);
+        if !note(&mut self.noted()?, requester, w) {
+            return Ok(());
         }
+        let last = match disk.as_ref() {
+            Some(d) => d.seq,
+            None => self.seq_on_disk(),
+        };
+        *disk = None;
+        *disk = Some(self.snapshot_editing(state, last, |c| {
+            note(&mut c.witnessed, requester, w);
+        })?);
         Ok(())
     }
 
@@ -528,6 +554,17 @@ impl StateStore {
 
     /// Write `state` as the new snapshot (atomically, durably), then remove the log it folds in.
     fn snapshot(&self, state: &PartyState, last_seq: u64) -> Result<OnDisk, StoreError> {
+        self.snapshot_editing(state, last_seq, |_| {})
+    }
+
+    /// [`StateStore::snapshot`] with the chain's memory changed by `edit`; the change counts
+    /// (in memory too) only once the snapshot is on disk.
+    fn snapshot_editing(
+        &self,
+        state: &PartyState,
+        last_seq: u64,
+        edit: impl FnOnce(&mut Chain),
+    ) -> Result<OnDisk, StoreError> {
         let path = self.path();
         let key = self.key()?;
         // The snapshot's seq continues the chain's numbering (one past every entry it folds
@@ -541,11 +578,11 @@ impl StateStore {
         }
         let seq = last_seq + 1;
         let raw = serde_json::value::to_raw_value(state).map_err(|e| io(&path, e))?;
-        let mut chain = self.chain()?;
-        let chain = chain.as_mut().ok_or_else(|| io(&self.dir, "no chain"))?;
-        // Heads of entries this snapshot does not fold in (numbered after it: none can be).
-        chain.heads.retain(|&k, _| k < seq);
-        let heads: Vec<(u64, &String)> = chain.heads.iter().map(|(k, h)| (*k, h)).collect();
+        let mut guard = self.chain()?;
+        let mut chain = guard.clone().unwrap_or_default();
+        edit(&mut chain);
+        chain.prune(seq);
+        let heads: Vec<(u64, &String)> = chain.heads.iter().flat_map(|(k, v)| v.iter().map(|h| (*k, h))).collect();
         let heads = (!heads.is_empty())
             .then(|| serde_json::value::to_raw_value(&heads))
             .transpose()
@@ -560,7 +597,15 @@ impl StateStore {
         let mac = env.mac.clone();
         let bytes = serde_json::to_vec(&env).map_err(|e| io(&path, e))?;
         write_atomic(&path, &bytes, Access::Public).map_err(|e| io(&path, e))?;
-        chain.heads.insert(seq, head_of(&mac));
+        chain.add_head(seq, head_of(&mac));
+        *guard = Some(chain);
+        // An earlier version's witnessed.json is merged into the chain, which this snapshot now
+        // carries: the file goes (kept, it would bring adopted notes back).
+        match fs::remove_file(self.dir.join(WITNESS_FILE)) {
+            Ok(()) => sync_dir(&self.dir).map_err(|e| io(&self.dir, e))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io(&self.dir.join(WITNESS_FILE), e)),
+        }
         let log = self.dir.join(LOG_FILE);
         match fs::remove_file(&log) {
             Ok(()) => sync_dir(&self.dir).map_err(|e| io(&self.dir, e))?,
@@ -617,7 +662,7 @@ struct Scan {
     /// Complete lines from the problem on.
     unproven_lines: usize,
     /// The head of every proven entry, and the receipts the snapshot noted ([`Chain`]).
-    heads: std::collections::BTreeMap<u64, String>,
+    heads: Vec<(u64, String)>,
     witnessed: std::collections::BTreeMap<String, Receipt>,
 }
 
@@ -667,11 +712,11 @@ fn scan(dir: &Path) -> Result<Option<Scan>, StoreError> {
     let state: PartyState = serde_json::from_str(env.state.get())
         .map_err(|e| StoreError::Corrupt { path: path.clone(), message: e.to_string() })?;
     let corrupt = |e: serde_json::Error| StoreError::Corrupt { path: path.clone(), message: e.to_string() };
-    let mut heads: std::collections::BTreeMap<u64, String> = match env.heads {
-        Some(h) => serde_json::from_str::<Vec<(u64, String)>>(h.get()).map_err(corrupt)?.into_iter().collect(),
-        None => Default::default(),
+    let mut heads: Vec<(u64, String)> = match env.heads {
+        Some(h) => serde_json::from_str(h.get()).map_err(corrupt)?,
+        None => Vec::new(),
     };
-    heads.insert(env.seq, head_of(&env.mac));
+    heads.push((env.seq, head_of(&env.mac)));
     let witnessed = match env.witnessed {
         Some(w) => serde_json::from_str(w.get()).map_err(corrupt)?,
         None => Default::default(),
@@ -719,7 +764,7 @@ fn scan(dir: &Path) -> Result<Option<Scan>, StoreError> {
                 if at > 0 {
                     scan.fragments.push((line_no, at));
                 }
-                scan.heads.insert(line.seq, head_of(&line.mac));
+                scan.heads.push((line.seq, head_of(&line.mac)));
                 prev = line.mac;
                 scan.seq = line.seq;
                 scan.applied += 1;
@@ -735,7 +780,12 @@ fn scan(dir: &Path) -> Result<Option<Scan>, StoreError> {
     // number. Anything else after the last newline (a log overwritten with zero bytes, or with
     // anything at all) is not a save that never returned, and ignoring it would silently drop
     // every entry it replaced: refused, like a line that does not match its MAC.
-    if scan.problem.is_none() && scan.torn_tail > 0 && !is_torn_append(&bytes[complete..], scan.seq.saturating_add(1)) {
+    let numbers: &[u64] = if scan.applied == 0 {
+        &[scan.seq.saturating_add(1), scan.snapshot_seq]
+    } else {
+        &[scan.seq.saturating_add(1)]
+    };
+    if scan.problem.is_none() && scan.torn_tail > 0 && !is_torn_append(&bytes[complete..], numbers) {
         let tail = &bytes[complete..];
         let what = if tail.iter().all(|b| *b == 0) { "all zero bytes".to_string() } else { "not an entry".to_string() };
         scan.problem = Some((
@@ -752,8 +802,11 @@ fn scan(dir: &Path) -> Result<Option<Scan>, StoreError> {
 }
 
 /// Whether `tail` (the bytes after the log's last newline) can be the start of the line that
-/// a save of entry `next` was appending when it was cut short.
-fn is_torn_append(tail: &[u8], next: u64) -> bool {
+/// a save was appending when it was cut short: one of the entry numbers in `numbers` (the next
+/// entry's; or, when every line of the log is folded into the snapshot, the snapshot's own — a
+/// crash between a new snapshot and the old log's removal can leave the torn append of the
+/// entry whose number the snapshot then took). Cut inside the number, a prefix of one.
+fn is_torn_append(tail: &[u8], numbers: &[u64]) -> bool {
     if tail.len() <= LINE_START.len() {
         return LINE_START.starts_with(tail);
     }
@@ -762,13 +815,10 @@ fn is_torn_append(tail: &[u8], next: u64) -> bool {
     }
     let rest = &tail[LINE_START.len()..];
     let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
-    let expected = next.to_string();
-    if digits == rest.len() {
-        // Cut inside the number.
-        expected.as_bytes().starts_with(rest)
-    } else {
-        &rest[..digits] == expected.as_bytes()
-    }
+    numbers.iter().any(|n| {
+        let n = n.to_string();
+        if digits == rest.len() { n.as_bytes().starts_with(rest) } else { &rest[..digits] == n.as_bytes() }
+    })
 }
 
 enum Entry<'a> {
@@ -1134,9 +1184,16 @@ mod tests {
             assert!(matches!(s.load(), Err(StoreError::Tampered { .. })), "an edit of {from} was accepted");
         }
         fs::write(d.join("state.json"), &text).unwrap();
-        // Adoption takes the receipt's head at its entry and forgets the note.
-        s.adopt(&with_answers(5, 5), &[&w]).unwrap();
-        assert_eq!(s.head_at(99).unwrap(), Some(w.head.clone()));
+        // Adoption takes a trusted receipt's head at its entry (beside the chain's own there)
+        // and forgets the note; an untrusted one's head is not taken.
+        let own = s.head_at(2).unwrap().unwrap();
+        let at2 = Receipt { seq: 2, head: "cd".repeat(16), ..w.clone() };
+        s.adopt(&with_answers(5, 5), &["B"], &[&w, &at2]).unwrap();
+        assert_eq!(s.accepts(99, &w.head).unwrap(), Some(true));
+        assert_eq!(s.accepts(2, &at2.head).unwrap(), Some(true));
+        assert_eq!(s.accepts(2, &own).unwrap(), Some(true), "the chain's own head at 2 was replaced");
+        assert_eq!(s.head_at(2).unwrap(), Some(own));
+        assert_eq!(s.accepts(3, &"ef".repeat(16)).unwrap(), Some(false));
         assert!(s.noted().unwrap().is_empty() && s.seq() == 100, "seq {}", s.seq());
         let _ = fs::remove_dir_all(&d);
     }
@@ -1152,6 +1209,26 @@ mod tests {
         s.save(&with_answers(3, 5)).unwrap(); // first save after opening: a snapshot
         assert!(!d.join(LOG_FILE).exists());
         fs::write(d.join(LOG_FILE), &old_log).unwrap();
+        assert_eq!(s.load().unwrap(), Some(with_answers(3, 5)));
+        let _ = fs::remove_dir_all(&d);
+    }
+
+    /// Two crashes in a row: one in the middle of an append, then one between the snapshot that
+    /// the restart's first save writes (numbered as the torn entry would have been) and the old
+    /// log's removal. The torn tail names the snapshot's own number and every line is folded:
+    /// the state loads (it was refused as tampered).
+    #[test]
+    fn a_torn_append_left_behind_by_compaction_is_skipped() {
+        let (d, s) = store_with_log("torn-folded", 3, 5);
+        let log_path = d.join(LOG_FILE);
+        let torn = format!("{}{{\"seq\":{},\"delta\":{{", fs::read_to_string(&log_path).unwrap(), s.seq() + 1);
+        fs::write(&log_path, &torn).unwrap();
+        drop(s);
+        let s = StateStore::open(&d).unwrap();
+        assert_eq!(s.load().unwrap(), Some(with_answers(3, 5)));
+        s.save(&with_answers(3, 5)).unwrap(); // first save after opening: a snapshot
+        assert!(!log_path.exists());
+        fs::write(&log_path, &torn).unwrap(); // the crash kept the old log
         assert_eq!(s.load().unwrap(), Some(with_answers(3, 5)));
         let _ = fs::remove_dir_all(&d);
     }

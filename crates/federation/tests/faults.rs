@@ -189,6 +189,28 @@ fn roll_back(how: Rollback, dir: &Path, old: &Path) {
     }
 }
 
+/// What `node repair --adopt-witnessed --write` does: charge what the noted receipts prove
+/// (unverifiable ones too: the replaced directory's receipts were signed under its old key) and
+/// save, trusting only the heads of receipts the node signed.
+fn adopt_all(store: &StateStore, p: &mut Party) {
+    use dpcotrain_federation::receipt::{Adoption, adopt_noted};
+    let done = adopt_noted(store, FED, p, &[], true).unwrap();
+    let mut names = Vec::new();
+    let mut trusted = Vec::new();
+    for (a, signed) in &done {
+        match a {
+            Adoption::Charged { requester, receipt, .. } => {
+                names.push(requester.as_str());
+                if *signed {
+                    trusted.push(receipt);
+                }
+            }
+            other => panic!("not adopted: {other:?}"),
+        }
+    }
+    store.adopt(&p.state(), &names, &trusted).unwrap();
+}
+
 /// B (`ps[1]`, its state in `dir`) answers four of A's turns; its files are copied to `old`
 /// after the second. A's latest receipt from B.
 async fn four_turns_copied_after_two(
@@ -249,9 +271,7 @@ async fn every_rollback_of_a_peers_state_is_refused_until_the_receipt_is_adopted
             if let Some(st) = store.load().unwrap() {
                 b.lock().unwrap().restore(&st).unwrap();
             }
-            let mut p = b.lock().unwrap();
-            p.charge_missing("P1", receipt.rho, "restored from receipt").unwrap();
-            store.adopt(&p.state(), &[&receipt]).unwrap();
+            adopt_all(&store, &mut b.lock().unwrap());
         }
         let b = parties().remove(1);
         let (addr, stop) = serve(&b, &dir).await;
@@ -384,8 +404,11 @@ async fn a_rollback_whose_counters_caught_up_is_caught_by_the_chain_head() {
         b.lock().unwrap().restore(&st).unwrap();
         let mut p = b.lock().unwrap();
         let now = p.ledger("P1").unwrap().rho_spent();
-        p.charge_missing("P1", now + receipt.rho, "restored from receipt").unwrap();
-        store.adopt(&p.state(), &[&receipt]).unwrap();
+        adopt_all(&store, &mut p);
+        // The lost branch's spend is charged on top: B's ledger cannot tell which of its new
+        // releases repeat the lost ones (it used to charge nothing here, ρ having caught up).
+        let after = p.ledger("P1").unwrap().rho_spent();
+        assert!(after >= (now + receipt.rho) * (1.0 - 1e-12), "charged {after}, not {now} + {}", receipt.rho);
     }
     let b = parties().remove(1);
     let (addr, stop) = serve(&b, &dir).await;

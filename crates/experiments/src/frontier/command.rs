@@ -43,9 +43,19 @@ pub struct FrontierArgs {
     /// Private labelled rows per party.
     #[arg(long, value_delimiter = ',', default_value = "25,100,400,1600")]
     pub nobs: Vec<usize>,
-    /// Number of seeds (0..N).
+    /// Number of seeds (0..N): the splits (which rows each party holds).
     #[arg(long, default_value_t = 10)]
     pub seeds: u64,
+    /// Node seeds per split (0..N): the same split run again with the nodes' own seeds changed
+    /// (their restarts and draws). 1 (the default) runs node seed 0, which is the split seed,
+    /// as before node seeds existed. Rows of node seeds above 0 carry `node_seed`.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub node_seeds: u64,
+    /// How each party's private-only fit starts: best-of-K (K − 1 restarts drawn from the
+    /// node's seed; the default best-of-4), fixed-K (restarts drawn from one fixed stream: the
+    /// fit depends on the data alone) or single.
+    #[arg(long, default_value = "best-of-4", value_name = "STARTS")]
+    pub fit_starts: dpcotrain_cotrain::readings::FitStarts,
     /// ε of the one release each party makes to each peer.
     #[arg(long, value_delimiter = ',', default_value = "0.25,0.5,1,2,4,8", value_parser = dpcotrain_privacy::calibrate::parse_epsilon, allow_negative_numbers = true)]
     pub epsilons: Vec<f64>,
@@ -221,6 +231,8 @@ fn config(a: &FrontierArgs) -> anyhow::Result<FrontierConfig> {
         data,
         nobs: a.nobs.clone(),
         seeds: (0..a.seeds).collect(),
+        node_seeds: (0..a.node_seeds.max(1)).collect(),
+        fit_starts: a.fit_starts,
         epsilons: a.epsilons.clone(),
         mechanisms,
         thetas,
@@ -329,6 +341,9 @@ fn protocol_settings(cfg: &FrontierConfig) -> String {
     // them still resume.
     if cfg.answer_temper != 1.0 {
         v["answer_temper"] = cfg.answer_temper.into();
+    }
+    if cfg.fit_starts != dpcotrain_cotrain::readings::FitStarts::default() {
+        v["fit_starts"] = cfg.fit_starts.to_string().into();
     }
     if cfg.release_theta.unit != LengthscaleUnit::Absolute {
         v["release_lengthscale"] = cfg.release_theta.unit.name().into();

@@ -18,10 +18,12 @@ use dpcotrain_cotrain::Scenario;
 use dpcotrain_cotrain::Uncertainty;
 use dpcotrain_cotrain::ccpp::{CcppConfig, RealData, ccpp};
 use dpcotrain_cotrain::combiner::{AnswerForm, AnswerGuard, CombinerKind, PeerBlock, RefitTheta};
+use dpcotrain_cotrain::driver::build_parties_with;
 use dpcotrain_cotrain::party::{DpConfig, DpMode, ReleasePolicy, lock_party};
+use dpcotrain_cotrain::readings::{FitStarts, Readings};
 use dpcotrain_cotrain::settings::{AnswerDiscount, DEFAULT_ANSWER_DISCOUNT};
 use dpcotrain_cotrain::{PublicTheta, QueryPolicy, ReleaseForm, ThetaPolicy};
-use dpcotrain_cotrain::{RunReport, block_on, build_parties, run_in_process};
+use dpcotrain_cotrain::{RunReport, block_on, run_in_process};
 use dpcotrain_cotrain::{SimConfig, simulate};
 use dpcotrain_privacy::CapRule;
 use dpcotrain_privacy::LabelRange;
@@ -139,6 +141,10 @@ pub struct FrontierConfig {
     pub data: Vec<FrontierData>,
     pub nobs: Vec<usize>,
     pub seeds: Vec<u64>,
+    /// Node seeds per split seed ([`FrontierJob::node_seed`]; `[0]`: the split seed alone).
+    pub node_seeds: Vec<u64>,
+    /// How each party's private-only fit starts.
+    pub fit_starts: FitStarts,
     pub epsilons: Vec<f64>,
     pub mechanisms: Vec<FrontierMechanism>,
     pub thetas: Vec<ThetaChoice>,
@@ -259,6 +265,8 @@ impl FrontierConfig {
             ],
             nobs: vec![25, 100, 400, 1600],
             seeds: (0..10).collect(),
+            node_seeds: vec![0],
+            fit_starts: FitStarts::default(),
             epsilons: vec![0.25, 0.5, 1.0, 2.0, 4.0, 8.0],
             mechanisms: vec![FrontierMechanism::Rkhs, FrontierMechanism::Finite, FrontierMechanism::FiniteCap],
             thetas: vec![ThetaChoice::Public, ThetaChoice::Fitted],
@@ -315,13 +323,16 @@ impl FrontierConfig {
         parties * (1 + self.thetas.len() * (1 + self.mechanisms.len() * self.epsilons.len()))
     }
 
-    /// Jobs: one per (data set, n_obs, seed), largest n_obs first (long jobs start early).
+    /// Jobs: one per (data set, n_obs, seed, node seed), largest n_obs first (long jobs start
+    /// early).
     pub fn jobs(&self) -> Vec<FrontierJob> {
         let mut out = Vec::new();
         for &data in &self.data {
             for &nobs in &self.nobs {
                 for &seed in &self.seeds {
-                    out.push(FrontierJob { data, nobs, seed });
+                    for &node_seed in &self.node_seeds {
+                        out.push(FrontierJob { data, nobs, seed, node_seed });
+                    }
                 }
             }
         }
@@ -379,18 +390,43 @@ impl FrontierConfig {
     }
 }
 
-/// One (data set, n_obs, seed): every cell of the frontier for it.
+/// One (data set, n_obs, seed, node seed): every cell of the frontier for it.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct FrontierJob {
     pub data: FrontierData,
     pub nobs: usize,
+    /// The split: which rows each party holds (and, with node seed 0, the parties' seeds too).
     pub seed: u64,
+    /// The nodes' own seed on the same split (their restarts, queries' tie-breaks and noise
+    /// draws): 0 is the split seed itself, as before node seeds existed.
+    #[serde(default)]
+    pub node_seed: u64,
 }
 
 impl FrontierJob {
     pub fn key(&self) -> String {
-        format!("{}|{}|{}", self.data.name(), self.nobs, self.seed)
+        job_key(&self.data.name(), self.nobs, self.seed, self.node_seed)
     }
+
+    /// The seed the parties of this job are built with.
+    pub fn party_seed(&self) -> u64 {
+        if self.node_seed == 0 {
+            return self.seed;
+        }
+        // SplitMix64's finaliser: node seeds 1, 2, … land far from every split seed.
+        let mut z = self.node_seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        self.seed ^ z ^ (z >> 31)
+    }
+}
+
+fn job_key(data: &str, nobs: usize, seed: u64, node_seed: u64) -> String {
+    if node_seed == 0 { format!("{data}|{nobs}|{seed}") } else { format!("{data}|{nobs}|{seed}|node{node_seed}") }
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// Which run a [`FrontierRow`] is: the private-only model, the protocol without DP, or one
@@ -420,6 +456,8 @@ pub(crate) struct FrontierRow {
     pub data: String,
     pub nobs: usize,
     pub seed: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub node_seed: u64,
     pub party: String,
     pub cell: RunCell,
     pub theta: Option<String>,
@@ -439,11 +477,12 @@ pub(crate) struct FrontierRow {
 
 impl FrontierRow {
     pub fn job_key(&self) -> String {
-        format!("{}|{}|{}", self.data, self.nobs, self.seed)
+        job_key(&self.data, self.nobs, self.seed, self.node_seed)
     }
 }
 
 fn run(sc: &Scenario, dp: &DpConfig, seed: u64, cfg: &FrontierConfig) -> Result<RunReport, CotrainError> {
+    // `seed`: the parties' ([`FrontierJob::party_seed`]).
     let parties = configured_parties(sc, dp, seed, cfg)?;
     block_on(run_in_process(&parties, 1))
 }
@@ -581,7 +620,7 @@ pub fn trace_run(
     let sc = job.data.scenario(cfg, job.nobs, job.seed)?;
     let theta = *cfg.thetas.first().ok_or_else(|| CotrainError::config("frontier: no θ policy"))?;
     let dpc = cfg.dp(dp, theta);
-    let parties = configured_parties(&sc, &dpc, job.seed, cfg)?;
+    let parties = configured_parties(&sc, &dpc, job.party_seed(), cfg)?;
     let mut before = Vec::new();
     for p in &parties {
         let mut g = lock_party(p)?;
@@ -593,7 +632,7 @@ pub fn trace_run(
     // The same run read again under the oracle (same seed: the same queries and noise draws).
     let mut reread_means = Vec::new();
     if let Some(labels) = &sc.pool_labels {
-        let again = configured_parties(&sc, &dpc, job.seed, cfg)?;
+        let again = configured_parties(&sc, &dpc, job.party_seed(), cfg)?;
         block_on(run_in_process(&again, 1))?;
         for p in &again {
             reread_means.push(reread(&mut *lock_party(p)?, labels, oracle)?);
@@ -621,7 +660,15 @@ pub fn trace_run(
                 }
                 d.x_train = x_new;
                 d.y_train = y_new;
-                let op = build_parties(&o, CombinerKind::Noisy, Uncertainty::Marginal, &cfg.dp(None, theta), job.seed)?;
+                let readings = Readings { fit_starts: cfg.fit_starts, ..Readings::default() };
+                let op = build_parties_with(
+                    &o,
+                    CombinerKind::Noisy,
+                    Uncertainty::Marginal,
+                    &cfg.dp(None, theta),
+                    job.party_seed(),
+                    readings,
+                )?;
                 let mut og = lock_party(&op[i])?;
                 og.model_mut().predict(&x, false)?.mean
             }
@@ -670,7 +717,8 @@ fn configured_parties(
     seed: u64,
     cfg: &FrontierConfig,
 ) -> Result<Vec<std::sync::Arc<std::sync::Mutex<dpcotrain_cotrain::party::Party>>>, CotrainError> {
-    let parties = build_parties(sc, CombinerKind::Noisy, Uncertainty::Marginal, dp, seed)?;
+    let readings = Readings { fit_starts: cfg.fit_starts, ..Readings::default() };
+    let parties = build_parties_with(sc, CombinerKind::Noisy, Uncertainty::Marginal, dp, seed, readings)?;
     let fitted_noise: Vec<f64> =
         parties.iter().map(|p| lock_party(p).map(|g| g.model().noise.variance)).collect::<Result<_, _>>()?;
     for (i, p) in parties.iter().enumerate() {
@@ -704,6 +752,7 @@ pub(crate) fn run_job(cfg: &FrontierConfig, job: &FrontierJob) -> Vec<FrontierRo
         data: job.data.name(),
         nobs: job.nobs,
         seed: job.seed,
+        node_seed: job.node_seed,
         party: party.into(),
         cell,
         theta: None,
@@ -754,7 +803,7 @@ pub(crate) fn run_job(cfg: &FrontierConfig, job: &FrontierJob) -> Vec<FrontierRo
         }
     };
     for (k, &theta) in cfg.thetas.iter().enumerate() {
-        let rep = run(&sc, &cfg.dp(None, theta), job.seed, cfg);
+        let rep = run(&sc, &cfg.dp(None, theta), job.party_seed(), cfg);
         if k == 0 {
             // The private-only model does not depend on the release θ.
             let alone = rep.clone();
@@ -763,7 +812,7 @@ pub(crate) fn run_job(cfg: &FrontierConfig, job: &FrontierJob) -> Vec<FrontierRo
         push(rep, RunCell::NoDp, Some(theta), None, false);
         for &mech in &cfg.mechanisms {
             for &eps in &cfg.epsilons {
-                let rep = run(&sc, &cfg.dp(Some((eps, mech)), theta), job.seed, cfg);
+                let rep = run(&sc, &cfg.dp(Some((eps, mech)), theta), job.party_seed(), cfg);
                 push(rep, RunCell::Dp, Some(theta), Some((eps, mech)), false);
             }
         }
@@ -1007,11 +1056,33 @@ mod tests {
         assert_eq!("own-calibration".parse::<TraceOracle>().unwrap(), TraceOracle::OwnCalibration);
     }
 
+    /// Node seeds multiply the jobs; node seed 0 is the split seed itself (the rows and keys of
+    /// folders made before node seeds existed), the others give distinct party seeds and keys.
+    #[test]
+    fn node_seeds_rerun_each_split_with_other_party_seeds() {
+        let cfg = FrontierConfig { seeds: vec![0, 1, 2], node_seeds: vec![0, 1, 2, 3], ..FrontierConfig::full() };
+        let jobs = cfg.jobs();
+        assert_eq!(jobs.len(), cfg.data.len() * cfg.nobs.len() * 3 * 4);
+        let keys: HashSet<String> = jobs.iter().map(FrontierJob::key).collect();
+        assert_eq!(keys.len(), jobs.len());
+        let seeds: HashSet<u64> = jobs.iter().map(FrontierJob::party_seed).collect();
+        assert_eq!(seeds.len(), 3 * 4, "every (split, node seed) its own party seed");
+        for j in jobs.iter().filter(|j| j.node_seed == 0) {
+            assert_eq!(j.party_seed(), j.seed);
+            assert!(!j.key().contains("node"));
+        }
+        let r = FrontierRow { node_seed: 2, ..row("P1", 1, "alone", 1.0, None) };
+        let text = serde_json::to_string(&r).unwrap();
+        assert!(text.contains("\"node_seed\":2") && r.job_key().ends_with("|node2"), "{text}");
+        assert!(!serde_json::to_string(&row("P1", 1, "alone", 1.0, None)).unwrap().contains("node_seed"));
+    }
+
     fn row(party: &str, seed: u64, cell: &str, rmse: f64, se: Option<f64>) -> FrontierRow {
         FrontierRow {
             data: "d".into(),
             nobs: 100,
             seed,
+            node_seed: 0,
             party: party.into(),
             cell: cell.parse().unwrap(),
             theta: (cell != "alone").then(|| "public".into()),

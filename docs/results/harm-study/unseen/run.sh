@@ -24,11 +24,7 @@ for spec in $SPECS; do
     set -- $spec
     name=$(basename $1 .csv)
     d=$OUT/$name-v$i-$m
-    python3 $HERE/make.py $1 $2 $3 $m $d > /dev/null
-    for p in a b; do
-      sed -e "s#federation_id = \"ccpp-two-party\"#federation_id = \"$name-two-party\"#" -e 's#target = "PE"#target = "y"#' \
-        examples/two-party/party-$p.toml > $d/party-$p.toml
-    done
+    sh $HERE/views.sh $1 $2 $3 $m $d $name-two-party
     for V in ${VS:-reported 3 10}; do
       # V = NOISE or NOISE+decline:R (the sixth pass's switch, --decline-ratio R).
       noise=${V%%+decline:*}
