@@ -307,6 +307,11 @@ fn a_node_killed_mid_run_resumes_and_the_ledger_shows_each_release_once() {
         assert!(serve_log.contains("warning: B: the release uses the label-fitted θ"), "{serve_log}");
         reference
     };
+    // `node repair` shows the ledgers it keeps with the same mark.
+    let repair = bin().args(["node", "repair", "--config"]).arg(dir.join("party-b.toml")).output().unwrap();
+    let said = String::from_utf8_lossy(&repair.stdout);
+    assert!(repair.status.success(), "{said}{}", String::from_utf8_lossy(&repair.stderr));
+    assert!(said.lines().any(|l| l.contains("ledger kept for A") && l.contains("(NOT guaranteed)")), "{said}");
     // `node check` says it too, on stderr and in its JSON; the default (batches) is a guarantee.
     let check = |file: &Path| {
         let o = bin().args(["node", "check", "--offline", "--config"]).arg(file).output().unwrap();

@@ -234,8 +234,11 @@ pub fn repair(a: RepairArgs) -> anyhow::Result<()> {
             r.dropped_lines - 1
         );
     }
-    for (name, releases, rho, eps) in &r.ledgers {
-        println!("  ledger kept for {name}: {releases} releases, rho {rho:.6}, epsilon {eps:.4}");
+    for (name, releases, rho, eps, guaranteed) in &r.ledgers {
+        println!(
+            "  ledger kept for {name}: {releases} releases, rho {rho:.6}, epsilon {eps:.4}{}",
+            crate::cli::party_figures::epsilon_mark([*guaranteed])
+        );
     }
     if r.clean() {
         println!("nothing to repair");

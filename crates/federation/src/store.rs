@@ -884,8 +884,9 @@ pub struct RepairReport {
     pub problem: Option<(usize, String)>,
     /// Complete lines not kept (that line and every one after it).
     pub dropped_lines: usize,
-    /// Per requester of the kept state: (name, releases, ρ, ε).
-    pub ledgers: Vec<(String, usize, f64, f64)>,
+    /// Per requester of the kept state: (name, releases, ρ, ε, whether every release behind
+    /// that ε is a formal guarantee).
+    pub ledgers: Vec<(String, usize, f64, f64, bool)>,
     /// Where the files were copied before rewriting (with `write`).
     pub backup: Option<PathBuf>,
     /// Whether the state directory was rewritten as one snapshot of the kept state.
@@ -918,7 +919,10 @@ pub fn repair(dir: &Path, write: bool) -> Result<RepairReport, StoreError> {
         .requesters
         .iter()
         .filter_map(|(name, r)| {
-            r.ledger.as_ref().map(|l| (name.clone(), l.releases.len(), l.rho_spent(), l.epsilon_spent()))
+            r.ledger.as_ref().map(|l| {
+                let guaranteed = l.releases.iter().all(|r| r.guaranteed);
+                (name.clone(), l.releases.len(), l.rho_spent(), l.epsilon_spent(), guaranteed)
+            })
         })
         .collect();
     let mut report = RepairReport {
