@@ -63,19 +63,17 @@ pub(crate) fn receipt_to_pb(r: &Receipt) -> pb::Receipt {
 
 /// A receipt from the wire: ρ finite and non-negative, the MAC 64 hex digits.
 pub(crate) fn receipt_from_pb(r: &pb::Receipt) -> Result<Receipt, String> {
-    if !(r.rho.is_finite() && r.rho >= 0.0) {
-        return Err(format!("receipt: rho {} is not a finite non-negative number", r.rho));
-    }
     if r.mac.len() != 64 || !r.mac.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err("receipt: mac is not 64 hex digits".into());
-    }
-    if r.seq > crate::store::MAX_SEQ {
-        return Err(format!("receipt: entry {} is beyond the largest a chain may reach", r.seq));
     }
     if !(r.head.is_empty() || r.head.len() == 32 && r.head.bytes().all(|b| b.is_ascii_hexdigit())) {
         return Err("receipt: head is not 32 hex digits".into());
     }
-    Ok(Receipt { seq: r.seq, head: r.head.clone(), releases: r.releases, rho: r.rho, mac: r.mac.clone() })
+    let receipt = Receipt { seq: r.seq, head: r.head.clone(), releases: r.releases, rho: r.rho, mac: r.mac.clone() };
+    match crate::receipt::implausible(&receipt) {
+        Some(why) => Err(format!("receipt: {why}")),
+        None => Ok(receipt),
+    }
 }
 
 /// Largest number of indices one request may carry.

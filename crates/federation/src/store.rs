@@ -417,12 +417,15 @@ impl StateStore {
                 return self.append(d, &delta, state);
             }
         }
-        let last_seq = match disk.as_ref() {
-            Some(d) => d.seq,
-            None => self.seq_on_disk(),
-        };
+        let last_seq = self.last_seq(disk);
         *disk = Some(self.snapshot(state, last_seq)?);
         Ok(())
+    }
+
+    /// The number of the chain's last entry: the one saved, or (before the first save, or after
+    /// a failed one) the largest found in the files.
+    fn last_seq(&self, disk: &Option<OnDisk>) -> u64 {
+        disk.as_ref().map_or_else(|| self.seq_on_disk(), |d| d.seq)
     }
 
     /// The largest entry number in the files as found (the snapshot's, or a log line's): a new
@@ -496,10 +499,7 @@ impl StateStore {
             ));
         }
         let mut disk = self.disk.lock().unwrap_or_else(|e| e.into_inner());
-        let last = match disk.as_ref() {
-            Some(d) => d.seq,
-            None => self.seq_on_disk(),
-        };
+        let last = self.last_seq(&disk);
         *disk = None;
         *disk = Some(self.snapshot_editing(state, last.max(floor), |c| {
             for r in trusted.iter().filter(|r| !r.head.is_empty()) {
@@ -522,10 +522,7 @@ impl StateStore {
         if !note(&mut self.noted()?, requester, w) {
             return Ok(());
         }
-        let last = match disk.as_ref() {
-            Some(d) => d.seq,
-            None => self.seq_on_disk(),
-        };
+        let last = self.last_seq(&disk);
         *disk = None;
         *disk = Some(self.snapshot_editing(state, last, |c| {
             note(&mut c.witnessed, requester, w);

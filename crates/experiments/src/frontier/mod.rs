@@ -291,12 +291,12 @@ impl FrontierConfig {
         if self.data.is_empty() || self.nobs.is_empty() || self.seeds.is_empty() {
             return Err(CotrainError::config("frontier: need at least one data set, one n_obs and one seed"));
         }
-        if let Some(e) = self.epsilons.iter().find(|e| !(e.is_finite() && **e > 0.0)) {
-            return Err(CotrainError::config(format!("frontier: ε = {e} must be positive and finite")));
+        for &e in &self.epsilons {
+            dpcotrain_privacy::calibrate::check_epsilon(e)
+                .map_err(|err| CotrainError::config(format!("frontier: {err}")))?;
         }
-        if !(self.delta > 0.0 && self.delta < 1.0) {
-            return Err(CotrainError::config(format!("frontier: δ = {} must lie in (0, 1)", self.delta)));
-        }
+        dpcotrain_privacy::calibrate::check_delta(self.delta)
+            .map_err(|err| CotrainError::config(format!("frontier: {err}")))?;
         if !(self.answer_temper.is_finite() && self.answer_temper >= 1.0) {
             return Err(CotrainError::config(format!(
                 "frontier: the answer temper {} must be a finite number ≥ 1",
