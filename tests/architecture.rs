@@ -167,7 +167,7 @@ fn workspace_deps(manifest: &str) -> Vec<(String, String)> {
         let t = line.trim();
         if t.starts_with('[') {
             in_deps = t == "[dependencies]";
-        } else if in_deps && t.starts_with("dpcotrain-") {
+        } else if in_deps && (t.starts_with("dpcotrain-") || t.starts_with("dpcotrain ")) {
             let name = t.split(['.', ' ', '=']).next().unwrap().to_string();
             out.push((name, t.to_string()));
         }
@@ -177,7 +177,8 @@ fn workspace_deps(manifest: &str) -> Vec<(String, String)> {
 
 /// The layers of ARCHITECTURE.md ("Dependency rules"), top to bottom: a crate may depend only on
 /// crates of a lower layer.
-const LAYERS: [(&str, &str, usize); 7] = [
+const LAYERS: [(&str, &str, usize); 8] = [
+    ("dpcotrain-lab", "crates/lab/Cargo.toml", 6),
     ("dpcotrain", "Cargo.toml", 5),
     ("dpcotrain-experiments", "crates/experiments/Cargo.toml", 4),
     ("dpcotrain-federation", "crates/federation/Cargo.toml", 3),
@@ -200,8 +201,8 @@ fn layer_violations(deps: &[Crate]) -> Vec<String> {
                 Some(_) => bad.push(format!("{c} → {d}: not a lower layer")),
                 None => bad.push(format!("{c} → {d}: a crate the layers do not name")),
             }
-            if line.contains("white-box") && *c != "dpcotrain-experiments" {
-                bad.push(format!("{c} turns on cotrain's white-box feature (only the experiments may)"));
+            if line.contains("features") && d == "dpcotrain-cotrain" {
+                bad.push(format!("{c} turns on a feature of cotrain (the privacy boundary has none to turn on)"));
             }
         }
     }
@@ -212,35 +213,34 @@ fn layer_violations(deps: &[Crate]) -> Vec<String> {
 fn the_crates_form_layers_and_the_experiments_stay_apart() {
     let deps: Vec<Crate> = LAYERS.iter().map(|(c, m, l)| (*c, *l, workspace_deps(m))).collect();
     let members = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
-    for (_, m, _) in &LAYERS[1..] {
+    for (_, m, _) in LAYERS.iter().filter(|(_, m, _)| *m != "Cargo.toml") {
         let dir = m.trim_end_matches("/Cargo.toml");
         assert!(members.contains(&format!("\"{dir}\"")), "{dir} is a workspace member the layers name");
     }
     let bad = layer_violations(&deps);
     assert!(bad.is_empty(), "{}", bad.join("\n"));
-    // The experiments use the co-training layer, and nothing of the product uses them.
-    let exp = &deps[1].2;
-    assert!(exp.iter().any(|(d, l)| d == "dpcotrain-cotrain" && l.contains("white-box")));
-    for (c, _, ds) in &deps[1..] {
-        assert!(ds.iter().all(|(d, _)| d != "dpcotrain-experiments"), "{c} depends on the experiments");
+    // The experiments use the co-training layer, only the lab binary uses them, and nothing of
+    // the product does (the product binary does not link them: tests/one_build.rs).
+    let level = |name: &str| LAYERS.iter().position(|(c, _, _)| *c == name).unwrap();
+    assert!(deps[level("dpcotrain-experiments")].2.iter().any(|(d, _)| d == "dpcotrain-cotrain"));
+    assert!(deps[level("dpcotrain-lab")].2.iter().any(|(d, _)| d == "dpcotrain-experiments"));
+    for (c, _, ds) in &deps {
+        if *c != "dpcotrain-lab" {
+            assert!(ds.iter().all(|(d, _)| d != "dpcotrain-experiments"), "{c} depends on the experiments");
+        }
     }
-    // The product's sources never name the white-box view.
-    let mut files = Vec::new();
-    for dir in ["src", "crates/federation/src", "crates/report/src"] {
-        rust_files(&root().join(dir), &mut files);
-    }
-    for f in files {
-        let text = std::fs::read_to_string(&f).unwrap();
-        assert!(
-            !text.contains("private_data()") && !text.contains("model_mut()"),
-            "{} looks inside a party (white-box is the experiments' view)",
-            f.display()
-        );
-    }
+    // Cotrain has no feature that opens the party (the boundary is its visibility,
+    // crates/cotrain/src/boundary.rs).
+    let cotrain = std::fs::read_to_string(root().join("crates/cotrain/Cargo.toml")).unwrap();
+    assert!(!cotrain.contains("[features]"), "crates/cotrain/Cargo.toml declares features");
     // No experiment is left in the product's crates.
-    for gone in
-        ["crates/cotrain/src/grid.rs", "crates/cotrain/src/frontier.rs", "src/cli/sparse", "src/cli/experiment.rs"]
-    {
+    for gone in [
+        "crates/cotrain/src/grid.rs",
+        "crates/cotrain/src/frontier.rs",
+        "src/cli/sparse",
+        "src/cli/experiment.rs",
+        "src/cli/bench",
+    ] {
         assert!(!root().join(gone).exists(), "{gone} belongs in crates/experiments");
     }
 }
@@ -253,13 +253,15 @@ fn the_layer_check_can_fail() {
         (
             "dpcotrain-report",
             3,
-            vec![d("dpcotrain-cotrain", "dpcotrain-cotrain = { workspace = true, features = [\"white-box\"] }")],
+            vec![d("dpcotrain-cotrain", "dpcotrain-cotrain = { workspace = true, features = [\"open\"] }")],
         ),
         ("dpcotrain-gp", 0, vec![d("dpcotrain-nope", "dpcotrain-nope.workspace = true")]),
     ];
     let bad = layer_violations(&deps);
     assert_eq!(bad.len(), 3, "{bad:?}");
-    assert!(bad[0].contains("not a lower layer") && bad[1].contains("white-box") && bad[2].contains("do not name"));
+    assert!(
+        bad[0].contains("not a lower layer") && bad[1].contains("feature of cotrain") && bad[2].contains("do not name")
+    );
 }
 
 /// Temporary folders come from `tempfile` (removed when dropped, also when a test fails), never
@@ -274,7 +276,7 @@ fn no_test_leaves_a_named_folder_in_the_temporary_directory() {
     }
     let named: Vec<String> = files
         .iter()
-        .filter(|f| !f.starts_with(root().join("src/cli/bench")) && !f.ends_with("tests/architecture.rs"))
+        .filter(|f| !f.starts_with(root().join("crates/lab/src/bench")) && !f.ends_with("tests/architecture.rs"))
         .filter(|f| std::fs::read_to_string(f).unwrap().contains("temp_dir()"))
         .map(|f| f.strip_prefix(root()).unwrap().display().to_string())
         .collect();

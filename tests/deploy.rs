@@ -28,6 +28,18 @@ fn docs(path: &Path) -> Vec<Yaml> {
     YamlLoader::load_from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
+/// The lab binary (`dpcotrain-lab`, crates/lab), built beside the product's by `cargo test
+/// --workspace`; the experiment grids the Slurm and Kubernetes paths run are its commands.
+fn lab_bin() -> PathBuf {
+    let p = Path::new(env!("CARGO_BIN_EXE_dpcotrain")).with_file_name("dpcotrain-lab");
+    assert!(
+        p.exists(),
+        "{} is missing: run the workspace's tests (cargo test --release --workspace) or cargo build -p dpcotrain-lab",
+        p.display()
+    );
+    p
+}
+
 /// `dpcotrain node check --offline` of a party config (a file, or TOML text).
 fn node_check(config: &Path) -> Value {
     let out = Command::new(env!("CARGO_BIN_EXE_dpcotrain"))
@@ -92,6 +104,8 @@ fn dockerfile_is_multi_stage_and_runs_the_node() {
     assert!(text.contains("cargo build --release --locked"), "reproducible build from Cargo.lock");
     assert!(text.contains("COPY --from=build"));
     assert!(text.contains(r#"ENTRYPOINT ["dpcotrain"]"#));
+    // The image carries the lab too (the Kubernetes grid Jobs run it).
+    assert!(text.contains("-p dpcotrain -p dpcotrain-lab") && text.contains("release/dpcotrain-lab /usr/local/bin/"));
     assert!(text.contains(r#"CMD ["node", "serve", "--config", "/config/party.toml"]"#));
     assert!(text.contains("EXPOSE 50051") && text.contains(r#"VOLUME ["/state"]"#));
     assert!(text.lines().any(|l| l.starts_with("USER ") && !l.contains("root")), "runs unprivileged");
@@ -552,6 +566,9 @@ fn kubernetes_indexed_job_shards_and_merges_the_grid() {
     let script = s(&list(&c["args"])[0]);
     assert!(script.contains(&format!("--shard \"${{JOB_COMPLETION_INDEX}}/{n}\"")), "{script}");
     let merge_docs = docs(&root().join("deploy/k8s/experiment-merge.yaml"));
+    let merge_container = &merge_docs[0]["spec"]["template"]["spec"]["containers"][0];
+    let merge_cmd: Vec<String> = list(&merge_container["command"]).iter().map(s).collect();
+    assert_eq!(merge_cmd, ["dpcotrain-lab"], "the merge runs the lab binary (the image's entry point is the node's)");
     let merge_args: Vec<String> =
         list(&merge_docs[0]["spec"]["template"]["spec"]["containers"][0]["args"]).iter().map(s).collect();
     let shard_dirs: Vec<String> = (0..n).map(|k| format!("{mount}/shard-{k}")).collect();
@@ -564,12 +581,12 @@ fn kubernetes_indexed_job_shards_and_merges_the_grid() {
     for k in 0..n {
         let line = script.replace("${JOB_COMPLETION_INDEX}", &k.to_string()).replace(&mount, results);
         let words: Vec<String> = line.split_whitespace().map(|w| w.trim_matches('"').to_string()).collect();
-        assert_eq!(words[..2], ["exec".to_string(), "dpcotrain".to_string()]);
-        let out = Command::new(env!("CARGO_BIN_EXE_dpcotrain")).args(&words[2..]).args(small).output().unwrap();
+        assert_eq!(words[..2], ["exec".to_string(), "dpcotrain-lab".to_string()]);
+        let out = Command::new(lab_bin()).args(&words[2..]).args(small).output().unwrap();
         assert!(out.status.success(), "shard {k}: {}", String::from_utf8_lossy(&out.stderr));
     }
     let args: Vec<String> = merge_args.iter().map(|a| a.replace(&mount, results)).collect();
-    let out = Command::new(env!("CARGO_BIN_EXE_dpcotrain")).args(&args).output().unwrap();
+    let out = Command::new(lab_bin()).args(&args).output().unwrap();
     assert!(out.status.success(), "merge: {}", String::from_utf8_lossy(&out.stderr));
     assert!(tmp.path().join("merged/tables.md").exists());
 }
@@ -619,11 +636,11 @@ impl FakeSlurm {
         self.dir.path().join(name)
     }
 
-    /// PATH with the stand-in sbatch, the system's tools and (if `with_bin`) dpcotrain.
+    /// PATH with the stand-in sbatch, the system's tools and (if `with_bin`) dpcotrain-lab.
     fn search_path(&self, with_bin: bool) -> String {
         let mut p = vec![self.path("bin").display().to_string()];
         if with_bin {
-            p.push(Path::new(env!("CARGO_BIN_EXE_dpcotrain")).parent().unwrap().display().to_string());
+            p.push(lab_bin().parent().unwrap().display().to_string());
         }
         p.extend(["/usr/local/bin", "/usr/bin", "/bin"].map(String::from));
         p.join(":")
@@ -635,7 +652,7 @@ impl FakeSlurm {
         c.arg(root().join("deploy/slurm/submit.sh"))
             .args(args)
             .current_dir(self.dir.path())
-            .env_remove("DPCOTRAIN")
+            .env_remove("DPCOTRAIN_LAB")
             .env_remove("RESULTS")
             .env("PATH", self.search_path(with_bin));
         for (k, v) in env {
@@ -703,13 +720,7 @@ fn same_files(a: &Path, b: &Path) {
 
 /// The unsharded run of a grid into `out`.
 fn unsharded(args: &[&str], out: &Path) {
-    let o = Command::new(env!("CARGO_BIN_EXE_dpcotrain"))
-        .arg("experiment")
-        .args(args)
-        .arg("--out")
-        .arg(out)
-        .output()
-        .unwrap();
+    let o = Command::new(lab_bin()).arg("experiment").args(args).arg("--out").arg(out).output().unwrap();
     assert!(o.status.success(), "{args:?}: {}", text(&o));
 }
 
@@ -827,8 +838,8 @@ fn slurm_merge_names_the_tasks_that_failed() {
     assert!(results.join("merged/tables.md").exists());
 }
 
-/// submit.sh refuses, before queueing anything and in one message: no dpcotrain (neither on
-/// PATH nor DPCOTRAIN), a grid flag the CLI refuses, flags the script sets itself, a grid it
+/// submit.sh refuses, before queueing anything and in one message: no dpcotrain-lab (neither on
+/// PATH nor DPCOTRAIN_LAB), a grid flag the CLI refuses, flags the script sets itself, a grid it
 /// does not shard, a bad shard count; a task whose node lacks the binary says so and records it.
 #[test]
 fn slurm_submit_refuses_before_queueing() {
@@ -839,10 +850,10 @@ fn slurm_submit_refuses_before_queueing() {
         assert!(what.iter().all(|w| t.contains(w)), "{what:?} not in: {t}");
         assert!(slurm.calls().is_empty(), "nothing queued: {t}");
     };
-    refused(slurm.submit(&["--quick"], false, &[]), &["dpcotrain is not on PATH", "DPCOTRAIN="]);
+    refused(slurm.submit(&["--quick"], false, &[]), &["dpcotrain-lab is not on PATH", "DPCOTRAIN_LAB="]);
     refused(
-        slurm.submit(&["--quick"], false, &[("DPCOTRAIN", "/nonexistent/dpcotrain")]),
-        &["DPCOTRAIN=/nonexistent/dpcotrain is not"],
+        slurm.submit(&["--quick"], false, &[("DPCOTRAIN_LAB", "/nonexistent/dpcotrain-lab")]),
+        &["DPCOTRAIN_LAB=/nonexistent/dpcotrain-lab is not"],
     );
     refused(slurm.submit(&["--quick", "--dpp", "off"], true, &[]), &["grid options are refused", "--dpp"]);
     refused(slurm.submit(&["--quick", "--r", "2"], true, &[]), &["grid options are refused", "--r"]);
@@ -864,7 +875,7 @@ fn slurm_submit_refuses_before_queueing() {
     ] {
         let form = ["--quick", "--dp", "calibrated", flag, value];
         refused(slurm.submit(&form, true, &[]), &["grid options are refused", flag, why]);
-        let o = Command::new(env!("CARGO_BIN_EXE_dpcotrain"))
+        let o = Command::new(lab_bin())
             .args(["experiment", "simulated", "--quick", "--dp", "calibrated", flag, value, "--out"])
             .arg(slurm.path("direct"))
             .output()
@@ -872,7 +883,7 @@ fn slurm_submit_refuses_before_queueing() {
         assert_eq!(o.status.code(), Some(2), "{flag} {value}: {}", text(&o));
         assert!(text(&o).contains(why) && !slurm.path("direct").exists(), "{flag} {value}: {}", text(&o));
     }
-    let o = Command::new(env!("CARGO_BIN_EXE_dpcotrain"))
+    let o = Command::new(lab_bin())
         .args(["experiment", "frontier", "--quick", "--epsilons", "1,0", "--out"])
         .arg(slurm.path("frontier"))
         .output()
@@ -904,13 +915,13 @@ fn slurm_submit_refuses_before_queueing() {
     // On a node without the binary, the task says so and records it for the merge.
     let o = Command::new("bash")
         .arg(root().join("deploy/slurm/experiment.sbatch"))
-        .args(["/nowhere/dpcotrain", slurm.path("r").to_str().unwrap(), "2", "simulated", "--quick"])
+        .args(["/nowhere/dpcotrain-lab", slurm.path("r").to_str().unwrap(), "2", "simulated", "--quick"])
         .env("SLURM_ARRAY_TASK_ID", "1")
         .env("SLURM_ARRAY_JOB_ID", "7")
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(127));
-    assert!(text(&o).contains("dpcotrain not found on"), "{}", text(&o));
+    assert!(text(&o).contains("dpcotrain-lab not found on"), "{}", text(&o));
     assert_eq!(std::fs::read_to_string(slurm.path("r/status/task-1")).unwrap(), "7 127\n");
 }
 
@@ -935,7 +946,7 @@ fn slurm_one_node_cluster_runs_the_documented_forms() {
     let before = machine_state();
     let out = Command::new("bash")
         .arg(root().join("deploy/slurm/test-local.sh"))
-        .env("DPCOTRAIN", env!("CARGO_BIN_EXE_dpcotrain"))
+        .env("DPCOTRAIN_LAB", lab_bin())
         .stdin(std::process::Stdio::null())
         .output()
         .unwrap();

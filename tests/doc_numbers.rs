@@ -154,38 +154,9 @@ fn examples_readme_quotes_its_examples() {
     }
 }
 
-/// docs/results.md, Bauer et al. 2016 Fig 1 (`dpcotrain experiment sparse bauer --fig1-only`,
-/// under a second): the best NLML and σ_n of each method. The count of starts that reach the
-/// best is machine-dependent (marked so in docs/results.md) and is not compared.
-#[test]
-fn results_quote_bauer_fig1() {
-    let out = TEST_DIR.with(|d| d.path().join("bauer"));
-    let run = Command::new(env!("CARGO_BIN_EXE_dpcotrain"))
-        .args(["experiment", "sparse", "bauer", "--fig1-only", "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
-    let md = std::fs::read_to_string(out.join("bauer-fig1.md")).unwrap();
-    let results = doc("docs/results.md");
-    for (method, paper) in [("full GP", "34.15, 0.274"), ("FITC", "23.16, 1.93·10⁻⁴"), ("VFE", "38.86, 0.286")] {
-        let row = md.lines().find(|l| l.starts_with(&format!("| {method} |"))).unwrap_or_else(|| panic!("{md}"));
-        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
-        let (best, sigma) = (cells[2], cells[4]);
-        let quoted = results
-            .lines()
-            .find(|l| l.starts_with(&format!("| {method} |")) && l.trim_end().ends_with(&format!("| {paper} |")))
-            .unwrap_or_else(|| panic!("docs/results.md has no Fig 1 row for {method}"));
-        assert!(quoted.contains(best.trim_matches('*')), "docs/results.md's Fig 1 {method}: {quoted}; today {best}");
-        if method != "FITC" {
-            assert!(quoted.contains(sigma), "docs/results.md's Fig 1 {method} σ_n: {quoted}; today {sigma}");
-        }
-    }
-}
-
 /// README's speed table ("Now") quotes the `bench gp --vs python --json` run it links, figure for
 /// figure as printed there. The times are this machine's and are not regenerated here; this
-/// keeps the table from drifting from its source file (`dpcotrain bench gp --vs python --python
+/// keeps the table from drifting from its source file (`dpcotrain-lab bench gp --vs python --python
 /// VENV/bin/python --json` writes such a file).
 #[test]
 fn readme_speed_table_quotes_its_bench_json() {

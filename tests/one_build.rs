@@ -7,11 +7,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 
-/// `cargo tree` of the workspace over `edges`: each package (name and version) with its features.
-fn features(edges: &str) -> BTreeMap<String, BTreeSet<String>> {
+/// `cargo tree` of `packages` (`--workspace`, or `-p NAME`) over `edges`: each package (name and
+/// version) with its features.
+fn features_of(packages: &[&str], edges: &str) -> BTreeMap<String, BTreeSet<String>> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
-        .args(["tree", "--workspace", "--offline", "--prefix", "none", "-e", edges, "-f", "{p}|{f}"])
+        .arg("tree")
+        .args(packages)
+        .args(["--offline", "--prefix", "none", "-e", edges, "-f", "{p}|{f}"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("cargo runs");
@@ -27,6 +30,22 @@ fn features(edges: &str) -> BTreeMap<String, BTreeSet<String>> {
     map
 }
 
+/// The workspace's packages over `edges`.
+fn features(edges: &str) -> BTreeMap<String, BTreeSet<String>> {
+    features_of(&["--workspace"], edges)
+}
+
+/// Packages whose features differ between `build` and `test`, with what `test` adds.
+fn differences(build: &BTreeMap<String, BTreeSet<String>>, test: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+    build
+        .iter()
+        .filter_map(|(pkg, f)| {
+            let t = test.get(pkg)?;
+            (t != f).then(|| format!("{pkg}: +{:?}", t.difference(f).collect::<Vec<_>>()))
+        })
+        .collect()
+}
+
 #[test]
 fn the_test_build_compiles_the_binarys_crates_with_the_same_features() {
     // Normal edges only: build-dependencies (prost-build's tempfile and rustix, …) are compiled
@@ -35,17 +54,37 @@ fn the_test_build_compiles_the_binarys_crates_with_the_same_features() {
     let build = features("normal");
     let test = features("normal,dev");
     assert!(build.len() > 50, "cargo tree listed only {} packages", build.len());
-    let differ: Vec<String> = build
-        .iter()
-        .filter_map(|(pkg, f)| {
-            let t = test.get(pkg)?;
-            (t != f).then(|| format!("{pkg}: +{:?}", t.difference(f).collect::<Vec<_>>()))
-        })
-        .collect();
+    let differ = differences(&build, &test);
     assert!(
         differ.is_empty(),
         "the test build turns on features the binary's build does not, so `cargo test` would \
          recompile these and everything above them; declare the features in the root Cargo.toml's \
          [dependencies]: {differ:#?}"
     );
+}
+
+/// The demo's build (`cargo run --release -- demo` builds the `dpcotrain` package alone) and the
+/// tests' (`cargo test --release --workspace`, the lab and the experiments included) compile
+/// every crate of the demo's build with the same features, so the tests reuse the demo's
+/// artifacts and only add the lab's crates.
+#[test]
+fn the_workspace_tests_reuse_the_demos_build() {
+    let demo = features_of(&["-p", "dpcotrain"], "normal");
+    let test = features("normal,dev");
+    assert!(demo.len() > 50, "cargo tree listed only {} packages", demo.len());
+    let differ = differences(&demo, &test);
+    assert!(differ.is_empty(), "the workspace's test build compiles the demo's crates differently: {differ:#?}");
+}
+
+/// The product binary does not link the lab: no experiments crate in its build.
+#[test]
+fn the_product_binary_does_not_link_the_lab() {
+    let demo = features_of(&["-p", "dpcotrain"], "normal");
+    let lab: Vec<&String> =
+        demo.keys().filter(|p| p.starts_with("dpcotrain-experiments ") || p.starts_with("dpcotrain-lab ")).collect();
+    assert!(lab.is_empty(), "dpcotrain's build links {lab:?}");
+    assert!(demo.keys().any(|p| p.starts_with("dpcotrain-federation ")), "the product links the node: {demo:?}");
+    // And the lab does link them (so the check above is not vacuous).
+    let lab_build = features_of(&["-p", "dpcotrain-lab"], "normal");
+    assert!(lab_build.keys().any(|p| p.starts_with("dpcotrain-experiments ")));
 }

@@ -6,7 +6,7 @@
 #
 #   deploy/slurm/submit.sh [SUBMIT OPTIONS] [simulated|ccpp] [GRID OPTIONS]
 #
-# GRID OPTIONS are those of `dpcotrain experiment simulated|ccpp` (see its --help), e.g.
+# GRID OPTIONS are those of `dpcotrain-lab experiment simulated|ccpp` (see its --help), e.g.
 #   deploy/slurm/submit.sh --dp calibrated --epsilon 1
 #   deploy/slurm/submit.sh --shards 8 --partition long ccpp --seeds 20
 # The grid defaults to simulated. Of the defaults below, each applies only where you gave no
@@ -24,7 +24,7 @@
 # Any other sbatch setting: sbatch's own SBATCH_* environment variables (e.g. SBATCH_CONSTRAINT),
 # which apply to both jobs.
 #
-# The binary: $DPCOTRAIN if set, else `dpcotrain` on PATH, resolved here to an absolute path that
+# The binary: $DPCOTRAIN_LAB if set, else `dpcotrain-lab` on PATH, resolved here to an absolute path that
 # every node must reach (a shared file system). Before anything is queued the grid options are
 # checked by that binary (an empty slice of the grid into a temporary folder), so a typo or a
 # bad value is reported here, not by every task.
@@ -99,12 +99,12 @@ for ((i = 0; i < ${#defaults[@]}; i += 2)); do
 done
 
 # The binary, as an absolute path the tasks can run.
-bin=${DPCOTRAIN:-dpcotrain}
+bin=${DPCOTRAIN_LAB:-dpcotrain-lab}
 if ! path=$(command -v -- "$bin"); then
-    if [[ -n ${DPCOTRAIN:-} ]]; then
-        die "DPCOTRAIN=$DPCOTRAIN is not an executable file"
+    if [[ -n ${DPCOTRAIN_LAB:-} ]]; then
+        die "DPCOTRAIN_LAB=$DPCOTRAIN_LAB is not an executable file"
     fi
-    die "dpcotrain is not on PATH: add the folder that holds it (e.g. target/release after cargo build --release) to PATH, or set DPCOTRAIN=/path/to/dpcotrain; every node must reach that path"
+    die "dpcotrain-lab is not on PATH: add the folder that holds it (e.g. target/release after cargo build --release -p dpcotrain-lab) to PATH, or set DPCOTRAIN_LAB=/path/to/dpcotrain-lab; every node must reach that path"
 fi
 [[ $path == /* ]] || path="$(cd "$(dirname "$path")" && pwd)/$(basename "$path")"
 command -v sbatch >/dev/null || die "sbatch not found: run this on a Slurm submit host"
@@ -157,5 +157,5 @@ merge=$(sbatch --parsable "${common[@]}" --time="$merge_time" --dependency="afte
     --output="$results/logs/merge-%j.out" \
     "$here/merge.sbatch" "$path" "$results" "$shards" "$array")
 merge=${merge%%;*}
-echo "grid: job ${array} (${shards} tasks, ${runs} runs): dpcotrain experiment ${grid} ${args[*]}"
+echo "grid: job ${array} (${shards} tasks, ${runs} runs): dpcotrain-lab experiment ${grid} ${args[*]}"
 echo "merge: job ${merge}, after every task has ended, into ${results}/merged (logs in ${results}/logs)"

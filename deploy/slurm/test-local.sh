@@ -3,14 +3,14 @@
 # and munged on loopback, with their own config, key, ports and folders in a temporary folder),
 # then deploy/slurm/submit.sh as documented, waiting for its jobs and comparing the merged
 # folder with an unsharded run of the same grid, file for file and byte for byte:
-#   1. submit.sh --dp calibrated --epsilon 1 --quick          (the documented form; dpcotrain on PATH)
+#   1. submit.sh --dp calibrated --epsilon 1 --quick          (the documented form; dpcotrain-lab on PATH)
 #   2. submit.sh --shards 3 --cpus 1 --mem 1G --time 10:00 --partition P ccpp --quick --seeds 3
-#      --dp thesis --rounds 3                                  (DPCOTRAIN set; every submit option)
+#      --dp thesis --rounds 3                                  (DPCOTRAIN_LAB set; every submit option)
 #   3. a task that fails (its shard folder cannot be created): the merge job still runs, fails,
 #      and names the task — it never waits forever.
 #   4. a task asking more CPUs than the node has: submit.sh refuses it, nothing is queued.
 #
-#   DPCOTRAIN=target/release/dpcotrain deploy/slurm/test-local.sh
+#   DPCOTRAIN_LAB=target/release/dpcotrain-lab deploy/slurm/test-local.sh
 #
 # Needs slurmctld, slurmd, sbatch and munged (Debian: slurm-wlm, munge). If they are missing it
 # installs them with apt-get when it runs as root (no service is started by the install: a
@@ -36,8 +36,8 @@ fail() {
 say() { echo "test-local: $*" >&2; }
 t0=$SECONDS
 
-bin=${DPCOTRAIN:-$(command -v dpcotrain || true)}
-[[ -n $bin && -x $bin ]] || fail "no dpcotrain: set DPCOTRAIN=/path/to/dpcotrain or put it on PATH"
+bin=${DPCOTRAIN_LAB:-$(command -v dpcotrain-lab || true)}
+[[ -n $bin && -x $bin ]] || fail "no dpcotrain-lab: set DPCOTRAIN_LAB=/path/to/dpcotrain-lab or put it on PATH"
 bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
 
 # 1. Slurm and munge from the distribution's packages.
@@ -235,7 +235,7 @@ same() { # same A B: the same files with the same bytes
 }
 passed=()
 
-# 3.1 The documented form, dpcotrain on PATH.
+# 3.1 The documented form, dpcotrain-lab on PATH.
 t=$SECONDS
 submit documented PATH="$(dirname "$bin"):$PATH" "$here/submit.sh" --results "$work/documented/results" \
     --dp calibrated --epsilon 1 --quick
@@ -246,9 +246,9 @@ s=$(wait_job "$merge_job")
 same "$work/documented/results/merged" "$work/documented/unsharded"
 passed+=("documented form: merged = unsharded, $(ls "$work/documented/unsharded" | wc -l) files, $((SECONDS - t)) s")
 
-# 3.2 Every submit option, DPCOTRAIN instead of PATH, the ccpp grid.
+# 3.2 Every submit option, DPCOTRAIN_LAB instead of PATH, the ccpp grid.
 t=$SECONDS
-submit options DPCOTRAIN="$bin" "$here/submit.sh" --shards 3 --cpus 1 --mem 1G --time 10:00 \
+submit options DPCOTRAIN_LAB="$bin" "$here/submit.sh" --shards 3 --cpus 1 --mem 1G --time 10:00 \
     --partition "$partition" --results "$work/options/results" ccpp --quick --seeds 3 --dp thesis --rounds 3
 s=$(wait_job "$merge_job")
 [[ $s == COMPLETED ]] || fail "options: merge job $merge_job ended $s: $(cat "$work"/options/results/logs/merge-*.out 2>/dev/null)"
@@ -261,7 +261,7 @@ passed+=("ccpp with every submit option: merged = unsharded, $((SECONDS - t)) s"
 t=$SECONDS
 mkdir -p "$work/failing/results"
 echo "not a folder" >"$work/failing/results/shard-1" # task 1 cannot create its shard folder
-submit failing DPCOTRAIN="$bin" "$here/submit.sh" --shards 2 --results "$work/failing/results" --quick --dp off \
+submit failing DPCOTRAIN_LAB="$bin" "$here/submit.sh" --shards 2 --results "$work/failing/results" --quick --dp off \
     --r 0.9 --ci no
 s=$(wait_job "$merge_job")
 [[ $s == FAILED ]] || fail "failing: merge job $merge_job ended $s, not FAILED"
@@ -274,7 +274,7 @@ passed+=("a failed task: the merge job ended FAILED naming it, $((SECONDS - t)) 
 t=$SECONDS
 mkdir -p "$work/too-big"
 queued=$(squeue -h | wc -l)
-if out=$(cd "$work/too-big" && DPCOTRAIN="$bin" "$here/submit.sh" --cpus $((cpus + 1)) --results "$work/too-big/results" --quick 2>&1); then
+if out=$(cd "$work/too-big" && DPCOTRAIN_LAB="$bin" "$here/submit.sh" --cpus $((cpus + 1)) --results "$work/too-big/results" --quick 2>&1); then
     fail "too-big: submit.sh queued a task needing $((cpus + 1)) CPUs on a node with $cpus: $out"
 fi
 [[ $out == *"wait forever"* ]] || fail "too-big: submit.sh did not say why: $out"

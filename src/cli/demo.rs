@@ -23,11 +23,11 @@ use dpcotrain_cotrain::combiner::{AnswerForm, CombinerKind};
 use dpcotrain_cotrain::driver::{PartyOutcome, block_on, build_parties, default_kernel, evaluate, run_in_process};
 use dpcotrain_cotrain::party::{DpConfig, Party, ReleasePolicy, THETA_SELECTION_ID};
 use dpcotrain_cotrain::{SimConfig, simulate};
-use dpcotrain_experiments::files::write_atomic;
 use dpcotrain_federation::config::{
     DataConfig, FederationConfig, HostPort, ModelConfig, PartyConfig, PeerConfig, PrivacyConfig, PrivacyMode,
     SecurityConfig, dev_hosts, load, to_toml,
 };
+use dpcotrain_federation::durable::write_report as write_atomic;
 use dpcotrain_federation::launch::launch;
 use dpcotrain_federation::launch::{drive, orchestrator};
 use dpcotrain_federation::serve;

@@ -1,6 +1,5 @@
 //! One module per subcommand; `main.rs` holds the clap tree and the dispatch.
 
-pub mod bench;
 pub mod certs;
 pub mod data;
 pub mod demo;

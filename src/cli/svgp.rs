@@ -364,7 +364,7 @@ pub fn run(args: SvgpArgs) -> anyhow::Result<()> {
         "optimal_q": args.optimal_q,
         "test": test,
         "fit_seconds": fit_secs,
-        "peak_rss_bytes": crate::cli::bench::peak_rss_bytes(),
+        "peak_rss_bytes": crate::process::peak_rss_bytes(),
         "seconds": t0.elapsed().as_secs_f64(),
         "trace": report.trace,
     });

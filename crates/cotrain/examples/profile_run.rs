@@ -19,7 +19,7 @@ fn main() {
         let ps = build_parties(&sc, kind, Uncertainty::Marginal, &DpConfig::off(), 1).unwrap();
         for p in &ps {
             let mut g = p.lock().unwrap();
-            let train = g.model().train.clone();
+            let train = g.model().refit_training();
             g.set_refit_training(TrainOptions { max_iters: iters, ftol, pgtol, ..train });
         }
         let t_build = t.elapsed().as_secs_f64();

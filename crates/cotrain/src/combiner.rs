@@ -234,10 +234,10 @@ crate::serde_via_str!(RefitPolicy);
 
 #[derive(Debug, Clone)]
 pub struct CoModel {
-    pub kind: CombinerKind,
-    pub uncertainty: Uncertainty,
+    pub(crate) kind: CombinerKind,
+    pub(crate) uncertainty: Uncertainty,
     /// How answers are read (Noisy combiner).
-    pub answer_form: AnswerForm,
+    pub(crate) answer_form: AnswerForm,
     /// Whether answers are checked against the private labels before use.
     guard: AnswerGuard,
     /// The readings of the ambiguous protocol choices ([`CoModel::set_readings`]).
@@ -247,54 +247,60 @@ pub struct CoModel {
     private_post: Option<ExactPosterior>,
     /// The guard's last verdict (None: no check since the last answer).
     loo: Option<LooCheck>,
-    pub kernel: Box<dyn Kernel>,
-    pub noise: NoiseVariance,
+    pub(crate) kernel: Box<dyn Kernel>,
+    pub(crate) noise: NoiseVariance,
     x_tr: DMatrix<f64>,
     y_tr: DVector<f64>,
     /// This party's covariates of the shared pool.
     x_pool: DMatrix<f64>,
-    pub blocks: Vec<PeerBlock>,
+    pub(crate) blocks: Vec<PeerBlock>,
     /// Bumped whenever the model (data or hyperparameters) changes.
-    pub version: u64,
+    pub(crate) version: u64,
     /// Hyperparameters of the private-only fit (the restart point of every re-fit).
     pre_params: Option<Vec<f64>>,
-    pub train: TrainOptions,
+    pub(crate) train: TrainOptions,
     /// Where D5 re-fits start (see [`RefitPolicy`]).
-    pub refit_policy: RefitPolicy,
+    pub(crate) refit_policy: RefitPolicy,
     /// Whose data the D5 re-fit's θ is fitted to ([`RefitTheta`]).
-    pub refit_theta: RefitTheta,
+    pub(crate) refit_theta: RefitTheta,
     /// Variance added to every received answer's reported variance (each pseudo row's noise):
     /// the answer as a label of *this* party's function also carries the responder's residual
     /// noise, which no answer reports. 0 by default.
-    pub answer_extra_var: f64,
+    pub(crate) answer_extra_var: f64,
     /// Variance of a bias shared by all answers of one peer (τ²): the answers are read as
     /// f(x) + b + e with b ~ N(0, τ²) common to the peer's answers, so their common level
     /// counts as one observation of variance τ² + v/q, not q independent ones; their
     /// differences keep full weight (exact local model; 0: off).
-    pub answer_level_var: f64,
+    pub(crate) answer_level_var: f64,
     /// Factor on every answer's variance after it is read (the message's variance, the DP
     /// noise included): 1 reads answers as reported, K > 1 gives each answer 1/K of its weight
     /// (the harm study's tempering switch; 1 by default).
-    pub answer_var_scale: f64,
+    pub(crate) answer_var_scale: f64,
     /// When set, each re-fit first chooses `answer_extra_var` from these candidates by the
     /// augmented objective at the current θ (a profile marginal likelihood of the party's own
     /// rows and the answers together).
-    pub answer_noise_grid: Option<Vec<f64>>,
+    pub(crate) answer_noise_grid: Option<Vec<f64>>,
     /// The answer check (docs/results.md, "Does co-training ever hurt a party?"): an answer whose distance from this party's
     /// private-only prediction exceeds `z` standard deviations of that difference (its own
     /// latent variance + its noise σ² + the answer's variance) gets its variance raised until
     /// the distance is exactly `z` — kept, but weighted as the evidence allows (exact local
     /// model; None: off).
-    pub answer_check_z: Option<f64>,
+    pub(crate) answer_check_z: Option<f64>,
     /// Decline a peer's DP answers when this party's own fitted noise sd is below `ratio` times
     /// the answer's DP noise sd (root mean of its `noise_var`): a party whose own error is
     /// already far below the release's noise gains nothing from it on average and is made worse
     /// by the draw in about one run in three (docs/results.md, "The sixth pass"). Reads only
     /// this party's own fit; a declined answer is counted in [`CoModel::declined_answers`] and
     /// changes nothing else. None: off (the harm study's switch).
-    pub decline_noise_ratio: Option<f64>,
+    pub(crate) decline_noise_ratio: Option<f64>,
     /// Answers declined by [`CoModel::decline_noise_ratio`] so far.
-    pub declined_answers: usize,
+    pub(crate) declined_answers: usize,
+    /// The per-answer value rule: an answer whose variance (as read, the discount included)
+    /// exceeds 1/K of this party's own private-only latent variance at its entity weighs
+    /// nothing there — it could cut that variance by less than K/(1+K), so it brings little and
+    /// risks what its reported variance does not cover. Reads only this party's own fit (exact
+    /// local model). None: off (the harm study's switch, issue 56).
+    pub(crate) answer_min_value: Option<f64>,
     /// Re-fits so far (replayed on restore, so the policy's choices repeat).
     refits: usize,
     /// The L-BFGS curvature the last re-fit's warm run and restart ended with: the next
@@ -302,9 +308,9 @@ pub struct CoModel {
     /// (docs/decisions.md D5; rebuilt identically when a restore replays the re-fits).
     refit_curvature: [Curvature; 2],
     /// Objective evaluations spent in re-fits so far (the cost measure of `experiment`).
-    pub refit_evaluations: usize,
+    pub(crate) refit_evaluations: usize,
     /// Eigenvalues clipped while projecting reported matrices to PSD (diagnostic).
-    pub psd_clipped: usize,
+    pub(crate) psd_clipped: usize,
     /// Large private sets: the local GP is VFE with these inducing inputs (greedy variance,
     /// chosen at the private fit). `None`: exact GP.
     sparse_z: Option<DMatrix<f64>>,
@@ -528,6 +534,7 @@ impl CoModel {
             answer_check_z: None,
             decline_noise_ratio: None,
             declined_answers: 0,
+            answer_min_value: None,
             refits: 0,
             refit_curvature: Default::default(),
             refit_evaluations: 0,
@@ -921,6 +928,18 @@ impl CoModel {
                 }
             }
         }
+        if let Some(k) = self.answer_min_value
+            && q > 0
+            && !self.is_sparse()
+        {
+            let own = self.predict_private(&xq, false)?;
+            let prior = self.kernel.diag(xq.rows(0, q));
+            for i in 0..q {
+                if own.var[i] < k * v[(i, i)] {
+                    v[(i, i)] += UNINFORMATIVE_NOISE * prior[i];
+                }
+            }
+        }
         Ok((xq, mu, v, k2))
     }
 
@@ -1299,6 +1318,11 @@ impl CoModel {
         Ok(obj)
     }
 
+    /// Drop the cached posterior (after a setting it does not key on changed).
+    pub(crate) fn forget_posterior(&mut self) {
+        self.post = None;
+    }
+
     /// Factorise the sparse posterior now (after a fit), so the first answer does not pay for it.
     pub fn warm(&mut self) -> Result<(), CotrainError> {
         if self.is_sparse() {
@@ -1359,7 +1383,7 @@ impl CoModel {
 
     /// The posterior mean is f = k₁(·, R) w with w linear in the labels; returns R and
     /// ∂w/∂y_private (|R| × n): the input of the label-DP sensitivity.
-    pub fn mean_weights(&mut self) -> Result<(DMatrix<f64>, DMatrix<f64>), CotrainError> {
+    pub(crate) fn mean_weights(&mut self) -> Result<(DMatrix<f64>, DMatrix<f64>), CotrainError> {
         Ok(match self.build()? {
             Built::Noisy(m) => {
                 let post = m.posterior()?;
@@ -1375,7 +1399,7 @@ impl CoModel {
     }
 
     /// ‖∂f/∂y_j‖ in the RKHS of this party's kernel for each private row j.
-    pub fn label_influence(&mut self) -> Result<DVector<f64>, CotrainError> {
+    pub(crate) fn label_influence(&mut self) -> Result<DVector<f64>, CotrainError> {
         if let Built::Sparse(m) = self.build()? {
             // VFE form (the Titsias 2009 mean): f = k(·,Z)β, ‖∂f/∂y_j‖²_H = (Σk_j)ᵀK_uu(Σk_j)/λ_j².
             let all = m.label_influence_rkhs()?;

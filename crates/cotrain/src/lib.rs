@@ -15,6 +15,7 @@ pub mod answer;
 pub mod answer_cache;
 pub mod baseline;
 pub mod blocky;
+pub mod boundary;
 pub mod ccpp;
 pub mod combiner;
 pub mod data;
@@ -40,7 +41,7 @@ pub use answer::{Answer, ChargeInfo, PredictRequest, Receipt, Uncertainty};
 pub use combiner::{CoModel, RefitPolicy, RefitTheta, SvgpTraining};
 pub use data::{PartyData, Scenario};
 pub use driver::{RunReport, block_on, build_parties, run_in_process};
-pub use party::Party;
+pub use party::{AnswerReading, ModelView, Party};
 pub use peer::{InProcessPeer, Peer};
 pub use release_model::{PublicTheta, QueryPolicy, ReleaseForm, ThetaPolicy};
 pub use settings::{AnswerDiscount, AnswerGuard, CombinerKind, DpConfig, DpMode, Guarantee, ReleasePolicy};
@@ -49,9 +50,15 @@ pub use state::PartyState;
 pub use table::Table;
 
 #[cfg(test)]
+mod combiners_tests;
+#[cfg(test)]
+mod guard_tests;
+#[cfg(test)]
 mod readings_tests;
 #[cfg(test)]
 mod release_tests;
+#[cfg(test)]
+mod sparse_party_tests;
 
 /// The parameter vector shared by every combiner: the kernel's log-parameters, then log σ².
 pub(crate) fn kernel_noise_params(kernel: &dyn dpcotrain_gp::Kernel, noise: &dpcotrain_gp::NoiseVariance) -> Vec<f64> {

@@ -1,7 +1,7 @@
 //! Readings of the protocol choices that Thomas 2017 ch. 4 leaves ambiguous (docs/decisions.md
 //! D25; docs/results.md, "Readings of the protocol"). Each is a switch whose default is the
 //! reading the project has always used; [`Readings::thesis`] is the combination that reproduces
-//! the thesis's tables best (the `--reading thesis` preset of `dpcotrain experiment`).
+//! the thesis's tables best (the `--reading thesis` preset of `dpcotrain-lab experiment`).
 //!
 //! | key | default | other reading | where it acts |
 //! |---|---|---|---|

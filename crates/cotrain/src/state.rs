@@ -30,8 +30,9 @@ pub const STATE_FORMAT: u32 = 1;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RequesterRecord {
     pub answered: Vec<usize>,
-    /// (pool index, released mean), sorted by index.
-    pub released: Vec<(usize, f64)>,
+    /// (pool index, released mean), sorted by index. With the noise records below it would
+    /// give the private means back, so no other crate can read it.
+    pub(crate) released: Vec<(usize, f64)>,
     pub ledger: Option<Ledger>,
     /// The current noise path (policy per-query).
     pub path: Option<PathRecord>,
@@ -46,10 +47,11 @@ pub struct RequesterRecord {
 #[serde(from = "(u64, NoisePathState, f64)", into = "(u64, NoisePathState, f64)")]
 pub struct PathRecord {
     /// The model version (mean function) the path belongs to.
-    pub version: u64,
-    pub path: NoisePathState,
+    pub(crate) version: u64,
+    /// The path's state: its draws so far are the noise of released means (secret).
+    pub(crate) path: NoisePathState,
     /// The scale σ of its draws.
-    pub sigma: f64,
+    pub(crate) sigma: f64,
 }
 
 impl From<(u64, NoisePathState, f64)> for PathRecord {
@@ -66,9 +68,11 @@ impl From<PathRecord> for (u64, NoisePathState, f64) {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FrozenRecord {
-    pub sigma: f64,
-    pub sensitivity: f64,
-    pub noise: DVector<f64>,
+    pub(crate) sigma: f64,
+    pub(crate) sensitivity: f64,
+    /// The noise of the release-once draw (secret: with a released mean it gives the private
+    /// mean back). Only this crate reads it; the store serialises it whole.
+    pub(crate) noise: DVector<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -389,7 +389,7 @@ mod likelihood_reading {
             pool,
         )
         .unwrap();
-        m.answer_form = AnswerForm::Likelihood;
+        m.set_answer_form(AnswerForm::Likelihood).unwrap();
         m
     }
 
@@ -463,7 +463,7 @@ mod likelihood_reading {
         let moved = (&after.mean - &before.mean).abs().max();
         assert!(moved < 1e-6, "{moved}");
         let mut thesis = model();
-        thesis.answer_form = AnswerForm::Posterior;
+        thesis.set_answer_form(AnswerForm::Posterior).unwrap();
         thesis.absorb(&answer(0.0, 1.0, 0.0, 1.0)).unwrap();
         let pulled = thesis.predict(&grid(), false).unwrap();
         assert!((&pulled.mean - &before.mean).abs().max() > 0.05);

@@ -131,7 +131,7 @@ fn a_malformed_answer_is_refused_not_absorbed() {
     use dpcotrain_cotrain::answer::Answer;
     let ps = parties(ReleasePolicy::PerQuery, 3);
     let mut p = ps[0].lock().unwrap();
-    let version = p.model().version;
+    let version = p.model().version();
     let bad = Answer {
         responder: "mallory".into(),
         indices: vec![2],
@@ -152,7 +152,7 @@ fn a_malformed_answer_is_refused_not_absorbed() {
     assert_eq!(rec.answers.len(), 1);
     assert_eq!(rec.answers[0].responder, "P2");
     assert!(rec.refused.iter().any(|(who, why)| who == "mallory" && why.contains("not absorbed")), "{:?}", rec.refused);
-    assert!(p.model().version > version, "the good answer was absorbed and the model re-fitted");
+    assert!(p.model().version() > version, "the good answer was absorbed and the model re-fitted");
     assert!(evaluate(&mut p).unwrap().rmse.is_finite());
 }
 
@@ -219,6 +219,6 @@ fn a_restored_party_replays_its_refit_policy() {
     let restart = with(RefitPolicy::WarmRestart, parties(policy, 7));
     rounds(&restart, 0..9);
     let theta =
-        |ps: &[Arc<Mutex<Party>>]| ps.iter().map(|p| p.lock().unwrap().model().kernel.params()).collect::<Vec<_>>();
+        |ps: &[Arc<Mutex<Party>>]| ps.iter().map(|p| p.lock().unwrap().model().hyperparameters()).collect::<Vec<_>>();
     assert_ne!(theta(&warm), theta(&restart), "the policy must matter somewhere in 9 rounds");
 }

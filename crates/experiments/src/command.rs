@@ -1,4 +1,4 @@
-//! `dpcotrain experiment floors | simulated | ccpp`: the thesis's grids (Thomas 2017 §4.3, §4.5).
+//! `dpcotrain-lab experiment floors | simulated | ccpp`: the thesis's grids (Thomas 2017 §4.3, §4.5).
 
 use crate::files::{load_jsonl, write_atomic};
 use crate::floors::{floors_table, monte_carlo_floor};
@@ -546,7 +546,7 @@ fn write_report(dir: &std::path::Path, rows: &[RunRow]) -> anyhow::Result<()> {
     let dps: std::collections::BTreeSet<String> = rows.iter().map(|r| r.dp.to_string()).collect();
     let rounds = rows.iter().map(|r| r.rmse_per_round.len()).max().unwrap_or(0);
     let md = format!(
-        "# dpcotrain experiment\n\n- runs: {} ({} party-rows)\n- DP: {}\n- rounds: {rounds}\n\n{}",
+        "# dpcotrain-lab experiment\n\n- runs: {} ({} party-rows)\n- DP: {}\n- rounds: {rounds}\n\n{}",
         runs.len(),
         rows.len(),
         dps.into_iter().collect::<Vec<_>>().join(", "),

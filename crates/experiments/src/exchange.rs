@@ -56,16 +56,15 @@ pub(crate) fn exchange_runs(seed: u64) -> Result<Vec<ExchangeRun>, CotrainError>
         let parties = build_parties(&sc, CombinerKind::Noisy, Uncertainty::Marginal, &dp.config(), seed)?;
         block_on(run_in_process(&parties, 25))?;
         let mut p = dpcotrain_cotrain::party::lock_party(&parties[0])?;
-        let pred = p.model_mut().predict(&xs, false)?;
+        let pred = p.predict(&xs, false)?;
+        let data = &sc.parties[0];
         let sd: Vec<f64> = pred.var.iter().map(|v| v.max(0.0).sqrt()).collect();
-        let train = (0..p.private_data().x_train.nrows())
-            .map(|i| (p.private_data().x_train[(i, 0)], p.private_data().y_train[i]))
-            .collect();
+        let train = (0..data.x_train.nrows()).map(|i| (data.x_train[(i, 0)], data.y_train[i])).collect();
         let queried = p
             .turns()
             .iter()
             .filter_map(|t| Some((t.index?, t.answers.first()?.mean.first().copied()?)))
-            .map(|(i, m)| (p.private_data().x_pool[(i, 0)], m))
+            .map(|(i, m)| (data.x_pool[(i, 0)], m))
             .collect();
         runs.push(ExchangeRun {
             title: title.into(),

@@ -1,13 +1,10 @@
 //! The files the CLI's commands write and read: reports written atomically (a crash never
 //! leaves half a file) and JSON-lines journals read back (a torn last line is skipped).
 
-use anyhow::Context;
-
-/// Write a report file durably ([`dpcotrain_federation::durable::write_atomic`]), so a crash
+/// Write a report file durably ([`dpcotrain_federation::durable::write_report`]), so a crash
 /// never leaves a half-written report.
 pub fn write_atomic(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
-    use dpcotrain_federation::durable::{Access, write_atomic};
-    write_atomic(path, text.as_bytes(), Access::Public).with_context(|| format!("cannot write {}", path.display()))
+    Ok(dpcotrain_federation::durable::write_report(path, text)?)
 }
 
 /// Every row of a JSON-lines journal; a missing file is empty, and a torn last line (a crash

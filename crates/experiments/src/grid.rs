@@ -233,7 +233,7 @@ struct DataConfig {
     seed: u64,
 }
 
-/// One row per run and party (the `--json` / CSV schema of `dpcotrain experiment`).
+/// One row per run and party (the `--json` / CSV schema of `dpcotrain-lab experiment`).
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub(crate) struct RunRow {
     pub dataset: String,

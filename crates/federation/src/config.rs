@@ -998,9 +998,9 @@ mod readings_tests {
         let party = party_from_config(&cfg, &path).unwrap();
         let own = party.model().private_noise_variance();
         assert!(own > 0.0 && own < 1.0, "{own}");
-        assert_eq!(party.model().answer_extra_var, 30.0 * own, "the default reaches the model as 30 σ²");
+        assert_eq!(party.model().answer_extra_var(), 30.0 * own, "the default reaches the model as 30 σ²");
         cfg.model.answer_extra_variance = AnswerDiscount::Fixed(0.5);
-        assert_eq!(party_from_config(&cfg, &path).unwrap().model().answer_extra_var, 0.5);
+        assert_eq!(party_from_config(&cfg, &path).unwrap().model().answer_extra_var(), 0.5);
         for bad in [-1.0, f64::NAN, f64::INFINITY] {
             cfg.model.answer_extra_variance = AnswerDiscount::Fixed(bad);
             let err = party_from_config(&cfg, &path).unwrap_err().to_string();

@@ -16,6 +16,12 @@ pub enum Access {
     Secret,
 }
 
+/// A report file (public), written as [`write_atomic`] writes; the error names the file.
+pub fn write_report(path: &Path, text: &str) -> std::io::Result<()> {
+    write_atomic(path, text.as_bytes(), Access::Public)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot write {}: {e}", path.display())))
+}
+
 /// Write `data` to a new temporary file beside `path` (a name no other writer uses), fsync it,
 /// rename it over `path` and fsync the directory: a reader sees the old content or the new,
 /// never a torn file, and the new content survives a crash once this returns. On failure the

@@ -117,7 +117,7 @@ impl Metrics {
             self.epsilon.get_or_create(&labels).set(other_eps);
             self.rho.get_or_create(&labels).set(other_rho);
         }
-        self.model_version.set(p.model().version as i64);
+        self.model_version.set(p.model().version() as i64);
         self.turns.set(p.turns().len() as i64);
     }
 

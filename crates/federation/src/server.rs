@@ -390,7 +390,7 @@ impl NodeService {
             let rounds = p.turns().iter().map(|t| t.round).collect::<HashSet<_>>().len() as u32;
             Ok(pb::StatusResponse {
                 party: p.name().to_string(),
-                model_version: p.model().version,
+                model_version: p.model().version(),
                 rounds_done: rounds,
                 spend,
                 test_rmse: metrics.as_ref().map(|m| m.rmse),

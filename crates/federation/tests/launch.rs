@@ -172,7 +172,7 @@ fn model_local_svgp_builds_a_sparse_party_and_bad_values_are_refused() {
     let cfg: PartyConfig = load(&svgp).unwrap();
     let party = party_from_config(&cfg, &svgp).unwrap();
     assert_eq!(party.model().local_model(), LocalModel::Svgp);
-    assert!(party.model().sparse_inducing().unwrap().nrows() <= 10);
+    assert!(party.model().inducing_count().unwrap() <= 10);
     let bad = dir.path().join("typo.toml");
     std::fs::write(&bad, text.replace("local = \"auto\"", "local = \"svpg\"")).unwrap();
     let e = load::<PartyConfig>(&bad).unwrap_err().to_string();

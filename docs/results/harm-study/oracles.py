@@ -2,7 +2,7 @@
 
     python3 docs/results/harm-study/oracles.py TRACE.jsonl [TRACE.jsonl …]
 
-Each TRACE is what `dpcotrain experiment frontier … --trace TRACE --trace-oracle O` wrote. For every
+Each TRACE is what `dpcotrain-lab experiment frontier … --trace TRACE --trace-oracle O` wrote. For every
 data set and n_obs, and for the no-DP and each DP cell, it prints how many party-runs are hurt
 (worse than alone by > 1% and > 2 paired SE, as `frontier::hurt`) and the mean gain (alone −
 after, RMSE) of: the protocol as run; the oracle fit given the true labels of the asked

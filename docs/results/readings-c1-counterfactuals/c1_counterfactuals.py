@@ -9,7 +9,7 @@ cells (Thomas 2017 App. C) for n_obs 25 and 50 and the sign test of those differ
 
 It shares no code or random numbers with the Rust binary; its baseline (D17: L-BFGS on log θ,
 start s² = Var(y), ℓ = 1, σ² = 0.1·Var(y), bounds as D17, best of 4 starts) lands where
-`dpcotrain experiment simulated --rounds 1` does (+0.016 to +0.02 unmasked).
+`dpcotrain-lab experiment simulated --rounds 1` does (+0.016 to +0.02 unmasked).
 
     python3 c1_counterfactuals.py [--seeds 40] [--variants base,gpy,...] > out.md
 """

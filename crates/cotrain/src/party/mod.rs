@@ -18,10 +18,13 @@
 mod batches;
 mod per_query;
 mod release_once;
+mod view;
+
+pub use view::{AnswerReading, ModelView};
 
 use crate::answer::{Answer, BatchLikelihood, ChargeInfo, PredictRequest, Uncertainty};
 use crate::answer_cache::{self, AnswerCache};
-use crate::combiner::{CoModel, CombinerKind, LocalModel, SPARSE_THRESHOLD, SvgpTraining};
+use crate::combiner::{CoModel, CombinerKind, LocalModel, PeerBlock, SPARSE_THRESHOLD, SvgpTraining};
 use crate::data::PartyData;
 use crate::readings::{AnswerSource, BlockyTheta, Readings, SharedVariance, ThesisNoise};
 use crate::release_model::{ReleaseForm, ReleaseModel, ThetaPolicy, ThetaSelection, select_theta};
@@ -373,7 +376,7 @@ impl Party {
     /// [`Party::model_for_turn`]) and re-fit it, away from the party: what a node runs outside
     /// the lock its peers' requests wait on, so no peer's latency depends on the re-fit (whose
     /// iterations depend on the private labels). [`Party::commit_turn`] then installs it.
-    pub fn stage(
+    pub(crate) fn stage(
         mut model: CoModel,
         base_version: u64,
         answers: Vec<Answer>,
@@ -385,7 +388,7 @@ impl Party {
     }
 
     /// A copy of the model to stage a turn on, and its version.
-    pub fn model_for_turn(&self) -> (CoModel, u64) {
+    pub(crate) fn model_for_turn(&self) -> (CoModel, u64) {
         (self.model.clone(), self.model.version)
     }
 
@@ -413,7 +416,7 @@ impl Party {
 
     /// Install a turn staged with [`Party::stage`] and record it. Refused if the party's model
     /// changed since the copy was taken (turns are one at a time).
-    pub fn commit_turn(
+    pub(crate) fn commit_turn(
         &mut self,
         round: usize,
         index: Option<usize>,
@@ -588,29 +591,39 @@ impl Party {
         self.seed = seed;
     }
 
-    /// The co-trained model, read-only: its settings, version and history. Its operations that
-    /// change it are [`Party`]'s own (answer, absorb, configure), so a model cannot be swapped
-    /// or re-fitted outside the protocol.
-    pub fn model(&self) -> &CoModel {
-        &self.model
+    /// What the co-trained model says about itself without its data (version, settings,
+    /// fitted noise, the answers it received): [`ModelView`]. The model itself never leaves the
+    /// party — no caller can clone it, predict from its private-only posterior or read its
+    /// weights — and its operations that change it are [`Party`]'s own (answer, fold in,
+    /// configure).
+    pub fn model(&self) -> ModelView<'_> {
+        ModelView(&self.model)
     }
 
-    /// Inside the party, for experiments only (cargo feature `white-box`, which only
-    /// `dpcotrain-experiments` turns on): its private rows, labels included. The frontier's
-    /// harm study and the exchange picture read them; a node never does —
-    /// `crates/federation` does not ask for the feature, so built alone it cannot name this
-    /// (tests/architecture.rs checks that no product crate asks for it).
-    #[cfg(feature = "white-box")]
-    pub fn private_data(&self) -> &PartyData {
-        &self.data
+    /// The private-only model's latent predictive at covariates the caller supplies (this
+    /// party's view; its own labels, its private fit's θ): the "alone" of an evaluation, for the
+    /// party's own operator and the lab's traces. Like [`Party::predict`], nothing a peer
+    /// receives comes from here. Exact local model only.
+    pub fn predict_alone(&mut self, xs: &DMatrix<f64>) -> Result<dpcotrain_gp::Prediction, CotrainError> {
+        self.model.predict_private(xs, false)
     }
 
-    /// Inside the party, for experiments only (cargo feature `white-box`): the model, mutable,
-    /// so the frontier's counterfactuals can set a querier's research switches and re-read its
-    /// answers under an oracle.
-    #[cfg(feature = "white-box")]
-    pub fn model_mut(&mut self) -> &mut CoModel {
-        &mut self.model
+    /// A counterfactual re-read of the answers already received: `edit` changes the received
+    /// blocks (the peers' answers — never this party's rows), `level_var` sets the variance of
+    /// a level shared by one peer's answers ([`CoModel::answer_level_var`]), then the model is
+    /// re-fitted as after a turn. The lab's oracles use it; a node never does.
+    pub fn reread_answers(
+        &mut self,
+        edit: impl FnOnce(&mut [PeerBlock]),
+        level_var: Option<f64>,
+    ) -> Result<(), CotrainError> {
+        edit(&mut self.model.blocks);
+        if let Some(v) = level_var {
+            self.model.answer_level_var = v;
+        }
+        self.model.version += 1;
+        self.model.refit()?;
+        Ok(())
     }
 
     /// The size of the shared pool (public: entities are named by index).
@@ -659,6 +672,39 @@ impl Party {
     /// The variance added to every answer ([`CoModel::set_answer_discount`], D30).
     pub fn set_answer_discount(&mut self, discount: crate::settings::AnswerDiscount) -> Result<(), CotrainError> {
         self.model.set_answer_discount(discount)
+    }
+
+    /// How this party reads the answers it receives beyond the product's settings: the harm
+    /// study's switches ([`AnswerReading`]). They change only this party's own model, never
+    /// what it releases.
+    pub fn set_answer_reading(&mut self, r: &AnswerReading) -> Result<(), CotrainError> {
+        if let Some(d) = r.discount {
+            self.model.set_answer_discount(d)?;
+        }
+        if let Some(v) = r.extra_var {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(CotrainError::config(format!("answer extra variance {v} must be finite and non-negative")));
+            }
+            self.model.answer_extra_var = v;
+        }
+        self.model.answer_noise_grid = r.noise_grid.clone();
+        if r.noise_grid.is_some() {
+            self.model.answer_extra_var = 0.0;
+        }
+        self.model.refit_theta = r.refit_theta;
+        self.model.answer_check_z = r.check_z;
+        self.model.decline_noise_ratio = r.decline_ratio;
+        self.model.answer_var_scale = r.var_scale;
+        if let Some(k) = r.min_value
+            && !(k.is_finite() && k >= 0.0)
+        {
+            return Err(CotrainError::config(format!("answer minimum value {k} must be finite and non-negative")));
+        }
+        self.model.answer_min_value = r.min_value;
+        // Not a version bump: the version seeds the per-query noise paths, and the reading
+        // changes nothing released. A cached posterior is dropped instead.
+        self.model.forget_posterior();
+        Ok(())
     }
 
     /// The label-free release model: private covariates and clipped labels, with public θ, the

@@ -1,4 +1,4 @@
-//! `dpcotrain experiment frontier`: the privacy–utility frontier of honest co-training
+//! `dpcotrain-lab experiment frontier`: the privacy–utility frontier of honest co-training
 //! (docs/honest-dp.md): test RMSE alone / co-trained without DP / co-trained at each ε for each
 //! release mechanism and θ policy, the share of the non-private gain recovered, and a figure.
 
@@ -37,6 +37,11 @@ pub struct FrontierArgs {
     /// draws --nobs of each party's labelled rows; add "views" to --data to mix with the others.
     #[arg(long, value_delimiter = ',')]
     pub views: Vec<PathBuf>,
+    /// With --views: a CSV of the pool's true labels (one column, one row per pool row), for
+    /// the lab's label-dependent readings only — --trace's true-label floor and oracles. No node
+    /// is ever given such a file.
+    #[arg(long, value_name = "CSV", requires = "views")]
+    pub pool_labels: Option<PathBuf>,
     /// Correlation of the simulated views.
     #[arg(long, default_value_t = 0.9)]
     pub r: f64,
@@ -112,6 +117,11 @@ pub struct FrontierArgs {
     /// answers' DP noise sd (0: off): the sixth pass's switch for a strong party.
     #[arg(long, default_value_t = 0.0, value_name = "R")]
     pub decline_ratio: f64,
+    /// Give an answer no weight where the querier's own private-only latent variance is below K
+    /// times the answer's variance (discount included), i.e. where it could cut the querier's
+    /// own variance there by less than K/(1+K) (0: off): issue 56's per-answer value rule.
+    #[arg(long, default_value_t = 0.0, value_name = "K")]
+    pub answer_min_value: f64,
     /// The public θ of the release model under --thetas public (and the vote's default under
     /// --thetas select), as
     /// SIGNAL_VARIANCE,LENGTHSCALE,NOISE_VARIANCE (standardised scale; queries keep 1,1,0.1).
@@ -214,7 +224,10 @@ fn config(a: &FrontierArgs) -> anyhow::Result<FrontierConfig> {
         }
         None
     } else {
-        let v = user_views(&a.views)?;
+        let mut v = user_views(&a.views)?;
+        if let Some(path) = &a.pool_labels {
+            v.pool_labels = Some(pool_labels(path, v.parties[0].x_pool.nrows())?);
+        }
         for (p, path) in v.parties.iter().zip(&a.views) {
             if p.x_train.nrows() < max_nobs {
                 anyhow::bail!(
@@ -248,6 +261,7 @@ fn config(a: &FrontierArgs) -> anyhow::Result<FrontierConfig> {
         answer_check: (a.answer_check > 0.0).then_some(a.answer_check),
         answer_temper: a.answer_temper,
         decline_ratio: (a.decline_ratio > 0.0).then_some(a.decline_ratio),
+        answer_min_value: (a.answer_min_value > 0.0).then_some(a.answer_min_value),
         views,
         release_theta: match a.release_theta[..] {
             [signal_variance, lengthscale, noise_variance] => {
@@ -290,9 +304,9 @@ fn trace(cfg: &FrontierConfig, path: &Path, oracle: TraceOracle) -> anyhow::Resu
             cells.iter().map(move |&cell| {
                 let v = match trace_run(cfg, job, cell, oracle) {
                     Ok(t) => serde_json::json!({"data": job.data.name(), "nobs": job.nobs, "seed": job.seed,
-                        "epsilon": cell.map(|c| c.0), "mechanism": cell.map(|c| c.1.name()), "oracle": oracle.name(), "parties": t}),
+                        "node_seed": job.node_seed, "epsilon": cell.map(|c| c.0), "mechanism": cell.map(|c| c.1.name()), "oracle": oracle.name(), "parties": t}),
                     Err(e) => serde_json::json!({"data": job.data.name(), "nobs": job.nobs, "seed": job.seed,
-                        "epsilon": cell.map(|c| c.0), "error": e.to_string()}),
+                        "node_seed": job.node_seed, "epsilon": cell.map(|c| c.0), "error": e.to_string()}),
                 };
                 v.to_string()
             })
@@ -327,6 +341,23 @@ fn user_views(configs: &[PathBuf]) -> anyhow::Result<Scenario> {
     Ok(sc)
 }
 
+/// `--pool-labels`: one finite label per pool row (the file's only column).
+fn pool_labels(path: &Path, pool_rows: usize) -> anyhow::Result<nalgebra::DVector<f64>> {
+    let t = dpcotrain_cotrain::table::Table::read(path)?;
+    if t.columns.len() != 1 {
+        anyhow::bail!(
+            "--pool-labels {}: {} columns ({}); it needs exactly one, the label",
+            path.display(),
+            t.columns.len(),
+            t.columns.join(",")
+        );
+    }
+    if t.data.nrows() != pool_rows {
+        anyhow::bail!("--pool-labels {}: {} rows, but the pool has {pool_rows}", path.display(), t.data.nrows());
+    }
+    Ok(t.data.column(0).into_owned())
+}
+
 /// The settings that change a run's numbers but not its row key (JSON, one line).
 fn protocol_settings(cfg: &FrontierConfig) -> String {
     let mut v = serde_json::json!({
@@ -350,6 +381,9 @@ fn protocol_settings(cfg: &FrontierConfig) -> String {
     }
     if let Some(r) = cfg.decline_ratio {
         v["decline_ratio"] = r.into();
+    }
+    if let Some(k) = cfg.answer_min_value {
+        v["answer_min_value"] = k.into();
     }
     v.to_string()
 }

@@ -14,12 +14,13 @@
 pub mod command;
 
 use dpcotrain_cotrain::CotrainError;
+use dpcotrain_cotrain::PartyData;
 use dpcotrain_cotrain::Scenario;
 use dpcotrain_cotrain::Uncertainty;
 use dpcotrain_cotrain::ccpp::{CcppConfig, RealData, ccpp};
 use dpcotrain_cotrain::combiner::{AnswerForm, AnswerGuard, CombinerKind, PeerBlock, RefitTheta};
 use dpcotrain_cotrain::driver::build_parties_with;
-use dpcotrain_cotrain::party::{DpConfig, DpMode, ReleasePolicy, lock_party};
+use dpcotrain_cotrain::party::{AnswerReading, DpConfig, DpMode, ReleasePolicy, lock_party};
 use dpcotrain_cotrain::readings::{FitStarts, Readings};
 use dpcotrain_cotrain::settings::{AnswerDiscount, DEFAULT_ANSWER_DISCOUNT};
 use dpcotrain_cotrain::{PublicTheta, QueryPolicy, ReleaseForm, ThetaPolicy};
@@ -172,6 +173,8 @@ pub struct FrontierConfig {
     /// Decline DP answers below this ratio of own noise sd to the answer's noise sd
     /// (`CoModel::decline_noise_ratio`; None: off).
     pub decline_ratio: Option<f64>,
+    /// The per-answer value rule (`CoModel::answer_min_value`; None: off).
+    pub answer_min_value: Option<f64>,
     /// The user's own views for [`FrontierData::Views`] (every party's data as its node reads it).
     pub views: Option<Scenario>,
     /// The public θ of the release model under θ policy `public` (queries keep the default).
@@ -282,6 +285,7 @@ impl FrontierConfig {
             answer_check: None,
             answer_temper: 1.0,
             decline_ratio: None,
+            answer_min_value: None,
             views: None,
             release_theta: dpcotrain_cotrain::release_model::DEFAULT_RELEASE_THETA,
         }
@@ -543,10 +547,11 @@ fn rows_at(x: &DMatrix<f64>, idx: &[usize]) -> DMatrix<f64> {
 /// predict at the party's test points. Returns the means and the oracle's value.
 fn reread(
     p: &mut dpcotrain_cotrain::party::Party,
+    data: &PartyData,
     labels: &nalgebra::DVector<f64>,
     oracle: TraceOracle,
 ) -> Result<(nalgebra::DVector<f64>, f64), CotrainError> {
-    let s2 = p.model_mut().noise.variance;
+    let s2 = p.model().noise_variance();
     let mut value = f64::NAN;
     // An answer's message (docs/honest-dp.md): latent variance v, gain g = p/(p − v), and
     // variance v·g + s²·g².
@@ -565,20 +570,23 @@ fn reread(
         b.vars[k] = v + nv_new;
     };
     match oracle {
-        TraceOracle::AnswerError => {
-            for b in &mut p.model_mut().blocks {
-                for (k, &j) in b.indices.clone().iter().enumerate() {
-                    let (_, g, msg) = message(b, k);
-                    let err = (b.means[k] * g - labels[j]).powi(2) - s2;
-                    if err > msg {
-                        set(b, k, err);
+        TraceOracle::AnswerError => p.reread_answers(
+            |blocks| {
+                for b in blocks {
+                    for (k, &j) in b.indices.clone().iter().enumerate() {
+                        let (_, g, msg) = message(b, k);
+                        let err = (b.means[k] * g - labels[j]).powi(2) - s2;
+                        if err > msg {
+                            set(b, k, err);
+                        }
                     }
                 }
-            }
-        }
+            },
+            None,
+        )?,
         TraceOracle::Level => {
             let (mut sum, mut vsum, mut n) = (0.0, 0.0, 0usize);
-            for b in &p.model_mut().blocks {
+            for b in p.model().blocks() {
                 for (k, &j) in b.indices.iter().enumerate() {
                     sum += b.means[k] - labels[j];
                     vsum += b.vars[k] + s2;
@@ -587,27 +595,29 @@ fn reread(
             }
             let nf = n.max(1) as f64;
             value = ((sum / nf).powi(2) - vsum / nf / nf).max(0.0);
-            p.model_mut().answer_level_var = value;
+            p.reread_answers(|_| {}, Some(value))?;
         }
         TraceOracle::OwnCalibration => {
-            let asked = p.model_mut().asked();
-            let xq = rows_at(p.model_mut().x_pool(), &asked);
-            let own = p.model_mut().predict_private(&xq, false)?;
+            let asked = p.model().asked();
+            let xq = rows_at(&data.x_pool, &asked);
+            let own = p.predict_alone(&xq)?;
             let err: f64 = asked.iter().enumerate().map(|(k, &j)| (own.mean[k] - labels[j]).powi(2) - s2).sum();
             let var: f64 = own.var.iter().map(|v| v.max(1e-12)).sum();
             value = (err / var).max(0.05);
-            for b in &mut p.model_mut().blocks {
-                for k in 0..b.indices.len() {
-                    let (_, _, msg) = message(b, k);
-                    set(b, k, msg / value);
-                }
-            }
+            p.reread_answers(
+                |blocks| {
+                    for b in blocks {
+                        for k in 0..b.indices.len() {
+                            let (_, _, msg) = message(b, k);
+                            set(b, k, msg / value);
+                        }
+                    }
+                },
+                None,
+            )?;
         }
     }
-    p.model_mut().version += 1;
-    p.model_mut().refit()?;
-    let x = p.private_data().x_test.clone();
-    Ok((p.model_mut().predict(&x, false)?.mean, value))
+    Ok((p.predict(&data.x_test, false)?.mean, value))
 }
 
 /// [`PartyTrace`] of every party of one run (the first θ policy of `cfg`, one round).
@@ -622,11 +632,10 @@ pub fn trace_run(
     let dpc = cfg.dp(dp, theta);
     let parties = configured_parties(&sc, &dpc, job.party_seed(), cfg)?;
     let mut before = Vec::new();
-    for p in &parties {
+    for (p, d) in parties.iter().zip(&sc.parties) {
         let mut g = lock_party(p)?;
-        let x = g.private_data().x_test.clone();
-        let pred = g.model_mut().predict(&x, false)?;
-        before.push((pred, g.model_mut().noise.variance));
+        let pred = g.predict(&d.x_test, false)?;
+        before.push((pred, g.model().noise_variance()));
     }
     block_on(run_in_process(&parties, 1))?;
     // The same run read again under the oracle (same seed: the same queries and noise draws).
@@ -634,21 +643,22 @@ pub fn trace_run(
     if let Some(labels) = &sc.pool_labels {
         let again = configured_parties(&sc, &dpc, job.party_seed(), cfg)?;
         block_on(run_in_process(&again, 1))?;
-        for p in &again {
-            reread_means.push(reread(&mut *lock_party(p)?, labels, oracle)?);
+        for (p, d) in again.iter().zip(&sc.parties) {
+            reread_means.push(reread(&mut *lock_party(p)?, d, labels, oracle)?);
         }
     }
     let mut out = Vec::new();
     for (i, (p, (alone, noise_before))) in parties.iter().zip(before).enumerate() {
         let mut g = lock_party(p)?;
-        let x = g.private_data().x_test.clone();
-        let after = g.model_mut().predict(&x, false)?;
-        let y = g.private_data().y_test.clone();
+        let data = &sc.parties[i];
+        let x = &data.x_test;
+        let after = g.predict(x, false)?;
+        let y = data.y_test.clone();
         let nan = nalgebra::DVector::from_element(y.len(), f64::NAN);
         // True labels at the asked entities, fitted as the party fits its own rows.
         let with_labels = match &sc.pool_labels {
             Some(labels) => {
-                let asked = g.model_mut().asked();
+                let asked = g.model().asked();
                 let mut o = sc.clone();
                 let d = &mut o.parties[i];
                 let extra = rows_at(&d.x_pool, &asked);
@@ -670,7 +680,7 @@ pub fn trace_run(
                     readings,
                 )?;
                 let mut og = lock_party(&op[i])?;
-                og.model_mut().predict(&x, false)?.mean
+                og.predict(x, false)?.mean
             }
             None => nan.clone(),
         };
@@ -689,9 +699,9 @@ pub fn trace_run(
             })
             .collect();
         let mut answers = Vec::new();
-        for b in &g.model_mut().blocks.clone() {
-            let xq = rows_at(g.model_mut().x_pool(), &b.indices);
-            let own = g.model_mut().predict_private(&xq, false)?;
+        for b in &g.model().blocks().to_vec() {
+            let xq = rows_at(&data.x_pool, &b.indices);
+            let own = g.predict_alone(&xq)?;
             for (k, &j) in b.indices.iter().enumerate() {
                 let truth = sc.pool_labels.as_ref().map_or(f64::NAN, |l| l[j]);
                 let noise = b.noise_vars[k].unwrap_or(0.0);
@@ -699,11 +709,11 @@ pub fn trace_run(
             }
         }
         out.push(PartyTrace {
-            party: g.private_data().name.clone(),
+            party: data.name.clone(),
             test,
             answers,
             noise_before,
-            noise_after: g.model_mut().noise.variance,
+            noise_after: g.model().noise_variance(),
             oracle_value,
         });
     }
@@ -720,28 +730,30 @@ fn configured_parties(
     let readings = Readings { fit_starts: cfg.fit_starts, ..Readings::default() };
     let parties = build_parties_with(sc, CombinerKind::Noisy, Uncertainty::Marginal, dp, seed, readings)?;
     let fitted_noise: Vec<f64> =
-        parties.iter().map(|p| lock_party(p).map(|g| g.model().noise.variance)).collect::<Result<_, _>>()?;
+        parties.iter().map(|p| lock_party(p).map(|g| g.model().noise_variance())).collect::<Result<_, _>>()?;
     for (i, p) in parties.iter().enumerate() {
         let mut p = lock_party(p)?;
-        p.model_mut().set_answer_form(cfg.answers)?;
+        p.set_answer_form(cfg.answers)?;
         p.set_send_likelihood(cfg.answers == AnswerForm::Functionals);
-        p.model_mut().set_guard(cfg.guard)?;
-        p.model_mut().refit_theta = cfg.refit_theta;
-        p.model_mut().answer_check_z = cfg.answer_check;
-        p.model_mut().decline_noise_ratio = cfg.decline_ratio;
-        p.model_mut().answer_var_scale = cfg.answer_temper;
+        p.set_guard(cfg.guard)?;
+        let mut reading = AnswerReading {
+            refit_theta: cfg.refit_theta,
+            check_z: cfg.answer_check,
+            decline_ratio: cfg.decline_ratio,
+            min_value: cfg.answer_min_value,
+            var_scale: cfg.answer_temper,
+            ..AnswerReading::default()
+        };
         match cfg.answer_noise {
-            AnswerNoise::Discount(d) => p.model_mut().set_answer_discount(d)?,
+            AnswerNoise::Discount(d) => reading.discount = Some(d),
             // Two parties: the responder is the other one (more: the largest of the others).
             AnswerNoise::Responder => {
-                p.model_mut().answer_extra_var =
-                    fitted_noise.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, v)| *v).fold(0.0, f64::max)
+                reading.extra_var =
+                    Some(fitted_noise.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, v)| *v).fold(0.0, f64::max))
             }
-            AnswerNoise::Profile => {
-                p.model_mut().answer_noise_grid = Some(vec![0.0, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0]);
-                p.model_mut().answer_extra_var = 0.0;
-            }
+            AnswerNoise::Profile => reading.noise_grid = Some(vec![0.0, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0]),
         }
+        p.set_answer_reading(&reading)?;
     }
     Ok(parties)
 }

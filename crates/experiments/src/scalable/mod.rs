@@ -1,4 +1,4 @@
-//! `dpcotrain experiment scalable …`: the scalable variational GPs of Thomas 2017 (thesis,
+//! `dpcotrain-lab experiment scalable …`: the scalable variational GPs of Thomas 2017 (thesis,
 //! chapters 1–3) on the thesis's data sets: SVGP against SGPR (`svgp.rs`), the Kronecker/Tucker
 //! VGP and the RNVGP (`ch23.rs`). Each subcommand writes JSON (every run) and a
 //! Markdown table with the thesis's numbers beside ours into `--out`.

@@ -1,4 +1,4 @@
-//! `dpcotrain experiment sparse …`: the sparse-GP papers' experiments reproduced with the
+//! `dpcotrain-lab experiment sparse …`: the sparse-GP papers' experiments reproduced with the
 //! numerical core — Bauer, van der Wilk & Rasmussen (2016), Walder, Kim & Schölkopf (2008) and
 //! Hughes-Hallett (2022).
 //! Each writes JSON (every number), a Markdown table with the papers' numbers beside ours, and

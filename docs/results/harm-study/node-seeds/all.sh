@@ -1,6 +1,7 @@
 #!/bin/sh
-# Every figure of docs/results.md's "The eighth pass" in one command (about 15 minutes on 2
-# cores): run.sh under each FIT, the re-fit counterfactual, and the summaries, rewritten in
+# Every figure of docs/results.md's "The eighth pass" and "The ninth pass" in one command (about
+# 25 minutes on 2 cores): run.sh under each FIT, the re-fit counterfactual, the true-label floor
+# (floor.sh), the per-answer value rule at three thresholds, and the summaries, rewritten in
 # place (compare with git diff), then the table of mean alone RMSE per FIT.
 #   sh docs/results/harm-study/node-seeds/all.sh OUT_DIR
 set -e
@@ -12,4 +13,9 @@ for FIT in best-of-4 fixed-4 fixed-8 fixed-16 fixed-32; do
 done
 FIT=fixed-4 EXTRA="--refit-theta own" sh $HERE/run.sh $OUT/refit-own
 python3 $HERE/summarise.py $OUT/refit-own fixed-4 > $HERE/summary-fixed-4-refit-own.txt
+FIT=fixed-4 sh $HERE/floor.sh $OUT/floor > $HERE/summary-floor-fixed-4.txt
+for K in 0.03 0.1 0.3; do
+  FIT=fixed-4 EXTRA="--answer-min-value $K" sh $HERE/run.sh $OUT/min-value-$K
+  python3 $HERE/summarise.py $OUT/min-value-$K fixed-4 > $HERE/summary-fixed-4-min-value-$K.txt
+done
 python3 $HERE/alone.py $OUT/main

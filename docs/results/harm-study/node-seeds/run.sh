@@ -4,12 +4,12 @@
 # two view splits per data set (contiguous halves; alternating columns), fixed before any run.
 # FIT picks how each party's private-only fit starts: best-of-4 (restarts drawn from the node's
 # seed, the default) or fixed-4 (restarts from one fixed stream). Run from the repository root
-# with the release binary built:
+# with the lab binary built (cargo build --release -p dpcotrain-lab):
 #   FIT=fixed-4 sh docs/results/harm-study/node-seeds/run.sh OUT_DIR
 # EXTRA adds frontier flags (e.g. EXTRA="--refit-theta own": the counterfactual of the pass).
 # then python3 docs/results/harm-study/node-seeds/summarise.py OUT_DIR. About 2 minutes on 2 cores.
 set -e
-BIN=${BIN:-target/release/dpcotrain}
+BIN=${BIN:-target/release/dpcotrain-lab}
 OUT=${1:?usage: run.sh OUT_DIR}
 FIT=${FIT:-best-of-4}
 D=docs/results/harm-study/node-seeds/data

@@ -3,7 +3,7 @@
 # point-by-point likelihood reading, and the true-label floor of the hurt test at 40 seeds, on the
 # three masked real data sets (CCPP, Bikeshare, Wage), n = 100 and 400, ε = 1.
 #   sh docs/results/harm-study/seventh/run.sh        (about 8 minutes on 2 cores)
-# DPCOTRAIN overrides the binary (../masked.sh says which commands exit non-zero, as expected).
+# DPCOTRAIN_LAB overrides the lab binary (../masked.sh says which commands exit non-zero, as expected).
 . "$(cd "$(dirname "$0")" && pwd)/../masked.sh"
 # The default (likelihood reading, answers discounted by 30σ̂², D30) is ../sixth/default.jsonl.
 run functionals --answers functionals

@@ -3,7 +3,7 @@
 # three masked real data sets (CCPP, Bikeshare, Wage), n = 100 and 400, 20 seeds, and an ε sweep
 # at n = 100. Writes one cell file per setting beside this script and prints the tables.
 #   sh docs/results/harm-study/sixth/run.sh        (about 27 minutes on 2 cores)
-# DPCOTRAIN overrides the binary (../masked.sh says which commands exit non-zero, as expected).
+# DPCOTRAIN_LAB overrides the lab binary (../masked.sh says which commands exit non-zero, as expected).
 . "$(cd "$(dirname "$0")" && pwd)/../masked.sh"
 run default
 for q in 10 15 50 100; do run queries$q --queries $q; done

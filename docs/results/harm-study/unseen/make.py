@@ -2,7 +2,8 @@
 
 Two masked views of a UCI data set for `experiment frontier --views` (unseen by every co-training experiment).
 Public standardisation of every column over the whole file; test 250 and pool 250 drawn at random (seed 0);
-the remaining rows split by 2-means on all covariates: party A's labelled rows from one cluster, B's from the other."""
+the remaining rows split by 2-means on all covariates: party A's labelled rows from one cluster, B's from the other.
+Also OUT_DIR/pool-labels.csv, the pool's true labels, for `experiment frontier --pool-labels` only."""
 import csv, random, sys, os, math
 name, a_cols, b_cols = sys.argv[1], sys.argv[2].split(','), sys.argv[3].split(',')
 masked = sys.argv[4] != 'unmasked'
@@ -37,3 +38,9 @@ for party, view, train in [('a', a_cols, clusters[0]), ('b', b_cols, clusters[1]
             for i in ids:
                 f.write(','.join(repr(Z[i][cols.index(c)]) for c in hdr) + '\n')
     print(name, party, view, 'train rows', len(train))
+# The pool's true labels, for the lab only (`experiment frontier --pool-labels`: the true-label
+# floor and the trace's oracles). Outside every party's folder: no node is given this file.
+with open(f'{out}/pool-labels.csv', 'w') as f:
+    f.write('y\n')
+    for i in pool:
+        f.write(repr(Z[i][cols.index('y')]) + '\n')

@@ -3,13 +3,13 @@
 # UCI airfoil and concrete, two view splits each (contiguous halves; alternating columns), masked
 # and unmasked, n_obs 100 and 250, 20 seeds, ε = 1, the protocol and an extra answer variance of
 # 3 and 10 (VS="own:10 own:30" for the extra variance in units of the querier's own fitted noise
-# variance, D30; VS="own:30+decline:0.4" adds the sixth pass's --decline-ratio 0.4). Run from the repository root with the release binary built; about 4 minutes on 2 cores.
+# variance, D30; VS="own:30+decline:0.4" adds the sixth pass's --decline-ratio 0.4). Run from the repository root with the lab binary built (cargo build --release -p dpcotrain-lab); about 4 minutes on 2 cores.
 #   sh docs/results/harm-study/unseen/run.sh [OUT_DIR]   (default: a temporary directory)
 # SPECS ("DATA A_COLS B_COLS" separated by ";"; DATA a UCI name or a CSV path) and NOBS change the
 # data and the labelled rows (docs/results/harm-study/unseen400/run.sh); LENGTHSCALE=median
 # runs the release with today's length-scale (D32; the cells here were measured with absolute).
 set -e
-BIN=${BIN:-target/release/dpcotrain}
+BIN=${BIN:-target/release/dpcotrain-lab}
 OUT=${1:-$(mktemp -d)}
 HERE=docs/results/harm-study/unseen
 SPECS=${SPECS:-"airfoil x1,x2,x3 x4,x5;airfoil x1,x5 x2,x3,x4;concrete x1,x2,x3,x4 x5,x6,x7,x8;concrete x1,x3,x5,x7 x2,x4,x6,x8"}

@@ -3,7 +3,7 @@
 # (docs/results.md, "The fifth pass"): Ecdat's Computers and BudgetFood (prep.py), two view splits
 # each (contiguous halves; alternating columns), masked and unmasked, 20 seeds, ε = 1, answers as
 # reported and with an extra variance of 3 and 10 (VS="own:10 own:30": K times the querier's own
-# fitted noise variance, D30). Run from the repository root with the release binary built; about
+# fitted noise variance, D30). Run from the repository root with the lab binary built (cargo build --release -p dpcotrain-lab); about
 # 15 minutes on 2 cores.
 #   sh docs/results/harm-study/unseen400/run.sh [OUT_DIR]   (default: a temporary directory)
 HERE=docs/results/harm-study/unseen400/data

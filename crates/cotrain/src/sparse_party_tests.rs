@@ -1,10 +1,10 @@
 //! Large private sets: a VFE local model under the Noisy combiner, its DP sensitivity in the VFE
 //! form, and clear refusals where a combiner needs the exact path.
 
-use dpcotrain_cotrain::answer::{Answer, Uncertainty};
-use dpcotrain_cotrain::combiner::{CoModel, CombinerKind, LocalModel};
-use dpcotrain_cotrain::data::PartyData;
-use dpcotrain_cotrain::party::{DpConfig, Party};
+use crate::answer::{Answer, Uncertainty};
+use crate::combiner::{CoModel, CombinerKind, LocalModel};
+use crate::data::PartyData;
+use crate::party::{DpConfig, Party};
 use dpcotrain_gp::NoiseVariance;
 use dpcotrain_gp::kernels::SquaredExponential;
 use nalgebra::{DMatrix, DVector};
@@ -28,7 +28,7 @@ fn party(
     kind: CombinerKind,
     local: LocalModel,
     inducing: Option<usize>,
-) -> Result<Party, dpcotrain_cotrain::CotrainError> {
+) -> Result<Party, crate::CotrainError> {
     let (x, y) = xy(n);
     let d = PartyData {
         name: "p".into(),
@@ -131,7 +131,7 @@ fn cached_sparse_posterior_follows_every_model_change() {
 /// sensitivity) equals a brute-force perturbation of each label of that SVGP's mean.
 #[test]
 fn svgp_local_model_predicts_as_its_optimal_q_and_its_influence_is_brute_force_exact() {
-    use dpcotrain_cotrain::combiner::SvgpTraining;
+    use crate::combiner::SvgpTraining;
     use dpcotrain_gp::Svgp;
     use dpcotrain_gp::svgp::InMemory;
     let (x, y) = xy(300);
@@ -187,7 +187,7 @@ fn svgp_local_model_predicts_as_its_optimal_q_and_its_influence_is_brute_force_e
 
 #[test]
 fn svgp_local_model_is_chosen_by_party_and_refuses_what_vfe_refuses() {
-    use dpcotrain_cotrain::combiner::SvgpTraining;
+    use crate::combiner::SvgpTraining;
     let (_, y) = xy(50);
     let mut m = model(CombinerKind::Blocky, Uncertainty::Marginal, y.clone());
     assert!(m.use_svgp(10, SvgpTraining::default()).unwrap_err().to_string().contains("exact GP path"));
@@ -199,5 +199,5 @@ fn svgp_local_model_is_chosen_by_party_and_refuses_what_vfe_refuses() {
     let p = party(400, CombinerKind::Noisy, LocalModel::Svgp, Some(30)).unwrap();
     assert_eq!(p.model().local_model(), LocalModel::Svgp);
     // Greedy variance stops early once the residual variance is exhausted.
-    assert!((20..=30).contains(&p.model().sparse_inducing().unwrap().nrows()));
+    assert!((20..=30).contains(&p.model().inducing_count().unwrap()));
 }

@@ -1,10 +1,10 @@
 //! The combiners' maths: Hybrid closed form = transductive construction, analytic gradients of
 //! the Blocky and Hybrid objectives, Noisy's modes, and the label-influence (sensitivity) path.
 
-use dpcotrain_cotrain::answer::{Answer, Uncertainty};
-use dpcotrain_cotrain::blocky::BlockyModel;
-use dpcotrain_cotrain::combiner::{CoModel, CombinerKind};
-use dpcotrain_cotrain::hybrid::HybridModel;
+use crate::answer::{Answer, Uncertainty};
+use crate::blocky::BlockyModel;
+use crate::combiner::{CoModel, CombinerKind};
+use crate::hybrid::HybridModel;
 use dpcotrain_gp::kernels::{Kernel, SquaredExponential};
 use dpcotrain_gp::{ExactGp, NoiseModel, NoiseVariance, Objective};
 use nalgebra::{DMatrix, DVector};
@@ -411,7 +411,7 @@ fn yu_transductive(xo: &DMatrix<f64>, y: &DVector<f64>, c2: &DMatrix<f64>, s2: f
 
 #[test]
 fn hybrid_yu_equals_its_transductive_construction_and_its_gradient_is_exact() {
-    use dpcotrain_cotrain::readings::HybridForm;
+    use crate::readings::HybridForm;
     let (x_tr, y_tr, x_q, mu, c2) = setup();
     let s2 = 0.1;
     let (xo, y) = augmented(&x_tr, &y_tr, &x_q, &mu);
@@ -463,7 +463,7 @@ fn noisy_with_pool() -> CoModel {
 /// answer within z standard deviations is left exactly as it was.
 #[test]
 fn refit_on_own_labels_and_the_answer_check() {
-    use dpcotrain_cotrain::combiner::RefitTheta;
+    use crate::combiner::RefitTheta;
     let probe = far_pool().rows(0, 1).into_owned();
     let outlier = Answer::marginal("B", vec![0], vec![-6.0], vec![0.01]);
     // θ stays the private fit's under Own; it moves under the D5 re-fit.

@@ -1,4 +1,4 @@
-//! `dpcotrain bench svgp`: the time of one SVGP training step (a natural-gradient step on q(u)
+//! `dpcotrain-lab bench svgp`: the time of one SVGP training step (a natural-gradient step on q(u)
 //! and an Adam step on θ and Z from one minibatch) and, with `--vs python`, GPflow's and
 //! GPyTorch's time for the same step on the same data size, measured in the same run (A B A B:
 //! ours, theirs, ours, theirs — this machine is shared and noisy, so the ratio is what counts).
@@ -266,8 +266,7 @@ fn stream_epoch(a: &SvgpBenchArgs, n: usize) -> anyhow::Result<Value> {
         drop(w);
         std::fs::rename(&tmp, &path)?;
     }
-    let exe = std::env::current_exe()?;
-    let out = std::process::Command::new(exe)
+    let out = std::process::Command::new(super::product_binary()?)
         .args(["gp", "svgp", "--train"])
         .arg(&path)
         .args(["--target", "y", "--epochs", "1", "--json", "--quiet"])

@@ -1,4 +1,4 @@
-//! `dpcotrain bench node`: the speed of the federation on this machine: a Predict
+//! `dpcotrain-lab bench node`: the speed of the federation on this machine: a Predict
 //! answer and a whole round, against the in-process work they wrap.
 //!
 //! 1. A node whose private view has `--rows` rows (VFE local model) answers Predict for 25

@@ -1,4 +1,4 @@
-//! `dpcotrain bench gp`: speed and memory of the numerical core on this machine
+//! `dpcotrain-lab bench gp`: speed and memory of the numerical core on this machine
 //! (`bench node`, the federation's speed, is in `bench_node.rs`).
 //!
 //! Reports the best of a few repetitions (setup untimed), GFLOP/s estimated from the dominant
@@ -379,6 +379,19 @@ fn gemm_peak(reps: usize) -> f64 {
     2.0 * (n as f64).powi(3) / t / 1e9
 }
 
+/// The product binary (`dpcotrain`) beside this one: the benchmarks that time a product command
+/// in its own process (its peak memory is that process's) run it from there.
+pub(crate) fn product_binary() -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe()?.with_file_name(format!("dpcotrain{}", std::env::consts::EXE_SUFFIX));
+    if !exe.is_file() {
+        anyhow::bail!(
+            "{} is missing: the benchmark runs the product binary beside dpcotrain-lab (cargo build --release --workspace builds both)",
+            exe.display()
+        );
+    }
+    Ok(exe)
+}
+
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Gp(a) => run_gp(a),
@@ -722,14 +735,6 @@ fn run_gp(a: GpBenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The process's peak resident set size (Linux `VmHWM`), if known.
-pub(crate) fn peak_rss_bytes() -> Option<u64> {
-    let s = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
-}
-
 fn run_memory(a: MemoryArgs) -> anyhow::Result<()> {
     let (x, y) = data(a.n, a.d, 11);
     let z = dpcotrain_gp::inducing::random_subset(&x, a.m, 1)?;
@@ -742,7 +747,7 @@ fn run_memory(a: MemoryArgs) -> anyhow::Result<()> {
     println!(
         "{}",
         json!({"case": "vfe_fit_memory", "n": a.n, "m": a.m, "d": a.d, "iterations": r.iterations,
-               "seconds": secs, "objective": r.objective, "peak_rss_bytes": peak_rss_bytes()})
+               "seconds": secs, "objective": r.objective, "peak_rss_bytes": dpcotrain::process::peak_rss_bytes()})
     );
     Ok(())
 }

@@ -1,11 +1,15 @@
-//! `dpcotrain experiment sparse …` end to end on small settings: the papers' qualitative
+//! `dpcotrain-lab experiment sparse …` end to end on small settings: the papers' qualitative
 //! findings must hold and every output file must be written.
 
 use serde_json::Value;
 use std::process::Command;
 
 fn run(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_dpcotrain")).args(args).output().expect("run dpcotrain")
+    Command::new(env!("CARGO_BIN_EXE_dpcotrain-lab"))
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .args(args)
+        .output()
+        .expect("run dpcotrain")
 }
 
 fn load(dir: &std::path::Path, name: &str) -> Value {

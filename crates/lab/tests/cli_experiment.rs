@@ -1,11 +1,14 @@
-//! `dpcotrain experiment`: floors exact to 3 decimals; a --quick grid runs and emits the
+//! `dpcotrain-lab experiment`: floors exact to 3 decimals; a --quick grid runs and emits the
 //! documented row schema.
 
 use serde_json::Value;
 use std::process::Command;
 
+/// The lab binary, run from the repository root (where the documented commands run).
 fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_dpcotrain"))
+    let mut c = Command::new(env!("CARGO_BIN_EXE_dpcotrain-lab"));
+    c.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    c
 }
 
 #[test]
@@ -140,21 +143,17 @@ fn quick_frontier_runs_resumes_and_reports() {
     }
 }
 
-/// `experiment frontier --views`: the frontier on a user's own view files (here the demo's
-/// federation, 60 labelled rows per party), each seed drawing --nobs of each party's rows; the
-/// per-party share and the hurt counts are reported, and a --nobs above a party's rows is
-/// refused naming its config.
+/// `experiment frontier --views`: the frontier on a user's own view files (here the shipped
+/// two-party example, 25 labelled rows per party), each seed drawing --nobs of each party's
+/// rows; the per-party share and the hurt counts are reported, and a --nobs above a party's rows
+/// is refused naming its config.
 #[test]
 fn frontier_runs_on_the_users_own_views() {
-    let dir = tempfile::tempdir().unwrap();
-    let demo = bin().args(["demo", "--n-obs", "60", "--json", "--out"]).arg(dir.path()).output().unwrap();
-    assert!(demo.status.success(), "{}", String::from_utf8_lossy(&demo.stderr));
-    let fed = dir.path().join("federation");
-    let views = format!("{},{}", fed.join("P1.toml").display(), fed.join("P2.toml").display());
-    let args = ["experiment", "frontier", "--views", &views, "--seeds", "2", "--epsilons", "1"];
+    let views = "examples/two-party/party-a.toml,examples/two-party/party-b.toml";
+    let args = ["experiment", "frontier", "--views", views, "--seeds", "2", "--epsilons", "1"];
     let run = bin()
         .args(args)
-        .args(["--nobs", "30", "--mechanisms", "finite+cap", "--thetas", "public", "--json"])
+        .args(["--nobs", "20", "--mechanisms", "finite+cap", "--thetas", "public", "--json"])
         .output()
         .unwrap();
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
@@ -167,7 +166,10 @@ fn frontier_runs_on_the_users_own_views() {
     assert_eq!(c["per_party"].as_array().unwrap().len(), 2, "{c}");
     let too_many = bin().args(args).args(["--nobs", "100"]).output().unwrap();
     let err = String::from_utf8_lossy(&too_many.stderr);
-    assert!(!too_many.status.success() && err.contains("P1.toml") && err.contains("only 60 labelled rows"), "{err}");
+    assert!(
+        !too_many.status.success() && err.contains("party-a.toml") && err.contains("only 25 labelled rows"),
+        "{err}"
+    );
     let missing = bin().args(["experiment", "frontier", "--quick", "--data", "views"]).output().unwrap();
     assert!(String::from_utf8_lossy(&missing.stderr).contains("--data views needs --views"));
 }

@@ -1,4 +1,4 @@
-//! `dpcotrain experiment scalable …` (Thomas 2017 ch. 2–3) end to end on tiny settings: every
+//! `dpcotrain-lab experiment scalable …` (Thomas 2017 ch. 2–3) end to end on tiny settings: every
 //! output file is written, the numbers are finite, a seed reproduces its run, and the Tucker
 //! VGP beats the mean predictor on CCPP.
 
@@ -6,7 +6,8 @@ use serde_json::Value;
 use std::process::Command;
 
 fn run(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_dpcotrain"))
+    Command::new(env!("CARGO_BIN_EXE_dpcotrain-lab"))
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
         .env("RAYON_NUM_THREADS", "1")
         .args(args)
         .output()

@@ -1,4 +1,4 @@
-//! `dpcotrain bench state`: what a flood of large answers costs a node's durable state.
+//! `dpcotrain-lab bench state`: what a flood of large answers costs a node's durable state.
 //!
 //! A party (simulated, 50 private rows, a 500-entity pool, calibrated DP, `release-once`: one
 //! charge per requester, every later answer post-processing, so a flood is never refused) is

@@ -4,8 +4,8 @@
 //! and the guard is refused where it is not defined; its paired-test form (`LooTest`), and the
 //! harm study's reading switches (tempered answers, a shared level).
 
-use dpcotrain_cotrain::answer::{Answer, Uncertainty};
-use dpcotrain_cotrain::combiner::{AnswerGuard, CoModel, CombinerKind};
+use crate::answer::{Answer, Uncertainty};
+use crate::combiner::{AnswerGuard, CoModel, CombinerKind};
 use dpcotrain_gp::kernels::{Kernel, SquaredExponential};
 use dpcotrain_gp::{ExactGp, NoiseModel, NoiseVariance};
 use nalgebra::{DMatrix, DVector};
@@ -162,7 +162,7 @@ fn tempered_answers_keep_their_shape_and_lose_their_weight() {
     let pool = DMatrix::from_fn(30, 1, |i, _| 4.0 + 3.0 * i as f64 / 29.0);
     let fit = |scale: f64| {
         let mut m = model_with_far_pool(AnswerGuard::Off);
-        m.refit_theta = dpcotrain_cotrain::combiner::RefitTheta::Own;
+        m.refit_theta = crate::combiner::RefitTheta::Own;
         m.answer_var_scale = scale;
         m.absorb(&far_answer(0.0)).unwrap();
         m.refit().unwrap();
@@ -191,7 +191,7 @@ fn a_shared_level_counts_once() {
     let pool = DMatrix::from_fn(30, 1, |i, _| 4.0 + 3.0 * i as f64 / 29.0);
     let fit = |level: f64| {
         let mut m = model_with_far_pool(AnswerGuard::Off);
-        m.refit_theta = dpcotrain_cotrain::combiner::RefitTheta::Own;
+        m.refit_theta = crate::combiner::RefitTheta::Own;
         m.answer_level_var = level;
         m.absorb(&far_answer(0.5)).unwrap();
         m.refit().unwrap();
@@ -232,13 +232,10 @@ fn dp_answers_far_noisier_than_the_own_error_are_declined() {
     assert_eq!((m.n_pseudo(), m.declined_answers), (10, 0), "no DP noise: nothing to decline");
     let mut bad = noisy(1.0);
     bad.noise_var.as_mut().unwrap()[2] = f64::NAN;
-    assert!(matches!(m.absorb(&bad), Err(dpcotrain_cotrain::CotrainError::Peer { .. })));
+    assert!(matches!(m.absorb(&bad), Err(crate::CotrainError::Peer { .. })));
     let mut short = noisy(1.0);
     short.noise_var.as_mut().unwrap().pop();
-    assert!(
-        matches!(m.absorb(&short), Err(dpcotrain_cotrain::CotrainError::Peer { .. })),
-        "a length mismatch, not a panic"
-    );
+    assert!(matches!(m.absorb(&short), Err(crate::CotrainError::Peer { .. })), "a length mismatch, not a panic");
     let mut m = model(AnswerGuard::Off);
     m.absorb(&noisy(100.0)).unwrap();
     assert_eq!((m.n_pseudo(), m.declined_answers), (10, 0), "switch off: every answer is absorbed");
