@@ -704,14 +704,14 @@ fn gp_fit_with_prior_mean_zero_is_the_nodes_private_fit() {
     let (train_mean, m) = rmse("train");
     assert!(m > 0.5, "party A's labelled rows sit high: training mean {m}");
     assert!(train_mean > node_alone + 0.2, "centred at the training mean: {train_mean} against {node_alone}");
-    // README quotes these figures (the doc-number check for this paragraph).
+    // docs/cli.md quotes these figures (the doc-number check for this paragraph).
     let readme =
-        std::fs::read_to_string(root.join("README.md")).unwrap().split_whitespace().collect::<Vec<_>>().join(" ");
+        std::fs::read_to_string(root.join("docs/cli.md")).unwrap().split_whitespace().collect::<Vec<_>>().join(" ");
     let quoted = format!(
         "training mean of {m:.2} against the test set's −{:.2}, and `gp fit` alone predicts its test set with RMSE {train_mean:.3}, `--prior-mean 0` with {zero:.3}, the node's figure",
         -(y.iter().sum::<f64>() / y.len() as f64)
     );
-    assert!(readme.contains(&quoted), "README.md should say: {quoted}");
+    assert!(readme.contains(&quoted), "docs/cli.md should say: {quoted}");
     let bad = run(&["gp", "fit", "--train", "x.csv", "--prior-mean", "middle"]);
     assert!(stderr(&bad).contains("neither `train` nor a finite number"), "{}", stderr(&bad));
 }

@@ -3,7 +3,7 @@
 //! as printed, so a document cannot drift from the code. Each check names the command a reader
 //! runs to see the same figures. Figures that depend on the machine (wall times, and the counts
 //! docs/results.md marks as machine-dependent) are not regenerated; the rest are seeded and
-//! reproduce on one build. README's speed table is compared with the committed `bench gp` run it
+//! reproduce on one build. docs/lab.md's speed table is compared with the committed `bench gp` run it
 //! links instead.
 
 use serde_json::Value;
@@ -154,17 +154,18 @@ fn examples_readme_quotes_its_examples() {
     }
 }
 
-/// README's speed table ("Now") quotes the `bench gp --vs python --json` run it links, figure for
+/// docs/lab.md's speed table ("Now") quotes the `bench gp --vs python --json` run it links, figure for
 /// figure as printed there. The times are this machine's and are not regenerated here; this
 /// keeps the table from drifting from its source file (`dpcotrain-lab bench gp --vs python --python
 /// VENV/bin/python --json` writes such a file).
 #[test]
 fn readme_speed_table_quotes_its_bench_json() {
-    let readme = doc("README.md");
-    let start = readme.find("**Now** (").expect("README has a \"Now\" speed table");
+    let readme = doc("docs/lab.md");
+    let start = readme.find("**Now** (").expect("docs/lab.md has a \"Now\" speed table");
     let end = start + readme[start..].find("Issue 38's targets").expect("the table ends before the targets");
     let now = &readme[start..end];
-    let link = now.split('(').find_map(|s| s.strip_prefix("docs/results/speed/")).expect("the table links its JSON");
+    // The link's target, relative to docs/.
+    let link = now.split('(').find_map(|s| s.strip_prefix("results/speed/")).expect("the table links its JSON");
     let file = format!("docs/results/speed/{}", &link[..link.find(')').unwrap()]);
     let rows: Vec<Value> = serde_json::from_str(&doc(&file)).unwrap();
     fn find<'a>(rows: &'a [Value], file: &str, case: &str, pred: &dyn Fn(&Value) -> bool) -> &'a Value {
@@ -256,7 +257,7 @@ fn readme_speed_table_quotes_its_bench_json() {
         format!("| {:.1} / {:.1} / {:.1} µs |", lml(25), lml(100), lml(225)),
     ];
     for e in &expected {
-        assert!(norm(now).contains(&norm(e)), "README's \"Now\" table does not quote {file} as printed:\n  {e}");
+        assert!(norm(now).contains(&norm(e)), "docs/lab.md's \"Now\" table does not quote {file} as printed:\n  {e}");
     }
     // The paragraph after the table: the hardware's bound on the ratio to GPflow, from the same run.
     let targets = &readme[end..end + readme[end..].find("has the measurements").expect("the targets paragraph ends")];
@@ -270,6 +271,6 @@ fn readme_speed_table_quotes_its_bench_json() {
         // The rest of the step: its time less the products and the two K_uf passes.
         format!("({:.2} s now)", f(step, "seconds") - f(products, "seconds") - 2.0 * f(products, "kuf_pass_seconds")),
     ] {
-        assert!(norm(targets).contains(&norm(&e)), "README's targets paragraph does not quote {file}:\n  {e}");
+        assert!(norm(targets).contains(&norm(&e)), "docs/lab.md's targets paragraph does not quote {file}:\n  {e}");
     }
 }

@@ -545,7 +545,7 @@ pub fn recovered_lines(r: &Value) -> Vec<String> {
 
 /// Why a party recovered little of its gain, from this run's policy and noise: under `batches`
 /// the noise a finite release needs at this ε, against the labels' scale; under the earlier
-/// function-space policies the GP-prior noise that erases the gain (README, "Earlier settings").
+/// function-space policies the GP-prior noise that erases the gain (docs/privacy-model.md, "Earlier settings").
 fn why_small(policy: &str, eps: f64, sd: f64) -> String {
     let scale = if sd > 6.0 {
         format!("{}× the whole clipped label range of 6", minus(sd / 6.0, 1))
@@ -771,7 +771,7 @@ mod tests {
         let b = recovered_lines(&run("batches", 0.957, 0.58)).join("\n");
         assert!(b.contains("10% of its non-private gain") && b.contains("(on labels of sd 1)"), "{b}");
         assert!(b.contains("falls as 1/ε") && !b.contains("RKHS"), "{b}");
-        // release-once: the README's account (the function-space noise erases the gain), never
+        // release-once: docs/privacy-model.md's account (the function-space noise erases the gain), never
         // "more labelled rows shrink it".
         let r = recovered_lines(&run("release-once", 28.461, 0.595)).join("\n");
         assert!(r.contains("RKHS sensitivity") && r.contains("4.7× the whole clipped label range"), "{r}");

@@ -252,7 +252,7 @@ pub fn repair(a: RepairArgs) -> anyhow::Result<()> {
     }
     if r.may_roll_back() {
         println!(
-            "WARNING: the dropped lines may record releases. Kept alone, the ledger can count less than was released; a requester that holds a receipt for a later release is refused until this node's ledger reaches it (see README, Operations: rollback)."
+            "WARNING: the dropped lines may record releases. Kept alone, the ledger can count less than was released; a requester that holds a receipt for a later release is refused until this node's ledger reaches it (see docs/operations.md, A restored snapshot)."
         );
     }
     if a.adopt_witnessed
