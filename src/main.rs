@@ -5,7 +5,7 @@
 //! tree and the dispatch.
 
 use clap::{Parser, Subcommand};
-use dpcotrain::cli::{certs, data, demo, gp, node, privacy, run, status, svgp};
+use dpcotrain::cli::{certs, data, data_view, demo, gp, node, privacy, run, status, svgp};
 use dpcotrain::process;
 
 #[derive(Debug, Parser)]
@@ -60,6 +60,12 @@ enum NodeCommand {
 enum DataCommand {
     /// Write the shipped CCPP data as two parties' CSV views ({AT,V} and {AP,RH}).
     SplitCcpp(data::SplitArgs),
+    /// Draw the pool's and the test set's entities from a table's id column (pool-ids.csv,
+    /// test-ids.csv: the public order every party uses).
+    Ids(data_view::IdsArgs),
+    /// Write this party's train.csv, pool.csv and test.csv from its own table and the agreed
+    /// pool and test ids.
+    View(data_view::ViewArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -92,6 +98,8 @@ fn main() {
         Command::Run(a) => rt().map_err(anyhow::Error::from).and_then(|r| r.block_on(run::run(a))),
         Command::Status(a) => rt().map_err(anyhow::Error::from).and_then(|r| r.block_on(status::status(a))),
         Command::Data(DataCommand::SplitCcpp(a)) => data::split_ccpp(a),
+        Command::Data(DataCommand::Ids(a)) => data_view::ids(a),
+        Command::Data(DataCommand::View(a)) => data_view::view(a),
         Command::Certs(a) => certs::certs(a),
         Command::Gp(GpCommand::Fit(args)) => gp::run(args),
         Command::Gp(GpCommand::Svgp(args)) => svgp::run(args),

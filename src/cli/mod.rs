@@ -2,6 +2,7 @@
 
 pub mod certs;
 pub mod data;
+pub mod data_view;
 pub mod demo;
 pub mod gp;
 pub mod node;
