@@ -1,7 +1,7 @@
 #!/bin/sh
 # Every figure of docs/results.md's "The eighth pass" and "The ninth pass" in one command (about
-# 25 minutes on 2 cores): run.sh under each FIT, the re-fit counterfactual, the true-label floor
-# (floor.sh), the per-answer value rule at three thresholds, and the summaries, rewritten in
+# 30 minutes on 2 cores): run.sh under each FIT, the re-fit counterfactual, the true-label floor
+# (floor.sh), the per-answer value rule at four thresholds and with own θ, and the summaries, rewritten in
 # place (compare with git diff), then the table of mean alone RMSE per FIT.
 #   sh docs/results/harm-study/node-seeds/all.sh OUT_DIR
 set -e
@@ -14,8 +14,10 @@ done
 FIT=fixed-4 EXTRA="--refit-theta own" sh $HERE/run.sh $OUT/refit-own
 python3 $HERE/summarise.py $OUT/refit-own fixed-4 > $HERE/summary-fixed-4-refit-own.txt
 FIT=fixed-4 sh $HERE/floor.sh $OUT/floor > $HERE/summary-floor-fixed-4.txt
-for K in 0.03 0.1 0.3; do
+for K in 0.03 0.1 0.2 0.3; do
   FIT=fixed-4 EXTRA="--answer-min-value $K" sh $HERE/run.sh $OUT/min-value-$K
   python3 $HERE/summarise.py $OUT/min-value-$K fixed-4 > $HERE/summary-fixed-4-min-value-$K.txt
 done
+FIT=fixed-4 EXTRA="--answer-min-value 0.1 --refit-theta own" sh $HERE/run.sh $OUT/min-value-0.1-own
+python3 $HERE/summarise.py $OUT/min-value-0.1-own fixed-4 > $HERE/summary-fixed-4-min-value-0.1-refit-own.txt
 python3 $HERE/alone.py $OUT/main
