@@ -282,3 +282,44 @@ fn no_test_leaves_a_named_folder_in_the_temporary_directory() {
         .collect();
     assert!(named.is_empty(), "temporary folders named under std::env::temp_dir(): {named:?}");
 }
+
+/// One calibration authority (issue 57): outside `crates/privacy/src/calibrate.rs` (and the
+/// GDP curve itself, `gaussian.rs`) no library code turns an ε into a μ or a μ into a σ — every
+/// release, the θ vote, the thesis's multiplier and every budget check go through
+/// `NoiseScale`. Tests may compute references with the primitives.
+#[test]
+fn epsilon_becomes_sigma_in_one_place() {
+    let mut files = Vec::new();
+    for dir in ["src", "crates"] {
+        rust_files(&root().join(dir), &mut files);
+    }
+    let allowed = ["crates/privacy/src/calibrate.rs", "crates/privacy/src/gaussian.rs"];
+    let mut found = Vec::new();
+    for f in &files {
+        let rel = f.strip_prefix(root()).unwrap().display().to_string();
+        if allowed.contains(&rel.as_str())
+            || rel.contains("/tests/")
+            || rel.ends_with("_tests.rs")
+            || rel.contains("/benches/")
+        {
+            continue;
+        }
+        let text = std::fs::read_to_string(f).unwrap();
+        // Library code only: a file's unit tests start at its `#[cfg(test)]` module.
+        let code = text.split("#[cfg(test)]").next().unwrap();
+        for (i, line) in code.lines().enumerate() {
+            let l = line.trim_start();
+            if l.starts_with("//") {
+                continue;
+            }
+            if l.contains("gdp_mu_for(")
+                || l.contains("gdp_epsilon(")
+                || l.contains("/ mu")
+                || l.contains("classic_constant(")
+            {
+                found.push(format!("{rel}:{}: {}", i + 1, l));
+            }
+        }
+    }
+    assert!(found.is_empty(), "ε → μ → σ outside NoiseScale:\n{}", found.join("\n"));
+}

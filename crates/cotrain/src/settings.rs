@@ -10,9 +10,9 @@ use crate::answer::Uncertainty;
 use crate::release_model::{DEFAULT_RELEASE_THETA, PublicTheta, QueryPolicy, ReleaseForm, ThetaPolicy};
 use dpcotrain_privacy::CapRule;
 use dpcotrain_privacy::LabelRange;
+use dpcotrain_privacy::NoiseScale;
 use dpcotrain_privacy::RankRule;
 use dpcotrain_privacy::calibrate::{Mechanism, THESIS_MULTIPLIER, calibrate};
-use dpcotrain_privacy::gaussian::{gdp_epsilon, gdp_mu_for};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CombinerKind {
@@ -96,6 +96,16 @@ impl DpMode {
             }
             DpMode::Off | DpMode::Thesis { .. } => Ok(None),
         }
+    }
+
+    /// This mode's noise scale ([`NoiseScale`]: where ε turns into μ and σ); `None` with DP
+    /// off. The thesis mode's is its fixed multiplier (no guarantee).
+    pub fn noise_scale(&self) -> Result<Option<NoiseScale>, CotrainError> {
+        Ok(match self {
+            DpMode::Calibrated { epsilon, delta, mechanism, .. } => Some(NoiseScale::of(*mechanism, *epsilon, *delta)?),
+            DpMode::Thesis { multiplier } => Some(NoiseScale::thesis(*multiplier)?),
+            DpMode::Off => None,
+        })
     }
 }
 
@@ -287,17 +297,17 @@ impl DpConfig {
                         "θ selection is a calibrated mechanism; the thesis reproduction mode uses the fitted θ",
                     ));
                 }
-                if let (DpMode::Calibrated { epsilon, delta, budget_epsilon, .. }, Some(unit)) =
-                    (&self.mode, self.mode.calibrated_sigma(1.0)?)
+                if let (DpMode::Calibrated { epsilon, delta, budget_epsilon, .. }, Some(scale)) =
+                    (&self.mode, self.mode.noise_scale()?)
                 {
                     // The vote and at least one release must fit each requester's budget.
-                    let mu_release = 1.0 / unit;
+                    let mu_release = scale.release_mu();
                     let need = (mu * mu + mu_release * mu_release).sqrt();
-                    let have = gdp_mu_for(*budget_epsilon, *delta);
+                    let have = NoiseScale::mu_for(*budget_epsilon, *delta)?;
                     if need > have * (1.0 + 1e-9) {
                         return Err(CotrainError::config(format!(
                             "θ selection (GDP μ = {mu:.4}) and one release at ε = {epsilon} need a budget of ε = {:.4} per requester (δ = {delta:e}), but budget_epsilon is {budget_epsilon}: raise budget_epsilon or lower the θ vote's ε",
-                            gdp_epsilon(need, *delta)
+                            NoiseScale::epsilon_of(need, *delta)
                         )));
                     }
                 }

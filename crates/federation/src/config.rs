@@ -21,9 +21,9 @@ use dpcotrain_cotrain::{DpConfig, DpMode, Party, ReleasePolicy};
 use dpcotrain_cotrain::{PublicTheta, QueryPolicy, ReleaseForm, ThetaPolicy};
 use dpcotrain_privacy::CapRule;
 use dpcotrain_privacy::LabelRange;
+use dpcotrain_privacy::NoiseScale;
 use dpcotrain_privacy::RankRule;
 use dpcotrain_privacy::calibrate::{Mechanism, THESIS_MULTIPLIER};
-use dpcotrain_privacy::gaussian::gdp_mu_for;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -717,7 +717,9 @@ pub fn settings_from_config(cfg: &PartyConfig, path: &Path) -> Result<NodeSettin
         ThetaSource::Fitted => ThetaPolicy::Fitted,
         ThetaSource::Select => {
             let mu = match (pv.mode, pv.theta_epsilon) {
-                (_, Some(e)) if e.is_finite() && e > 0.0 && pv.delta > 0.0 && pv.delta < 1.0 => gdp_mu_for(e, pv.delta),
+                (_, Some(e)) if e.is_finite() && e > 0.0 && pv.delta > 0.0 && pv.delta < 1.0 => {
+                    NoiseScale::mu_for(e, pv.delta).map_err(|err| bad(path, format!("privacy.theta_epsilon: {err}")))?
+                }
                 (_, Some(e)) => {
                     return Err(bad(path, format!("privacy.theta_epsilon must be a positive number, got {e}")));
                 }

@@ -10,7 +10,6 @@
 //! (docs/honest-dp.md, "Batches compose"). A retried request (same id) is not charged twice.
 
 use crate::PrivacyError;
-use crate::gaussian::{gdp_epsilon, gdp_mu_for};
 use crate::spend::Spend;
 use serde::{Deserialize, Serialize};
 
@@ -58,7 +57,7 @@ pub fn rho_of(sensitivity: f64, sigma: f64) -> f64 {
 
 /// Exact (ε) for total zCDP ρ of purely Gaussian releases.
 pub fn epsilon_exact(rho: f64, delta: f64) -> f64 {
-    gdp_epsilon((2.0 * rho).sqrt(), delta)
+    crate::NoiseScale::epsilon_of((2.0 * rho).sqrt(), delta)
 }
 
 /// δ(ε) from ρ-zCDP via Canonne, Kamath & Steinke 2020 (§2.3):
@@ -108,7 +107,7 @@ impl Ledger {
         if !(delta > 0.0 && delta < 1.0) {
             return Err(PrivacyError::invalid(format!("budget delta must lie strictly between 0 and 1, got {delta}")));
         }
-        let mu = gdp_mu_for(epsilon, delta);
+        let mu = crate::NoiseScale::mu_for(epsilon, delta)?;
         Ok(Ledger { epsilon, delta, rho_budget: mu * mu / 2.0, releases: Vec::new() })
     }
 

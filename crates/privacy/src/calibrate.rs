@@ -94,7 +94,96 @@ fn check(epsilon: f64, delta: f64, sensitivity: f64) -> Result<(), PrivacyError>
     Ok(())
 }
 
-/// σ for (ε, δ) and sensitivity Δ under `mechanism`.
+/// The noise scale of a Gaussian mechanism: **the one place an ε becomes a μ and a μ or an ε
+/// becomes a σ.** Every release (finite, RKHS, per query), the θ vote, the thesis's multiplier
+/// and every budget check (the ledger's, the config's, the frontier's split of a cell's budget)
+/// go through it, so what a node charges is what its noise was calibrated to.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum NoiseScale {
+    /// μ-GDP (Dong, Roth & Su 2019): σ = Δ/μ, and ρ = μ²/2 for the ledger. The analytic
+    /// mechanism's (ε, δ) is exactly μ-GDP at μ = [`NoiseScale::mu_for`] (Balle & Wang 2018).
+    Gdp { mu: f64 },
+    /// σ = c(δ)·Δ/ε with c(δ) = √(2 ln(1.25/δ)) (Dwork & Roth 2014, Thm A.1; ε ≤ 1).
+    Classic { epsilon: f64, delta: f64 },
+    /// Thomas 2017 §4.4's σ = multiplier·Δ: **no** formal guarantee.
+    Thesis { multiplier: f64 },
+}
+
+impl NoiseScale {
+    /// The largest μ whose Gaussian mechanism is (ε, δ)-DP (bisection on the exact curve): an
+    /// (ε, δ) budget, or a vote's ε, as GDP μ.
+    pub fn mu_for(epsilon: f64, delta: f64) -> Result<f64, PrivacyError> {
+        check_epsilon(epsilon)?;
+        check_delta(delta)?;
+        Ok(gdp_mu_for(epsilon, delta))
+    }
+
+    /// The exact ε of μ-GDP at δ (the inverse of [`NoiseScale::mu_for`]).
+    pub fn epsilon_of(mu: f64, delta: f64) -> f64 {
+        crate::gaussian::gdp_epsilon(mu, delta)
+    }
+
+    /// The scale of one release at (ε, δ) under `mechanism`; checks ε, δ and the mechanism's
+    /// own limits (classic: ε ≤ 1; thesis: a positive multiplier).
+    pub fn of(mechanism: Mechanism, epsilon: f64, delta: f64) -> Result<NoiseScale, PrivacyError> {
+        check_epsilon(epsilon)?;
+        check_delta(delta)?;
+        match mechanism {
+            Mechanism::Analytic => Ok(NoiseScale::Gdp { mu: gdp_mu_for(epsilon, delta) }),
+            Mechanism::Classic => {
+                if epsilon > 1.0 {
+                    return Err(PrivacyError::invalid(format!(
+                        "the classic Gaussian-mechanism constant √(2 ln(1.25/δ)) is proven only for ε ≤ 1 (got ε = {epsilon}); use the analytic mechanism"
+                    )));
+                }
+                Ok(NoiseScale::Classic { epsilon, delta })
+            }
+            Mechanism::Thesis { multiplier } => NoiseScale::thesis(multiplier),
+        }
+    }
+
+    /// The thesis's fixed multiplier (no guarantee).
+    pub fn thesis(multiplier: f64) -> Result<NoiseScale, PrivacyError> {
+        if !(multiplier.is_finite() && multiplier > 0.0) {
+            return Err(PrivacyError::invalid(format!("thesis multiplier must be positive, got {multiplier}")));
+        }
+        Ok(NoiseScale::Thesis { multiplier })
+    }
+
+    /// σ for L2 sensitivity Δ: the one ε → σ site.
+    pub fn sigma(&self, sensitivity: f64) -> f64 {
+        match *self {
+            NoiseScale::Gdp { mu } => {
+                if sensitivity == 0.0 {
+                    0.0
+                } else {
+                    sensitivity / mu
+                }
+            }
+            NoiseScale::Classic { epsilon, delta } => classic_constant(delta) * sensitivity / epsilon,
+            NoiseScale::Thesis { multiplier } => multiplier * sensitivity,
+        }
+    }
+
+    /// The GDP μ of one release at unit sensitivity, 1/σ(1): the finite release's μ and the
+    /// ledger's ρ = μ²/2 per release.
+    pub fn release_mu(&self) -> f64 {
+        1.0 / self.sigma(1.0)
+    }
+
+    /// The ρ of one release at unit sensitivity, 1/(2σ(1)²): what the ledger charges for it.
+    pub fn release_rho(&self) -> f64 {
+        let unit = self.sigma(1.0);
+        0.5 / (unit * unit)
+    }
+
+    /// Whether the scale carries its (ε, δ) guarantee (the thesis's does not).
+    pub fn guaranteed(&self) -> bool {
+        !matches!(self, NoiseScale::Thesis { .. })
+    }
+}
+
+/// σ for (ε, δ) and sensitivity Δ under `mechanism` ([`NoiseScale`]).
 pub fn calibrate(
     mechanism: Mechanism,
     epsilon: f64,
@@ -102,27 +191,15 @@ pub fn calibrate(
     sensitivity: f64,
 ) -> Result<Calibration, PrivacyError> {
     check(epsilon, delta, sensitivity)?;
-    let (sigma, guaranteed) = match mechanism {
-        Mechanism::Analytic => {
-            let mu = gdp_mu_for(epsilon, delta);
-            (if sensitivity == 0.0 { 0.0 } else { sensitivity / mu }, true)
-        }
-        Mechanism::Classic => {
-            if epsilon > 1.0 {
-                return Err(PrivacyError::invalid(format!(
-                    "the classic Gaussian-mechanism constant √(2 ln(1.25/δ)) is proven only for ε ≤ 1 (got ε = {epsilon}); use the analytic mechanism"
-                )));
-            }
-            (classic_constant(delta) * sensitivity / epsilon, true)
-        }
-        Mechanism::Thesis { multiplier } => {
-            if !(multiplier.is_finite() && multiplier > 0.0) {
-                return Err(PrivacyError::invalid(format!("thesis multiplier must be positive, got {multiplier}")));
-            }
-            (multiplier * sensitivity, false)
-        }
-    };
-    Ok(Calibration { sigma, mechanism, epsilon, delta, sensitivity, guaranteed })
+    let scale = NoiseScale::of(mechanism, epsilon, delta)?;
+    Ok(Calibration {
+        sigma: scale.sigma(sensitivity),
+        mechanism,
+        epsilon,
+        delta,
+        sensitivity,
+        guaranteed: scale.guaranteed(),
+    })
 }
 
 #[cfg(test)]
@@ -159,6 +236,36 @@ mod tests {
         // Linear in Δ.
         let a2 = calibrate(Mechanism::Analytic, 1.0, 1e-5, 2.5).unwrap();
         assert!((a2.sigma - 2.5 * a.sigma).abs() < 1e-9);
+    }
+
+    /// The one authority gives the numbers the mechanisms were calibrated with before it
+    /// existed, bit for bit (σ = Δ/μ, c(δ)Δ/ε, multiplier·Δ; μ = 1/σ(1); ρ = 1/(2σ(1)²)), and
+    /// refuses what they refused.
+    #[test]
+    fn the_noise_scale_is_each_mechanisms_formula() {
+        for (eps, delta) in [(0.25, 1e-5), (1.0, 1e-5), (4.0, 1e-6), (8.0, 1e-3)] {
+            let mu = gdp_mu_for(eps, delta);
+            let s = NoiseScale::of(Mechanism::Analytic, eps, delta).unwrap();
+            assert_eq!(s, NoiseScale::Gdp { mu });
+            assert_eq!(NoiseScale::mu_for(eps, delta).unwrap(), mu);
+            for d in [0.0, 0.3, 1.0, 2.5] {
+                assert_eq!(s.sigma(d).to_bits(), (if d == 0.0 { 0.0 } else { d / mu }).to_bits());
+            }
+            assert_eq!(s.release_mu(), 1.0 / (1.0 / mu));
+            assert_eq!(s.release_rho(), 0.5 / ((1.0 / mu) * (1.0 / mu)));
+            assert!((NoiseScale::epsilon_of(mu, delta) - eps).abs() < 1e-9 * eps.max(1.0));
+            assert!(s.guaranteed());
+        }
+        let c = NoiseScale::of(Mechanism::Classic, 0.5, 1e-5).unwrap();
+        assert_eq!(c.sigma(2.0).to_bits(), (classic_constant(1e-5) * 2.0 / 0.5).to_bits());
+        assert!(NoiseScale::of(Mechanism::Classic, 1.5, 1e-5).is_err());
+        let t = NoiseScale::thesis(THESIS_MULTIPLIER).unwrap();
+        assert_eq!((t.sigma(1.0), t.guaranteed()), (THESIS_MULTIPLIER, false));
+        assert!(NoiseScale::thesis(0.0).is_err() && NoiseScale::thesis(f64::NAN).is_err());
+        for (eps, delta) in [(0.0, 1e-5), (f64::INFINITY, 1e-5), (1.0, 0.0), (1.0, 1.0), (f64::NAN, 1e-5)] {
+            assert!(NoiseScale::mu_for(eps, delta).is_err(), "({eps}, {delta})");
+            assert!(NoiseScale::of(Mechanism::Analytic, eps, delta).is_err(), "({eps}, {delta})");
+        }
     }
 
     #[test]

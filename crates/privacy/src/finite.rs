@@ -40,6 +40,7 @@
 //! so the querier never over-trusts a capped answer.
 
 use crate::PrivacyError;
+use crate::calibrate::NoiseScale;
 use crate::low_rank::RankRule;
 use crate::sensitivity::{LabelRange, Sensitivity};
 use dpcotrain_gp::kernels::Kernel;
@@ -519,7 +520,7 @@ pub fn plan(
     }
     let finish = |hat: Hat, eta: Option<f64>, cap: Option<CapReport>| -> Result<FiniteRelease, PrivacyError> {
         let sensitivity = hat.sensitivity(range)?;
-        let sigma = sensitivity.value / mu;
+        let sigma = NoiseScale::Gdp { mu }.sigma(sensitivity.value);
         Ok(FiniteRelease { hat, sensitivity, sigma, eta, cap, low_rank: None })
     };
     let sf = |h: &Hat| h.prior.diagonal().max().max(0.0).sqrt();
@@ -607,7 +608,7 @@ fn low_rank_release(
     hat.c = &u * &coords;
     hat.latent_cov = latent;
     let sensitivity = hat.sensitivity(range)?;
-    let sigma = sensitivity.value / mu;
+    let sigma = NoiseScale::Gdp { mu }.sigma(sensitivity.value);
     Ok(FiniteRelease { hat, sensitivity, sigma, eta: full.eta, cap: full.cap, low_rank: Some(LowRank { u, coords }) })
 }
 

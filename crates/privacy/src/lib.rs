@@ -30,7 +30,7 @@ pub mod spend;
 // The crate's API, curated: what the layers above build on. The mechanisms' internals stay
 // reachable through their modules.
 pub use accountant::{Charge, Ledger, Release};
-pub use calibrate::{Calibration, Mechanism, calibrate};
+pub use calibrate::{Calibration, Mechanism, NoiseScale, calibrate};
 pub use finite::{CapRule, FiniteRelease};
 pub use low_rank::RankRule;
 pub use noise::NoisePath;

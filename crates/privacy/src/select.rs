@@ -165,7 +165,7 @@ pub fn noisy_vote(
     if let Some(v) = votes.iter().find(|&&v| v >= candidates) {
         return Err(PrivacyError::invalid(format!("θ selection: vote {v} for one of {candidates} candidates")));
     }
-    let sigma = VOTE_SENSITIVITY / mu;
+    let sigma = crate::NoiseScale::Gdp { mu }.sigma(VOTE_SENSITIVITY);
     let mut noisy_counts = vec![0.0; candidates];
     for &v in votes {
         noisy_counts[v] += 1.0;

@@ -40,7 +40,7 @@ use dpcotrain_privacy::RankRule;
 use dpcotrain_privacy::accountant::{Charge, Ledger, rho_of};
 use dpcotrain_privacy::noise::{NoisePath, iid_standard_normal};
 use dpcotrain_privacy::sensitivity::{LabelRange, from_influence};
-use dpcotrain_privacy::{Calibrator, Spend};
+use dpcotrain_privacy::{Calibrator, NoiseScale, Spend};
 use nalgebra::{DMatrix, DVector};
 use std::collections::HashMap;
 
@@ -500,9 +500,9 @@ impl Party {
     /// Why asking `peer` for new indices would be refused for budget, if it would: its latest
     /// answer left less ρ than one more release at the agreed (ε, δ) costs.
     pub fn peer_budget_spent(&self, peer: &str) -> Option<String> {
-        let unit = self.dp.mode.calibrated_sigma(1.0).ok().flatten()?;
+        let scale = self.dp.mode.noise_scale().ok().flatten().filter(NoiseScale::guaranteed)?;
         let left = *self.peer_budget.get(peer)?;
-        let cost = 0.5 / (unit * unit);
+        let cost = scale.release_rho();
         (left < cost * (1.0 - 1e-6)).then(|| {
             format!("{NOT_ASKED} {peer}'s budget for this party is spent (ρ left {left:.3e} < {cost:.3e} per release)")
         })
@@ -736,10 +736,8 @@ impl Party {
         match &self.dp.mode {
             DpMode::Off => Ok(None),
             DpMode::Calibrated { range, .. } => {
-                // σ for Δ = 1 under the configured calibration gives μ = 1/σ₁ (analytic: the
-                // exact GDP μ for (ε, δ); classic: ε/c(δ)).
-                let unit = self.dp.mode.calibrated_sigma(1.0)?;
-                Ok(unit.map(|u| (1.0 / u, *range)))
+                // The release's μ = 1/σ₁ (analytic: the exact GDP μ for (ε, δ); classic: ε/c(δ)).
+                Ok(self.dp.mode.noise_scale()?.map(|s| (s.release_mu(), *range)))
             }
             DpMode::Thesis { .. } => Err(crate::Invariant::ThesisHasNoFiniteRelease.into()),
         }

@@ -8,7 +8,7 @@ impl Party {
     pub(super) fn calibrate(&mut self) -> Result<(f64, f64, bool), CotrainError> {
         match &self.dp.mode {
             DpMode::Off => Ok((0.0, 0.0, true)),
-            DpMode::Thesis { multiplier } => Ok((*multiplier, 1.0, false)),
+            DpMode::Thesis { multiplier } => Ok((NoiseScale::thesis(*multiplier)?.sigma(1.0), 1.0, false)),
             DpMode::Calibrated { range, .. } => {
                 let version = self.model.version;
                 if let Some((v, sigma, sens)) = self.calibration

@@ -47,7 +47,7 @@ impl Party {
         };
         let (sigma, sensitivity) = match &self.dp.mode {
             DpMode::Off => (0.0, 0.0),
-            DpMode::Thesis { multiplier } => (*multiplier, 1.0),
+            DpMode::Thesis { multiplier } => (NoiseScale::thesis(*multiplier)?.sigma(1.0), 1.0),
             DpMode::Calibrated { range, .. } => {
                 let inf = influence.expect("computed under calibrated DP");
                 let s = from_influence(&inf, &(0..n).collect::<Vec<_>>(), *range)?;

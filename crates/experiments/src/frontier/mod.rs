@@ -29,8 +29,8 @@ use dpcotrain_cotrain::{SimConfig, simulate};
 use dpcotrain_privacy::CapRule;
 use dpcotrain_privacy::LabelRange;
 use dpcotrain_privacy::Mechanism;
+use dpcotrain_privacy::NoiseScale;
 use dpcotrain_privacy::RankRule;
-use dpcotrain_privacy::gaussian::{gdp_epsilon, gdp_mu_for};
 use nalgebra::DMatrix;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -360,9 +360,11 @@ impl FrontierConfig {
         // Under θ selection the release gets (1 − THETA_SHARE) of the cell's ρ and the vote the
         // rest (less a relative 1e-6, so that the two charges fit the budget after round-off).
         let (release_epsilon, mu_theta) = if theta == ThetaChoice::Select {
-            let mu = gdp_mu_for(epsilon, self.delta);
-            let release_epsilon = gdp_epsilon(mu * (1.0 - THETA_SHARE).sqrt(), self.delta);
-            let mu_release = gdp_mu_for(release_epsilon, self.delta);
+            // ε and δ were checked when the frontier was configured (FrontierConfig::validate).
+            let mu_for = |e: f64| NoiseScale::mu_for(e, self.delta).expect("the frontier's ε and δ are checked");
+            let mu = mu_for(epsilon);
+            let release_epsilon = NoiseScale::epsilon_of(mu * (1.0 - THETA_SHARE).sqrt(), self.delta);
+            let mu_release = mu_for(release_epsilon);
             (release_epsilon, ((mu * mu - mu_release * mu_release) * (1.0 - 1e-6)).max(0.0).sqrt())
         } else {
             (epsilon, 1.0)
