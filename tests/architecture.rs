@@ -305,8 +305,9 @@ fn epsilon_becomes_sigma_in_one_place() {
             continue;
         }
         let text = std::fs::read_to_string(f).unwrap();
-        // Library code only: a file's unit tests start at its `#[cfg(test)]` module.
-        let code = text.split("#[cfg(test)]").next().unwrap();
+        // Library code only: a file's unit tests are its `#[cfg(test)] mod tests` block (other
+        // `#[cfg(test)]` items, such as test-module declarations, do not end the code).
+        let code = text.split("#[cfg(test)]\nmod tests").next().unwrap();
         for (i, line) in code.lines().enumerate() {
             let l = line.trim_start();
             if l.starts_with("//") {

@@ -83,6 +83,12 @@ fn a_partys_table_becomes_its_nodes_files_in_the_agreed_order() {
     assert_eq!(train[0], "age,income,spend");
     assert_eq!(pool_x[0], "age,income", "the pool carries no label");
     assert_eq!(test_x[0], "age,income,spend");
+    // The files with labels are readable by their owner only.
+    #[cfg(unix)]
+    for f in ["train.csv", "test.csv"] {
+        use std::os::unix::fs::PermissionsExt as _;
+        assert_eq!(std::fs::metadata(out.join(f)).unwrap().permissions().mode() & 0o777, 0o600, "{f}");
+    }
     assert_eq!(train.len() - 1, 120 - 50 - 1, "{}", text(&o));
     assert!(text(&o).contains("1 rows without a label left out"), "{}", text(&o));
     // Row j of pool.csv is the j-th pool id's covariates: entity eK has age K/10.
@@ -139,18 +145,23 @@ fn bad_tables_and_id_lists_are_refused_naming_what_to_fix() {
     let unknown = write("unknown.csv", "entity\ne1\nnobody\n");
     assert!(view(&input, &unknown, &test, "a").contains("id \"nobody\" (listed in"));
     let twice = write("twice.csv", "entity\ne1\ne1\n");
-    assert!(view(&input, &twice, &test, "b").contains("row 3: id \"e1\" is listed twice"));
+    assert!(view(&input, &twice, &test, "b").contains("line 3: id \"e1\" is listed twice"));
     let both = write("both.csv", "entity\ne3\n");
     assert!(view(&input, &both, &test, "c").contains("id \"e3\" is in both"));
     let bad = write("bad.csv", "entity,age,income,spend\ne1,1,2,3\ne2,x,2,3\ne3,1,2,3\ne4,1,2,3\n");
     let e = view(&bad, &pool, &test, "d");
-    assert!(e.contains("row 3, column \"age\": \"x\" is not a finite number"), "{e}");
+    assert!(e.contains("line 3, column \"age\": \"x\" is not a finite number"), "{e}");
+    // Lines as the file numbers them, a blank line included.
+    let blank = write("blank.csv", "entity,age,income,spend\ne1,1,2,3\n\ne2,1,y,3\ne3,1,2,3\ne4,1,2,3\n");
+    let e = view(&blank, &pool, &test, "g");
+    assert!(e.contains("line 4, column \"income\""), "{e}");
     let dup = write("dup.csv", "entity,age,income,spend\ne1,1,2,3\ne1,1,2,3\n");
-    assert!(view(&dup, &pool, &test, "e").contains("id \"e1\" on rows 2 and 3"));
+    assert!(view(&dup, &pool, &test, "e").contains("id \"e1\" on lines 2 and 3"));
     let no_test_label = write("nolabel.csv", "entity,age,income,spend\ne1,1,2,3\ne2,1,2,3\ne3,1,2,\ne4,1,2,3\n");
-    assert!(view(&no_test_label, &pool, &test, "f").contains("row 4, column \"spend\""));
+    let e = view(&no_test_label, &pool, &test, "f");
+    assert!(e.contains("line 4: entity \"e3\" has no label in \"spend\""), "{e}");
     // Nothing was written by a refused view.
-    for out in ["a", "b", "c", "d", "e", "f"] {
+    for out in ["a", "b", "c", "d", "e", "f", "g"] {
         assert!(!dir.path().join(out).join("train.csv").exists());
     }
     let o = bin()
@@ -161,4 +172,14 @@ fn bad_tables_and_id_lists_are_refused_naming_what_to_fix() {
         .output()
         .unwrap();
     assert!(text(&o).contains("no column \"nope\""), "{}", text(&o));
+    // Sizes that overflow are refused, not a panic.
+    let o = bin()
+        .args(["data", "ids", "--input"])
+        .arg(&input)
+        .args(["--id", "entity", "--pool", &u64::MAX.to_string(), "--test", "2", "--out"])
+        .arg(dir.path().join("ids"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("must each be at least 1 and leave labelled rows"), "{}", text(&o));
 }

@@ -67,11 +67,12 @@ pub struct ViewArgs {
     pub force: bool,
 }
 
-/// A CSV's header and rows as text.
+/// A CSV's header and rows as text, with each row's line in the file.
 struct Raw {
     path: PathBuf,
     header: Vec<String>,
     rows: Vec<Vec<String>>,
+    lines: Vec<u64>,
 }
 
 impl Raw {
@@ -86,13 +87,24 @@ impl Raw {
             .iter()
             .map(String::from)
             .collect();
-        let mut rows = Vec::new();
-        for (i, rec) in r.records().enumerate() {
-            // Row numbers as a spreadsheet shows them: the header is row 1.
-            let rec = rec.with_context(|| format!("{} row {}", path.display(), i + 2))?;
+        // The line each row starts on, counted from its byte offset (the header is line 1;
+        // blank lines and quoted line breaks count as the file has them).
+        let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let newlines: Vec<u64> =
+            bytes.iter().enumerate().filter(|(_, b)| **b == b'\n').map(|(i, _)| i as u64).collect();
+        let (mut rows, mut lines) = (Vec::new(), Vec::new());
+        for rec in r.records() {
+            let rec = rec.with_context(|| format!("cannot read {}", path.display()))?;
+            // The position may sit on blank lines the reader skipped before the row.
+            let mut at = rec.position().map_or(0, csv::Position::byte) as usize;
+            while at < bytes.len() && (bytes[at] == b'\n' || bytes[at] == b'\r') {
+                at += 1;
+            }
+            let at = at as u64;
+            lines.push(newlines.partition_point(|&n| n < at) as u64 + 1);
             rows.push(rec.iter().map(String::from).collect());
         }
-        Ok(Raw { path: path.to_path_buf(), header, rows })
+        Ok(Raw { path: path.to_path_buf(), header, rows, lines })
     }
 
     fn column(&self, name: &str) -> anyhow::Result<usize> {
@@ -108,10 +120,10 @@ impl Raw {
         for (i, row) in self.rows.iter().enumerate() {
             let id = row[col].as_str();
             if id.is_empty() {
-                anyhow::bail!("{} row {}: the id {:?} is empty", self.path.display(), i + 2, self.header[col]);
+                anyhow::bail!("{} line {}: the id {:?} is empty", self.path.display(), self.lines[i], self.header[col]);
             }
             if let Some(j) = at.insert(id, i) {
-                anyhow::bail!("{}: id {id:?} on rows {} and {}", self.path.display(), j + 2, i + 2);
+                anyhow::bail!("{}: id {id:?} on lines {} and {}", self.path.display(), self.lines[j], self.lines[i]);
             }
         }
         Ok(at)
@@ -123,9 +135,9 @@ impl Raw {
         match text.parse::<f64>() {
             Ok(v) if v.is_finite() => Ok(v),
             _ => anyhow::bail!(
-                "{} row {}, column {:?}: {text:?} is not a finite number",
+                "{} line {}, column {:?}: {text:?} is not a finite number",
                 self.path.display(),
-                row + 2,
+                self.lines[row],
                 self.header[col]
             ),
         }
@@ -138,7 +150,7 @@ pub fn ids(a: IdsArgs) -> anyhow::Result<()> {
     let col = raw.column(&a.id)?;
     raw.ids(col)?;
     let n = raw.rows.len();
-    if a.pool == 0 || a.test == 0 || a.pool + a.test >= n {
+    if a.pool == 0 || a.test == 0 || a.pool.checked_add(a.test).is_none_or(|k| k >= n) {
         anyhow::bail!(
             "--pool {} and --test {} must each be at least 1 and leave labelled rows: {} has {n} rows",
             a.pool,
@@ -173,7 +185,7 @@ fn id_list(path: &Path) -> anyhow::Result<Vec<String>> {
     let mut seen = HashSet::new();
     for (i, row) in raw.rows.iter().enumerate() {
         if !seen.insert(row[0].as_str()) {
-            anyhow::bail!("{} row {}: id {:?} is listed twice", path.display(), i + 2, row[0]);
+            anyhow::bail!("{} line {}: id {:?} is listed twice", path.display(), raw.lines[i], row[0]);
         }
     }
     Ok(raw.rows.into_iter().map(|mut r| r.swap_remove(0)).collect())
@@ -193,6 +205,9 @@ pub fn view(a: ViewArgs) -> anyhow::Result<()> {
         a.columns.clone()
     };
     let cols: Vec<usize> = columns.iter().map(|c| raw.column(c)).collect::<anyhow::Result<_>>()?;
+    if let Some(c) = columns.iter().enumerate().find_map(|(i, c)| columns[..i].contains(c).then_some(c)) {
+        anyhow::bail!("--columns names {c:?} twice");
+    }
     if let Some(c) = cols.iter().find(|&&c| c == id || c == target) {
         anyhow::bail!("--columns: {:?} is the id or the target, not a covariate", raw.header[*c]);
     }
@@ -202,7 +217,8 @@ pub fn view(a: ViewArgs) -> anyhow::Result<()> {
     let at = raw.ids(id)?;
     let pool = id_list(&a.pool_ids)?;
     let test = id_list(&a.test_ids)?;
-    if let Some(both) = pool.iter().find(|p| test.contains(p)) {
+    let test_set: HashSet<&String> = test.iter().collect();
+    if let Some(both) = pool.iter().find(|p| test_set.contains(p)) {
         anyhow::bail!("id {both:?} is in both {} and {}", a.pool_ids.display(), a.test_ids.display());
     }
     let rows_of = |ids: &[String], file: &Path| -> anyhow::Result<Vec<usize>> {
@@ -232,6 +248,15 @@ pub fn view(a: ViewArgs) -> anyhow::Result<()> {
                 m[(r, c)] = raw.number(i, j)?;
             }
             if with_y {
+                if raw.rows[i][target].is_empty() {
+                    anyhow::bail!(
+                        "{} line {}: entity {:?} has no label in {:?}, and a test entity needs one (draw the ids again with another --seed, or from rows that are labelled)",
+                        raw.path.display(),
+                        raw.lines[i],
+                        raw.rows[i][id],
+                        raw.header[target]
+                    );
+                }
                 m[(r, cols.len())] = raw.number(i, target)?;
             }
         }
@@ -243,9 +268,29 @@ pub fn view(a: ViewArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&a.out).with_context(|| format!("cannot create {}", a.out.display()))?;
     let mut with_target = columns.clone();
     with_target.push(a.target.clone());
-    write_csv(&files[0], &with_target, &train)?;
-    write_csv(&files[1], &columns, &pool_x)?;
-    write_csv(&files[2], &with_target, &test_x)?;
+    // All three are written beside their names first, then renamed: a failure leaves none of
+    // them half-written. train.csv and test.csv hold labels: readable by their owner only.
+    let parts: Vec<PathBuf> = files.iter().map(|f| f.with_extension("csv.partial")).collect();
+    let written = (|| -> anyhow::Result<()> {
+        write_csv(&parts[0], &with_target, &train)?;
+        write_csv(&parts[1], &columns, &pool_x)?;
+        write_csv(&parts[2], &with_target, &test_x)?;
+        #[cfg(unix)]
+        for p in [&parts[0], &parts[2]] {
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o600))?;
+        }
+        for (part, file) in parts.iter().zip(&files) {
+            std::fs::rename(part, file).with_context(|| format!("cannot write {}", file.display()))?;
+        }
+        Ok(())
+    })();
+    if written.is_err() {
+        for p in &parts {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+    written?;
     eprintln!(
         "wrote {}: train.csv {} labelled rows, pool.csv {} entities, test.csv {} entities; covariates {}{}",
         a.out.display(),

@@ -57,7 +57,7 @@
 //! A [`crate::CoModel`] (a model you build from your own data) keeps its rows and weights to
 //! itself as well:
 //! ```compile_fail,E0624
-//! fn outside(m: &dpcotrain_cotrain::CoModel) {
+//! fn outside(m: &mut dpcotrain_cotrain::CoModel) {
 //!     let _ = m.mean_weights();
 //! }
 //! ```
@@ -86,3 +86,13 @@
 //!     let _ = s.requesters.values().map(|r| &r.released);
 //! }
 //! ```
+//! and a noise path does not unwrap into its saved parts:
+//! ```compile_fail,E0277
+//! fn outside(r: dpcotrain_cotrain::state::PathRecord) {
+//!     let _: (u64, dpcotrain_privacy::noise::NoisePathState, f64) = r.into();
+//! }
+//! ```
+//! Their `Debug` shows sizes, not values, as `Party`'s shows label-free facts. What the
+//! compiler cannot stop: `PartyState` serialises whole, because the node's store writes it (a
+//! 0600 file under the node's MAC key); a crate that serialises a party's state holds its
+//! secrets, exactly as the state file does. The product's crates hand it only to the store.

@@ -240,3 +240,39 @@ fn dp_answers_far_noisier_than_the_own_error_are_declined() {
     m.absorb(&noisy(100.0)).unwrap();
     assert_eq!((m.n_pseudo(), m.declined_answers), (10, 0), "switch off: every answer is absorbed");
 }
+
+/// Issue 56's per-answer value rule (`answer_min_value`): an answer whose variance is more than
+/// 1/K of the querier's own private-only latent variance at its entity weighs nothing, so with
+/// every answer below the bar the model is the private-only one at the re-fitted θ; with K = 0
+/// every answer counts; in between, the answers where the querier is already sure are the
+/// ones dropped.
+#[test]
+fn the_value_rule_gives_no_weight_where_the_querier_is_already_sure() {
+    let (_, _, pool) = data();
+    let fitted = |k: Option<f64>, offset: f64| {
+        let mut m = model(AnswerGuard::Off);
+        m.answer_min_value = k;
+        m.refit_theta = crate::combiner::RefitTheta::Own;
+        m.absorb(&answer((0..30).step_by(2).collect(), offset)).unwrap();
+        m.refit().unwrap();
+        m.predict(&pool, false).unwrap().mean
+    };
+    let private = {
+        let m = model(AnswerGuard::Off);
+        private_only_prediction(&m, &pool)
+    };
+    // Answers 0.5 off the truth: they move the model when they count.
+    let all = fitted(Some(0.0), 0.5);
+    let none = fitted(Some(1e12), 0.5);
+    let off = fitted(None, 0.5);
+    assert_eq!(all, off, "K = 0 is the rule switched off");
+    assert!((&all - &private).amax() > 0.05, "answers that count move the model");
+    assert!((&none - &private).amax() < 1e-6, "weightless answers leave the private-only model");
+    // In between: the own latent variance at the answered entities decides which count.
+    let m = model(AnswerGuard::Off);
+    let xq = DMatrix::from_fn(15, 1, |i, _| pool[(2 * i, 0)]);
+    let own = m.clone().predict_private(&xq, false).unwrap().var;
+    let k = 0.5 * (own.max() + own.min()) / 0.01;
+    let some = fitted(Some(k), 0.5);
+    assert!((&some - &private).amax() > 1e-6 && (&some - &all).amax() > 1e-6, "K = {k}: some answers count");
+}

@@ -27,7 +27,7 @@ use std::collections::BTreeMap;
 /// Format version of [`PartyState`].
 pub const STATE_FORMAT: u32 = 1;
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 pub struct RequesterRecord {
     pub answered: Vec<usize>,
     /// (pool index, released mean), sorted by index. With the noise records below it would
@@ -43,8 +43,8 @@ pub struct RequesterRecord {
 
 /// A requester's per-query noise path as saved: written as the array `[version, path, σ]`
 /// that saved states have always held.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(from = "(u64, NoisePathState, f64)", into = "(u64, NoisePathState, f64)")]
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "PathArray", into = "PathArray")]
 pub struct PathRecord {
     /// The model version (mean function) the path belongs to.
     pub(crate) version: u64,
@@ -54,25 +54,60 @@ pub struct PathRecord {
     pub(crate) sigma: f64,
 }
 
-impl From<(u64, NoisePathState, f64)> for PathRecord {
-    fn from((version, path, sigma): (u64, NoisePathState, f64)) -> Self {
+/// [`PathRecord`]'s saved form, `[version, path, σ]`: a type only this crate names, so the
+/// conversion that unwraps the path is not an API.
+#[derive(Serialize, Deserialize)]
+struct PathArray(u64, NoisePathState, f64);
+
+impl From<PathArray> for PathRecord {
+    fn from(PathArray(version, path, sigma): PathArray) -> Self {
         PathRecord { version, path, sigma }
     }
 }
 
-impl From<PathRecord> for (u64, NoisePathState, f64) {
+impl From<PathRecord> for PathArray {
     fn from(r: PathRecord) -> Self {
-        (r.version, r.path, r.sigma)
+        PathArray(r.version, r.path, r.sigma)
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 pub struct FrozenRecord {
     pub(crate) sigma: f64,
     pub(crate) sensitivity: f64,
     /// The noise of the release-once draw (secret: with a released mean it gives the private
     /// mean back). Only this crate reads it; the store serialises it whole.
     pub(crate) noise: DVector<f64>,
+}
+
+// `Debug` of the records that hold release noise or released means shows their sizes, never
+// the values: a stray `{:?}` in a log must not give a private mean back.
+impl std::fmt::Debug for RequesterRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RequesterRecord")
+            .field("answered", &self.answered.len())
+            .field("released", &self.released.len())
+            .field("ledger", &self.ledger)
+            .field("path", &self.path)
+            .field("batches", &self.batches.len())
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for PathRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PathRecord").field("version", &self.version).field("sigma", &self.sigma).finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for FrozenRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FrozenRecord")
+            .field("sigma", &self.sigma)
+            .field("sensitivity", &self.sensitivity)
+            .field("noise", &format_args!("[{} values]", self.noise.len()))
+            .finish()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

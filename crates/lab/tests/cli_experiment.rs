@@ -330,3 +330,42 @@ fn merge_refuses_shards_of_different_grids_and_clears_an_earlier_report() {
     }
     refused(merge(&["s0", "s1"], "s1"), &["is the shard folder"]);
 }
+
+/// `experiment frontier --pool-labels` hands the pool's true labels to the trace only: the
+/// true-label refit (each test point's sixth figure) is computed with them and is NaN without
+/// them; a file whose rows do not match the pool is refused naming it.
+#[test]
+fn the_trace_reads_pool_labels_given_to_the_lab() {
+    let dir = tempfile::tempdir().unwrap();
+    let views = "examples/two-party/party-a.toml,examples/two-party/party-b.toml";
+    let pool_rows =
+        std::fs::read_to_string("../../examples/two-party/data/party-a/pool.csv").unwrap().lines().count() - 1;
+    let labels = dir.path().join("pool-labels.csv");
+    let body: String = (0..pool_rows).map(|i| format!("{}\n", (i as f64 * 0.37).sin())).collect();
+    std::fs::write(&labels, format!("y\n{body}")).unwrap();
+    let trace = |pool_labels: Option<&std::path::Path>, out: &str| {
+        let mut c = bin();
+        c.args(["experiment", "frontier", "--views", views, "--nobs", "20", "--seeds", "1", "--epsilons", "1"])
+            .args(["--mechanisms", "finite+cap", "--thetas", "public", "--trace"])
+            .arg(dir.path().join(out));
+        if let Some(p) = pool_labels {
+            c.arg("--pool-labels").arg(p);
+        }
+        c.output().unwrap()
+    };
+    let sixth = |out: &str| -> Vec<f64> {
+        let text = std::fs::read_to_string(dir.path().join(out)).unwrap();
+        let first: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+        first["parties"][0]["test"].as_array().unwrap().iter().map(|t| t[5].as_f64().unwrap_or(f64::NAN)).collect()
+    };
+    let o = trace(Some(&labels), "with.jsonl");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(sixth("with.jsonl").iter().all(|v| v.is_finite()), "the true-label refit ran");
+    let o = trace(None, "without.jsonl");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(sixth("without.jsonl").iter().all(|v| v.is_nan()), "no pool labels, no true-label refit");
+    std::fs::write(&labels, "y\n1.0\n2.0\n").unwrap();
+    let o = trace(Some(&labels), "bad.jsonl");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("pool-labels.csv") && err.contains("but the pool has"), "{err}");
+}

@@ -120,7 +120,9 @@ pub(crate) struct Frozen {
     pub(crate) isotropic: bool,
 }
 
-#[derive(Debug, Clone)]
+/// A party: its private view, its model, and the release path. `Debug` shows label-free facts
+/// only (a stray `{:?}` in a log must not print labels or noise).
+#[derive(Clone)]
 pub struct Party {
     pub(crate) name: String,
     /// The private view: covariates and labels. Never leaves the crate except through the
@@ -149,6 +151,19 @@ pub struct Party {
     requester_theta: HashMap<String, Vec<f64>>,
     /// Whether a batch release also sends its exact likelihood ([`Party::set_send_likelihood`]).
     send_likelihood: bool,
+}
+
+impl std::fmt::Debug for Party {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Party")
+            .field("name", &self.name)
+            .field("labelled_rows", &self.data.y_train.len())
+            .field("pool", &self.data.pool_size())
+            .field("model_version", &self.model.version)
+            .field("turns", &self.turns.len())
+            .field("requesters", &self.requesters.len())
+            .finish_non_exhaustive()
+    }
 }
 
 /// One querier turn as folded into the model: replaying these in order rebuilds the model
@@ -500,7 +515,11 @@ impl Party {
     /// Why asking `peer` for new indices would be refused for budget, if it would: its latest
     /// answer left less ρ than one more release at the agreed (ε, δ) costs.
     pub fn peer_budget_spent(&self, peer: &str) -> Option<String> {
-        let scale = self.dp.mode.noise_scale().ok().flatten().filter(NoiseScale::guaranteed)?;
+        // Calibrated releases only (whatever their mechanism); thesis mode and DP off charge none.
+        if !matches!(self.dp.mode, DpMode::Calibrated { .. }) {
+            return None;
+        }
+        let scale = self.dp.mode.noise_scale().ok().flatten()?;
         let left = *self.peer_budget.get(peer)?;
         let cost = scale.release_rho();
         (left < cost * (1.0 - 1e-6)).then(|| {
@@ -608,22 +627,25 @@ impl Party {
         self.model.predict_private(xs, false)
     }
 
-    /// A counterfactual re-read of the answers already received: `edit` changes the received
-    /// blocks (the peers' answers — never this party's rows), `level_var` sets the variance of
-    /// a level shared by one peer's answers ([`CoModel::answer_level_var`]), then the model is
-    /// re-fitted as after a turn. The lab's oracles use it; a node never does.
+    /// A counterfactual: the predictive mean at `xs` of a copy of the model that reads the
+    /// answers already received differently — `edit` changes the received blocks (the peers'
+    /// answers, never this party's rows), `level_var` sets the variance of a level shared by
+    /// one peer's answers ([`CoModel::answer_level_var`]) — re-fitted as after a turn. The
+    /// party itself is not changed. The lab's oracles use it; a node never does.
     pub fn reread_answers(
-        &mut self,
+        &self,
         edit: impl FnOnce(&mut [PeerBlock]),
         level_var: Option<f64>,
-    ) -> Result<(), CotrainError> {
-        edit(&mut self.model.blocks);
+        xs: &DMatrix<f64>,
+    ) -> Result<DVector<f64>, CotrainError> {
+        let mut model = self.model.clone();
+        edit(&mut model.blocks);
         if let Some(v) = level_var {
-            self.model.answer_level_var = v;
+            model.answer_level_var = v;
         }
-        self.model.version += 1;
-        self.model.refit()?;
-        Ok(())
+        model.version += 1;
+        model.refit()?;
+        Ok(model.predict(xs, false)?.mean)
     }
 
     /// The size of the shared pool (public: entities are named by index).
@@ -678,13 +700,30 @@ impl Party {
     /// study's switches ([`AnswerReading`]). They change only this party's own model, never
     /// what it releases.
     pub fn set_answer_reading(&mut self, r: &AnswerReading) -> Result<(), CotrainError> {
+        // Before the first turn only: the per-query policy releases the co-trained model, whose
+        // calibration and noise path are keyed by its version, and a restored node replays its
+        // turns under the settings it starts with.
+        if !self.turns.is_empty() || self.model.n_pseudo() > 0 {
+            return Err(CotrainError::config("the answer reading is set before the first turn"));
+        }
+        // Every value is checked before any is applied: a refusal changes nothing.
+        if let Some(d) = r.discount {
+            d.validate().map_err(CotrainError::config)?;
+        }
+        for (what, v) in [("answer extra variance", r.extra_var), ("answer minimum value", r.min_value)] {
+            if let Some(v) = v
+                && !(v.is_finite() && v >= 0.0)
+            {
+                return Err(CotrainError::config(format!("{what} {v} must be finite and non-negative")));
+            }
+        }
+        if !(r.var_scale.is_finite() && r.var_scale > 0.0) {
+            return Err(CotrainError::config(format!("answer variance scale {} must be positive", r.var_scale)));
+        }
         if let Some(d) = r.discount {
             self.model.set_answer_discount(d)?;
         }
         if let Some(v) = r.extra_var {
-            if !(v.is_finite() && v >= 0.0) {
-                return Err(CotrainError::config(format!("answer extra variance {v} must be finite and non-negative")));
-            }
             self.model.answer_extra_var = v;
         }
         self.model.answer_noise_grid = r.noise_grid.clone();
@@ -695,11 +734,6 @@ impl Party {
         self.model.answer_check_z = r.check_z;
         self.model.decline_noise_ratio = r.decline_ratio;
         self.model.answer_var_scale = r.var_scale;
-        if let Some(k) = r.min_value
-            && !(k.is_finite() && k >= 0.0)
-        {
-            return Err(CotrainError::config(format!("answer minimum value {k} must be finite and non-negative")));
-        }
         self.model.answer_min_value = r.min_value;
         // Not a version bump: the version seeds the per-query noise paths, and the reading
         // changes nothing released. A cached posterior is dropped instead.

@@ -1,8 +1,10 @@
 //! What leaves a [`super::Party`] about its model: a label-free view ([`ModelView`]) for
 //! reports, status and metrics, and the switches of how it reads its peers' answers
 //! ([`AnswerReading`]). The model itself ([`CoModel`]) never leaves the party: no caller can
-//! clone it, predict from its private-only posterior, or read its weights or inducing inputs
-//! (`tests/compile_fail` in the crate's doc tests check that an outside crate cannot).
+//! clone it, re-fit it, or read its rows, weights or inducing inputs (the compile_fail doc
+//! tests of `crate::boundary` check that an outside crate cannot). Predictions at covariates
+//! the caller supplies (`Party::predict`, `Party::predict_alone`) are for the party's own
+//! operator and evaluation, never a peer.
 
 use crate::answer::Uncertainty;
 use crate::combiner::{CoModel, CombinerKind, LocalModel, LooCheck, PeerBlock, RefitTheta};

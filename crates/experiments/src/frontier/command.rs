@@ -261,7 +261,12 @@ fn config(a: &FrontierArgs) -> anyhow::Result<FrontierConfig> {
         answer_check: (a.answer_check > 0.0).then_some(a.answer_check),
         answer_temper: a.answer_temper,
         decline_ratio: (a.decline_ratio > 0.0).then_some(a.decline_ratio),
-        answer_min_value: (a.answer_min_value > 0.0).then_some(a.answer_min_value),
+        answer_min_value: {
+            if !(a.answer_min_value.is_finite() && a.answer_min_value >= 0.0) {
+                anyhow::bail!("--answer-min-value {}: must be a finite number ≥ 0 (0: off)", a.answer_min_value);
+            }
+            (a.answer_min_value > 0.0).then_some(a.answer_min_value)
+        },
         views,
         release_theta: match a.release_theta[..] {
             [signal_variance, lengthscale, noise_variance] => {

@@ -310,6 +310,24 @@ impl FrontierConfig {
         if self.queries == 0 {
             return Err(CotrainError::config("frontier: queries must be at least 1"));
         }
+        // Under θ selection each ε is split between the vote and the release (`dp`): both
+        // shares must be ε's the mechanism accepts.
+        if self.thetas.contains(&ThetaChoice::Select) {
+            for &e in &self.epsilons {
+                let mu = NoiseScale::mu_for(e, self.delta)?;
+                let release = NoiseScale::epsilon_of(mu * (1.0 - THETA_SHARE).sqrt(), self.delta);
+                NoiseScale::mu_for(release, self.delta).map_err(|err| {
+                    CotrainError::config(format!(
+                        "frontier: ε = {e} is too small to split between the θ vote and the release: {err}"
+                    ))
+                })?;
+            }
+        }
+        if let Some(k) = self.answer_min_value
+            && !(k.is_finite() && k >= 0.0)
+        {
+            return Err(CotrainError::config(format!("frontier: the answer minimum value {k} must be finite and ≥ 0")));
+        }
         if self.data.contains(&FrontierData::Views) != self.views.is_some() {
             return Err(CotrainError::config("frontier: the views data set and the user's views go together"));
         }
@@ -360,8 +378,9 @@ impl FrontierConfig {
         // Under θ selection the release gets (1 − THETA_SHARE) of the cell's ρ and the vote the
         // rest (less a relative 1e-6, so that the two charges fit the budget after round-off).
         let (release_epsilon, mu_theta) = if theta == ThetaChoice::Select {
-            // ε and δ were checked when the frontier was configured (FrontierConfig::validate).
-            let mu_for = |e: f64| NoiseScale::mu_for(e, self.delta).expect("the frontier's ε and δ are checked");
+            // Checked when the frontier was configured (FrontierConfig::validate: ε, δ and both
+            // shares of the split).
+            let mu_for = |e: f64| NoiseScale::mu_for(e, self.delta).expect("the frontier's ε split is checked");
             let mu = mu_for(epsilon);
             let release_epsilon = NoiseScale::epsilon_of(mu * (1.0 - THETA_SHARE).sqrt(), self.delta);
             let mu_release = mu_for(release_epsilon);
@@ -571,7 +590,7 @@ fn reread(
         b.noise_vars[k] = Some(nv_new);
         b.vars[k] = v + nv_new;
     };
-    match oracle {
+    let mean = match oracle {
         TraceOracle::AnswerError => p.reread_answers(
             |blocks| {
                 for b in blocks {
@@ -585,6 +604,7 @@ fn reread(
                 }
             },
             None,
+            &data.x_test,
         )?,
         TraceOracle::Level => {
             let (mut sum, mut vsum, mut n) = (0.0, 0.0, 0usize);
@@ -597,7 +617,7 @@ fn reread(
             }
             let nf = n.max(1) as f64;
             value = ((sum / nf).powi(2) - vsum / nf / nf).max(0.0);
-            p.reread_answers(|_| {}, Some(value))?;
+            p.reread_answers(|_| {}, Some(value), &data.x_test)?
         }
         TraceOracle::OwnCalibration => {
             let asked = p.model().asked();
@@ -616,10 +636,11 @@ fn reread(
                     }
                 },
                 None,
-            )?;
+                &data.x_test,
+            )?
         }
-    }
-    Ok((p.predict(&data.x_test, false)?.mean, value))
+    };
+    Ok((mean, value))
 }
 
 /// [`PartyTrace`] of every party of one run (the first θ policy of `cfg`, one round).

@@ -1,5 +1,5 @@
 //! `dpcotrain-lab bench gp`: speed and memory of the numerical core on this machine
-//! (`bench node`, the federation's speed, is in `bench_node.rs`).
+//! (`bench node`, the federation's speed, is in `node.rs`; `bench state` in `state.rs`; `bench svgp` in `svgp.rs`).
 //!
 //! Reports the best of a few repetitions (setup untimed), GFLOP/s estimated from the dominant
 //! dense kernels, the machine's GEMM rate as the practical peak to compare with, and its FMA
@@ -39,6 +39,10 @@ pub enum BenchCommand {
     /// (internal) One VFE fit, printing its peak memory as JSON; used by `bench gp --memory`.
     #[command(hide = true)]
     GpMemory(MemoryArgs),
+    /// (internal) The product's `gp svgp` in a process of its own (its peak memory is that
+    /// process's); used by `bench svgp --stream-rows`.
+    #[command(hide = true)]
+    GpSvgp(dpcotrain::cli::svgp::SvgpArgs),
 }
 
 #[derive(Debug, Args)]
@@ -379,23 +383,11 @@ fn gemm_peak(reps: usize) -> f64 {
     2.0 * (n as f64).powi(3) / t / 1e9
 }
 
-/// The product binary (`dpcotrain`) beside this one: the benchmarks that time a product command
-/// in its own process (its peak memory is that process's) run it from there.
-pub(crate) fn product_binary() -> anyhow::Result<PathBuf> {
-    let exe = std::env::current_exe()?.with_file_name(format!("dpcotrain{}", std::env::consts::EXE_SUFFIX));
-    if !exe.is_file() {
-        anyhow::bail!(
-            "{} is missing: the benchmark runs the product binary beside dpcotrain-lab (cargo build --release --workspace builds both)",
-            exe.display()
-        );
-    }
-    Ok(exe)
-}
-
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Gp(a) => run_gp(a),
         BenchCommand::GpMemory(a) => run_memory(a),
+        BenchCommand::GpSvgp(a) => dpcotrain::cli::svgp::run(a),
         BenchCommand::Svgp(a) => svgp::run(a),
         BenchCommand::State(a) => state::run(a),
         BenchCommand::Node(a) => {

@@ -266,8 +266,9 @@ fn stream_epoch(a: &SvgpBenchArgs, n: usize) -> anyhow::Result<Value> {
         drop(w);
         std::fs::rename(&tmp, &path)?;
     }
-    let out = std::process::Command::new(super::product_binary()?)
-        .args(["gp", "svgp", "--train"])
+    // The product's `gp svgp`, linked into this binary, in a child process of its own.
+    let out = std::process::Command::new(std::env::current_exe()?)
+        .args(["bench", "gp-svgp", "--train"])
         .arg(&path)
         .args(["--target", "y", "--epochs", "1", "--json", "--quiet"])
         .args(["--inducing", &a.stream_m.to_string(), "--batch", &a.batch.to_string()])
