@@ -102,10 +102,10 @@ pub fn epsilon_cks(rho: f64, delta: f64) -> f64 {
 impl Ledger {
     pub fn new(epsilon: f64, delta: f64) -> Result<Self, PrivacyError> {
         if !(epsilon.is_finite() && epsilon > 0.0) {
-            return Err(PrivacyError::invalid(format!("budget epsilon must be positive and finite, got {epsilon}")));
+            return Err(PrivacyError::parameter("budget epsilon", epsilon, "be positive and finite"));
         }
         if !(delta > 0.0 && delta < 1.0) {
-            return Err(PrivacyError::invalid(format!("budget delta must lie strictly between 0 and 1, got {delta}")));
+            return Err(PrivacyError::parameter("budget delta", delta, "lie strictly between 0 and 1"));
         }
         let mu = crate::NoiseScale::mu_for(epsilon, delta)?;
         Ok(Ledger { epsilon, delta, rho_budget: mu * mu / 2.0, releases: Vec::new() })

@@ -59,7 +59,7 @@ pub fn check_epsilon(epsilon: f64) -> Result<f64, PrivacyError> {
     if epsilon.is_finite() && epsilon > 0.0 {
         Ok(epsilon)
     } else {
-        Err(PrivacyError::invalid(format!("epsilon must be a positive finite number, got {epsilon}")))
+        Err(PrivacyError::parameter("epsilon", epsilon, "be a positive finite number"))
     }
 }
 
@@ -68,7 +68,7 @@ pub fn check_delta(delta: f64) -> Result<f64, PrivacyError> {
     if delta > 0.0 && delta < 1.0 {
         Ok(delta)
     } else {
-        Err(PrivacyError::invalid(format!("delta must lie strictly between 0 and 1, got {delta}")))
+        Err(PrivacyError::parameter("delta", delta, "lie strictly between 0 and 1"))
     }
 }
 
@@ -89,7 +89,7 @@ fn check(epsilon: f64, delta: f64, sensitivity: f64) -> Result<(), PrivacyError>
     check_epsilon(epsilon)?;
     check_delta(delta)?;
     if !(sensitivity.is_finite() && sensitivity >= 0.0) {
-        return Err(PrivacyError::invalid(format!("sensitivity must be finite and ≥ 0, got {sensitivity}")));
+        return Err(PrivacyError::parameter("sensitivity", sensitivity, "be finite and ≥ 0"));
     }
     Ok(())
 }
@@ -145,7 +145,7 @@ impl NoiseScale {
     /// The thesis's fixed multiplier (no guarantee).
     pub fn thesis(multiplier: f64) -> Result<NoiseScale, PrivacyError> {
         if !(multiplier.is_finite() && multiplier > 0.0) {
-            return Err(PrivacyError::invalid(format!("thesis multiplier must be positive, got {multiplier}")));
+            return Err(PrivacyError::parameter("thesis multiplier", multiplier, "be positive"));
         }
         Ok(NoiseScale::Thesis { multiplier })
     }
@@ -205,6 +205,18 @@ pub fn calibrate(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A bad ε, δ or multiplier is a typed error that names the parameter, its value and its
+    /// bound — and reads as the one line a user sees.
+    #[test]
+    fn bad_parameters_are_typed_errors_naming_the_bound() {
+        let e = check_epsilon(-1.0).unwrap_err();
+        assert_eq!(e, PrivacyError::Parameter { name: "epsilon", value: -1.0, bound: "be a positive finite number" });
+        assert_eq!(e.to_string(), "invalid privacy parameter: epsilon must be a positive finite number, got -1");
+        let PrivacyError::Parameter { name, value, .. } = check_delta(2.0).unwrap_err() else { panic!("typed") };
+        assert_eq!((name, value), ("delta", 2.0));
+        assert!(matches!(NoiseScale::thesis(0.0), Err(PrivacyError::Parameter { name: "thesis multiplier", .. })));
+    }
 
     #[test]
     fn command_line_epsilon_and_delta_are_refused_unless_valid() {

@@ -147,7 +147,7 @@ fn check_inputs(x: &DMatrix<f64>, s2: &DVector<f64>, xq: &DMatrix<f64>) -> Resul
         )));
     }
     if x.iter().chain(xq.iter()).any(|v| !v.is_finite()) {
-        return Err(PrivacyError::invalid("finite release: non-finite covariate"));
+        return Err(PrivacyError::non_finite("finite release: non-finite covariate"));
     }
     Ok(())
 }
@@ -299,7 +299,7 @@ pub fn cap(
     max_iterations: usize,
 ) -> Result<(Hat, CapReport), PrivacyError> {
     if !(tau.is_finite() && tau > 0.0) {
-        return Err(PrivacyError::invalid(format!("influence cap τ must be positive and finite, got {tau}")));
+        return Err(PrivacyError::parameter("influence cap τ", tau, "be positive and finite"));
     }
     let ceiling = MAX_NOISE_RATIO * kernel.diag(x.as_view()).max().max(1e-300);
     let mut s = s2.clone();
@@ -516,7 +516,7 @@ pub fn plan(
     rank: &RankRule,
 ) -> Result<FiniteRelease, PrivacyError> {
     if !(mu.is_finite() && mu > 0.0) {
-        return Err(PrivacyError::invalid(format!("GDP parameter μ must be positive and finite, got {mu}")));
+        return Err(PrivacyError::parameter("GDP parameter μ", mu, "be positive and finite"));
     }
     let finish = |hat: Hat, eta: Option<f64>, cap: Option<CapReport>| -> Result<FiniteRelease, PrivacyError> {
         let sensitivity = hat.sensitivity(range)?;
@@ -601,7 +601,7 @@ fn low_rank_release(
     let p = &u * u.transpose();
     let latent = error_covariance_from(&full.hat.prior, &(&p * g), &(&p * m * &p));
     if latent.iter().any(|v| !v.is_finite()) {
-        return Err(PrivacyError::invalid("low-rank release: non-finite error covariance"));
+        return Err(PrivacyError::non_finite("low-rank release: non-finite error covariance"));
     }
     let mut hat = full.hat.clone();
     hat.influence = DVector::from_fn(coords.ncols(), |j, _| scaled_norm(coords.column(j).iter()));
@@ -614,7 +614,7 @@ fn low_rank_release(
 
 fn check_eta(eta: f64) -> Result<(), PrivacyError> {
     if !(eta.is_finite() && eta > 0.0) {
-        return Err(PrivacyError::invalid(format!("cap multiplier η must be positive and finite, got {eta}")));
+        return Err(PrivacyError::parameter("cap multiplier η", eta, "be positive and finite"));
     }
     Ok(())
 }

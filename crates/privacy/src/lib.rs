@@ -18,6 +18,7 @@
 
 pub mod accountant;
 pub mod calibrate;
+mod error;
 pub mod finite;
 pub mod gaussian;
 pub mod low_rank;
@@ -31,45 +32,10 @@ pub mod spend;
 // reachable through their modules.
 pub use accountant::{Charge, Ledger, Release};
 pub use calibrate::{Calibration, Mechanism, NoiseScale, calibrate};
+pub use error::{BudgetExceeded, PrivacyError};
 pub use finite::{CapRule, FiniteRelease};
 pub use low_rank::RankRule;
 pub use noise::NoisePath;
 pub use release_likelihood::ReleaseLikelihood;
 pub use sensitivity::{LabelRange, Sensitivity};
 pub use spend::{Calibrator, Spend, ThetaSource};
-
-/// A release refused before anything left: its cost does not fit the requester's budget.
-#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
-#[error(
-    "privacy budget would be exceeded: this release costs ρ = {cost:.6e} but only {remaining:.6e} of ρ = {budget:.6e} remains (ε = {epsilon}, δ = {delta:e}); refused before release"
-)]
-pub struct BudgetExceeded {
-    pub cost: f64,
-    pub remaining: f64,
-    pub budget: f64,
-    pub epsilon: f64,
-    pub delta: f64,
-}
-
-/// Errors of the privacy layer.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum PrivacyError {
-    #[error("invalid privacy parameter: {0}")]
-    Invalid(String),
-    #[error(transparent)]
-    BudgetExceeded(#[from] BudgetExceeded),
-    #[error(transparent)]
-    Gp(#[from] dpcotrain_gp::GpError),
-}
-
-impl From<dpcotrain_gp::LinalgError> for PrivacyError {
-    fn from(e: dpcotrain_gp::LinalgError) -> Self {
-        PrivacyError::Gp(e.into())
-    }
-}
-
-impl PrivacyError {
-    pub fn invalid(msg: impl Into<String>) -> Self {
-        PrivacyError::Invalid(msg.into())
-    }
-}

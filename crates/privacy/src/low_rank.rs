@@ -157,7 +157,7 @@ pub(crate) fn principal_basis(m: &DMatrix<f64>, k: usize) -> Result<DMatrix<f64>
         return Err(PrivacyError::invalid(format!("principal basis of rank {k} for a {q} × {} matrix", m.ncols())));
     }
     if m.iter().any(|v| !v.is_finite()) {
-        return Err(PrivacyError::invalid("principal basis: non-finite released-mean covariance"));
+        return Err(PrivacyError::non_finite("principal basis: non-finite released-mean covariance"));
     }
     let eig = SymmetricEigen::new(m.clone());
     let mut order: Vec<usize> = (0..q).collect();

@@ -130,7 +130,7 @@ impl NoisePath {
             )));
         }
         if xs.iter().any(|v| !v.is_finite()) {
-            return Err(PrivacyError::invalid("noise path: non-finite input point"));
+            return Err(PrivacyError::non_finite("noise path: non-finite input point"));
         }
         let mut out = DVector::zeros(xs.nrows());
         let mut new_rows: Vec<usize> = Vec::new();
@@ -212,7 +212,7 @@ fn conditional_factor(cov: DMatrix<f64>, floor: f64) -> Result<(DMatrix<f64>, Ji
     let mean_diag = (cov.trace() / n.max(1) as f64).abs().max(f64::MIN_POSITIVE);
     let eig = nalgebra::SymmetricEigen::new(cov);
     if eig.eigenvalues.iter().any(|l| !l.is_finite()) {
-        return Err(PrivacyError::invalid("noise conditional covariance is not finite"));
+        return Err(PrivacyError::non_finite("noise conditional covariance is not finite"));
     }
     let mut lift = 0.0f64;
     let roots = DVector::from_iterator(

@@ -63,7 +63,7 @@ impl ReleaseLikelihood {
         }
         let finite = |m: &DMatrix<f64>| m.iter().all(|v| v.is_finite());
         if !(finite(&self.basis) && finite(&self.map) && finite(&self.noise)) {
-            return Err(PrivacyError::invalid("release likelihood: a non-finite entry"));
+            return Err(PrivacyError::non_finite("release likelihood: a non-finite entry"));
         }
         Ok(())
     }

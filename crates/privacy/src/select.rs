@@ -151,10 +151,10 @@ pub fn noisy_vote(
     z: &DVector<f64>,
 ) -> Result<VoteRelease, PrivacyError> {
     if mu.is_nan() || mu <= 0.0 {
-        return Err(PrivacyError::invalid(format!("θ selection: GDP parameter μ must be positive, got {mu}")));
+        return Err(PrivacyError::parameter("θ selection: GDP parameter μ", mu, "be positive"));
     }
     if !(head_start_sd.is_finite() && head_start_sd >= 0.0) {
-        return Err(PrivacyError::invalid(format!("θ selection: head start must be ≥ 0, got {head_start_sd}")));
+        return Err(PrivacyError::parameter("θ selection: head start", head_start_sd, "be ≥ 0"));
     }
     if default >= candidates || z.len() != candidates {
         return Err(PrivacyError::invalid(format!(

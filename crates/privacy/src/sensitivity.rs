@@ -68,7 +68,7 @@ pub fn from_influence(
             .get(j)
             .ok_or_else(|| PrivacyError::invalid(format!("private row {j} out of range ({} rows)", influence.len())))?;
         if !v.is_finite() {
-            return Err(PrivacyError::invalid(format!("influence of row {j} is not finite")));
+            return Err(PrivacyError::non_finite(format!("influence of row {j} is not finite")));
         }
         if v > best.value {
             best = Sensitivity { value: v, worst_row: j };

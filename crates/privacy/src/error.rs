@@ -1,0 +1,55 @@
+//! The privacy layer's errors: typed where a caller or a user acts on the kind (a parameter
+//! and its bound, a non-finite input, a budget that does not fit).
+
+/// A release refused before anything left: its cost does not fit the requester's budget.
+#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
+#[error(
+    "privacy budget would be exceeded: this release costs ρ = {cost:.6e} but only {remaining:.6e} of ρ = {budget:.6e} remains (ε = {epsilon}, δ = {delta:e}); refused before release"
+)]
+pub struct BudgetExceeded {
+    pub cost: f64,
+    pub remaining: f64,
+    pub budget: f64,
+    pub epsilon: f64,
+    pub delta: f64,
+}
+
+/// Errors of the privacy layer.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PrivacyError {
+    /// A parameter outside its domain: `name` was `value`, and `bound` says what it must
+    /// ("be positive", "lie strictly between 0 and 1").
+    #[error("invalid privacy parameter: {name} must {bound}, got {value}")]
+    Parameter { name: &'static str, value: f64, bound: &'static str },
+    /// A number that must be finite was not (`what` names it and where it was).
+    #[error("invalid privacy parameter: {what}")]
+    NonFinite { what: String },
+    #[error("invalid privacy parameter: {0}")]
+    Invalid(String),
+    #[error(transparent)]
+    BudgetExceeded(#[from] BudgetExceeded),
+    #[error(transparent)]
+    Gp(#[from] dpcotrain_gp::GpError),
+}
+
+impl From<dpcotrain_gp::LinalgError> for PrivacyError {
+    fn from(e: dpcotrain_gp::LinalgError) -> Self {
+        PrivacyError::Gp(e.into())
+    }
+}
+
+impl PrivacyError {
+    pub fn invalid(msg: impl Into<String>) -> Self {
+        PrivacyError::Invalid(msg.into())
+    }
+
+    /// [`PrivacyError::Parameter`].
+    pub fn parameter(name: &'static str, value: f64, bound: &'static str) -> Self {
+        PrivacyError::Parameter { name, value, bound }
+    }
+
+    /// [`PrivacyError::NonFinite`].
+    pub fn non_finite(what: impl Into<String>) -> Self {
+        PrivacyError::NonFinite { what: what.into() }
+    }
+}
