@@ -21,6 +21,12 @@ pub enum PrivacyError {
     /// ("be positive", "lie strictly between 0 and 1").
     #[error("invalid privacy parameter: {name} must {bound}, got {value}")]
     Parameter { name: &'static str, value: f64, bound: &'static str },
+    /// Inputs whose sizes disagree: `got` `items` given for `expected` `per` (in `context`).
+    #[error("invalid privacy parameter: {context}: {got} {items} for {expected} {per}")]
+    Shape { context: &'static str, got: usize, items: &'static str, expected: usize, per: &'static str },
+    /// A rule spelled in a way it cannot be read: `what` `text` is not one of `expected`.
+    #[error("invalid privacy parameter: {what} {text:?} is not {expected}")]
+    Spelling { what: &'static str, text: String, expected: &'static str },
     /// A number that must be finite was not (`what` names it and where it was).
     #[error("invalid privacy parameter: {what}")]
     NonFinite { what: String },
@@ -46,6 +52,11 @@ impl PrivacyError {
     /// [`PrivacyError::Parameter`].
     pub fn parameter(name: &'static str, value: f64, bound: &'static str) -> Self {
         PrivacyError::Parameter { name, value, bound }
+    }
+
+    /// [`PrivacyError::Shape`].
+    pub fn shape(context: &'static str, got: usize, items: &'static str, expected: usize, per: &'static str) -> Self {
+        PrivacyError::Shape { context, got, items, expected, per }
     }
 
     /// [`PrivacyError::NonFinite`].

@@ -106,11 +106,7 @@ impl Hat {
     /// The noise-free released mean C·clip(y); C·y with no range (DP off: nothing to clip to).
     pub fn mean(&self, y: &DVector<f64>, range: Option<LabelRange>) -> Result<DVector<f64>, PrivacyError> {
         if y.len() != self.c.ncols() {
-            return Err(PrivacyError::invalid(format!(
-                "{} labels for a hat matrix over {} rows",
-                y.len(),
-                self.c.ncols()
-            )));
+            return Err(PrivacyError::shape("hat matrix", y.len(), "labels", self.c.ncols(), "rows"));
         }
         Ok(match range {
             Some(r) => &self.c * r.clip(y),
@@ -127,18 +123,16 @@ fn check_inputs(x: &DMatrix<f64>, s2: &DVector<f64>, xq: &DMatrix<f64>) -> Resul
         return Err(PrivacyError::invalid("finite release: no release points"));
     }
     if x.ncols() != xq.ncols() {
-        return Err(PrivacyError::invalid(format!(
-            "finite release: private rows have {} columns but release points have {}",
+        return Err(PrivacyError::shape(
+            "finite release",
+            xq.ncols(),
+            "release-point columns",
             x.ncols(),
-            xq.ncols()
-        )));
+            "private-row columns",
+        ));
     }
     if s2.len() != x.nrows() {
-        return Err(PrivacyError::invalid(format!(
-            "finite release: {} noise variances for {} rows",
-            s2.len(),
-            x.nrows()
-        )));
+        return Err(PrivacyError::shape("finite release", s2.len(), "noise variances", x.nrows(), "rows"));
     }
     if let Some(j) = s2.iter().position(|v| !(v.is_finite() && *v > 0.0)) {
         return Err(PrivacyError::invalid(format!(
@@ -388,9 +382,11 @@ impl std::str::FromStr for CapRule {
             }
             other => match other.strip_prefix("eta=").map(str::parse::<f64>) {
                 Some(Ok(eta)) if eta.is_finite() && eta > 0.0 => Ok(CapRule::Fixed { eta }),
-                _ => Err(PrivacyError::invalid(format!(
-                    "cap rule {other:?} is not auto, auto=X,Y,…, none or eta=X with X > 0"
-                ))),
+                _ => Err(PrivacyError::Spelling {
+                    what: "cap rule",
+                    text: other.to_string(),
+                    expected: "auto, auto=X,Y,…, none or eta=X with X > 0",
+                }),
             },
         }
     }
@@ -476,21 +472,19 @@ impl FiniteRelease {
         z: &DVector<f64>,
     ) -> Result<DVector<f64>, PrivacyError> {
         if z.len() != self.hat.c.nrows() {
-            return Err(PrivacyError::invalid(format!(
-                "{} noise draws for {} release points",
+            return Err(PrivacyError::shape(
+                "finite release",
                 z.len(),
-                self.hat.c.nrows()
-            )));
+                "noise draws",
+                self.hat.c.nrows(),
+                "release points",
+            ));
         }
         let Some(LowRank { u, coords }) = &self.low_rank else {
             return Ok(self.hat.mean(y, range)? + z * self.sigma);
         };
         if y.len() != coords.ncols() {
-            return Err(PrivacyError::invalid(format!(
-                "{} labels for a release over {} rows",
-                y.len(),
-                coords.ncols()
-            )));
+            return Err(PrivacyError::shape("low-rank release", y.len(), "labels", coords.ncols(), "rows"));
         }
         let yc = match range {
             Some(r) => r.clip(y),

@@ -92,7 +92,11 @@ impl std::str::FromStr for RankRule {
     type Err = PrivacyError;
     /// `full`, `auto`, `auto=K,L,…` or `k=K` with K ≥ 1 (the spelling of configs and the CLI).
     fn from_str(s: &str) -> Result<Self, PrivacyError> {
-        let bad = || PrivacyError::invalid(format!("rank rule {s:?} is not full, auto, auto=K,L,… or k=K with K ≥ 1"));
+        let bad = || PrivacyError::Spelling {
+            what: "rank rule",
+            text: s.to_string(),
+            expected: "full, auto, auto=K,L,… or k=K with K ≥ 1",
+        };
         let positive = |t: &str| t.trim().parse::<usize>().ok().filter(|&k| k >= 1);
         match s.trim() {
             "full" => Ok(RankRule::Full),

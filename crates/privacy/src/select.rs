@@ -84,7 +84,7 @@ pub fn group_votes(
         )));
     }
     if x.nrows() != y.len() {
-        return Err(PrivacyError::invalid(format!("θ selection: {} rows but {} labels", x.nrows(), y.len())));
+        return Err(PrivacyError::shape("θ selection", y.len(), "labels", x.nrows(), "rows"));
     }
     if groups == 0 || groups > x.nrows() {
         return Err(PrivacyError::invalid(format!(
