@@ -38,6 +38,13 @@ pub use svgp::Svgp;
 pub enum GpError {
     #[error(transparent)]
     Linalg(#[from] LinalgError),
+    /// A parameter outside its domain: `name` was `value`, and `bound` says what it must
+    /// ("be positive and finite", "be in (0, 1]").
+    #[error("invalid input: {name} must {bound}, got {value}")]
+    Parameter { name: &'static str, value: f64, bound: &'static str },
+    /// A number that must be finite was not (`what` says which and where).
+    #[error("invalid input: {what}")]
+    NonFinite { what: String },
     #[error("invalid input: {0}")]
     InvalidInput(String),
     #[error("optimisation failed: {0}")]
@@ -47,6 +54,16 @@ pub enum GpError {
 impl GpError {
     pub fn invalid(msg: impl Into<String>) -> Self {
         GpError::InvalidInput(msg.into())
+    }
+
+    /// [`GpError::Parameter`].
+    pub fn parameter(name: &'static str, value: f64, bound: &'static str) -> Self {
+        GpError::Parameter { name, value, bound }
+    }
+
+    /// [`GpError::NonFinite`].
+    pub fn non_finite(what: impl Into<String>) -> Self {
+        GpError::NonFinite { what: what.into() }
     }
 }
 

@@ -61,7 +61,7 @@ impl NoiseModel {
     pub fn validate(&self, n: usize) -> Result<(), GpError> {
         let s = self.sigma2().variance;
         if !(s.is_finite() && s > 0.0) {
-            return Err(GpError::invalid(format!("noise variance must be a positive finite number, got {s}")));
+            return Err(GpError::parameter("noise variance", s, "be a positive finite number"));
         }
         match self {
             NoiseModel::Homoscedastic(_) => Ok(()),
@@ -144,5 +144,21 @@ impl NoiseModel {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod error_tests {
+    use super::*;
+
+    /// A bad σ² is a typed error naming the parameter, its value and its bound, and reads as
+    /// the one line a user sees.
+    #[test]
+    fn a_bad_noise_variance_is_a_typed_error() {
+        let e = NoiseModel::Homoscedastic(NoiseVariance { variance: -0.5, ..NoiseVariance::new(1.0) })
+            .validate(3)
+            .unwrap_err();
+        assert_eq!(e, GpError::Parameter { name: "noise variance", value: -0.5, bound: "be a positive finite number" });
+        assert_eq!(e.to_string(), "invalid input: noise variance must be a positive finite number, got -0.5");
     }
 }

@@ -86,7 +86,7 @@ pub fn fit_svgp(
     on_event: &mut dyn FnMut(SvgpEvent<'_>) -> Result<(), GpError>,
 ) -> Result<SvgpReport, GpError> {
     if !(opts.natgrad_step > 0.0 && opts.natgrad_step <= 1.0) {
-        return Err(GpError::invalid(format!("natural-gradient step must be in (0, 1], got {}", opts.natgrad_step)));
+        return Err(GpError::parameter("natural-gradient step", opts.natgrad_step, "be in (0, 1]"));
     }
     if !(opts.adam.learning_rate.is_finite() && opts.adam.learning_rate > 0.0) {
         return Err(GpError::invalid(format!("Adam learning rate must be positive, got {}", opts.adam.learning_rate)));
@@ -119,7 +119,7 @@ pub fn fit_svgp(
                 )));
             }
             if let Some(i) = cp.params.iter().chain(&cp.adam.m).chain(&cp.adam.v).position(|v| !v.is_finite()) {
-                return Err(GpError::invalid(format!("the checkpoint has a non-finite value (entry {i})")));
+                return Err(GpError::non_finite(format!("the checkpoint has a non-finite value (entry {i})")));
             }
             if cp.step > opts.steps {
                 return Err(GpError::invalid(format!(
@@ -191,6 +191,7 @@ fn summary(names: &[String]) -> String {
 fn prefix(e: GpError, step: u64) -> GpError {
     match e {
         GpError::InvalidInput(m) => GpError::InvalidInput(format!("step {step}: {m}")),
+        GpError::NonFinite { what } => GpError::NonFinite { what: format!("step {step}: {what}") },
         GpError::Optimisation(m) => GpError::Optimisation(format!("step {step}: {m}")),
         other => other,
     }

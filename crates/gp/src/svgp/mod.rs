@@ -65,7 +65,7 @@ impl WhitenedQ {
             )));
         }
         if self.h.iter().chain(self.precision.iter()).any(|v| !v.is_finite()) {
-            return Err(GpError::invalid("q(u) has a non-finite natural parameter"));
+            return Err(GpError::non_finite("q(u) has a non-finite natural parameter"));
         }
         // Every natural-gradient path from the prior keeps Λ ⪰ I (a convex combination of I and
         // I + AᵀA/σ²): a precision that is not symmetric, or not even ⪰ ½I, was not made by one.
@@ -196,7 +196,7 @@ impl Svgp {
         gamma: f64,
     ) -> Result<(), GpError> {
         if !(gamma > 0.0 && gamma <= 1.0) {
-            return Err(GpError::invalid(format!("natural-gradient step must be in (0, 1], got {gamma}")));
+            return Err(GpError::parameter("natural-gradient step", gamma, "be in (0, 1]"));
         }
         let scale = n_total as f64 / a.ncols() as f64 / self.noise.variance;
         let m = self.z.nrows();

@@ -128,7 +128,7 @@ pub(crate) fn solve_many(
         )));
     }
     if b.iter().any(|v| !v.is_finite()) {
-        return Err(GpError::invalid("CG: the right-hand side is not finite"));
+        return Err(GpError::non_finite("CG: the right-hand side is not finite"));
     }
     let mut est = DMatrix::zeros(n, k);
     let mut r = b.clone();

@@ -113,7 +113,7 @@ impl KroneckerVgp {
         }
         for (name, v) in [("variance", variance), ("length-scale", lengthscale), ("noise variance", noise)] {
             if !(v > 0.0 && v.is_finite()) {
-                return Err(GpError::invalid(format!("{name} must be positive and finite, got {v}")));
+                return Err(GpError::parameter(name, v, "be positive and finite"));
             }
         }
         let grid: Vec<DVector<f64>> = (0..p)
@@ -155,7 +155,7 @@ impl KroneckerVgp {
     /// Set every diag Σ_c⁽ˡ⁾ to `value` (a large value starts q(u)'s covariance at the prior).
     pub fn with_sigma(mut self, value: f64) -> Result<Self, GpError> {
         if !(value > 0.0 && value.is_finite()) {
-            return Err(GpError::invalid(format!("Σ must be positive and finite, got {value}")));
+            return Err(GpError::parameter("Σ", value, "be positive and finite"));
         }
         for s in self.log_sigma.iter_mut().flatten() {
             s.fill(value.ln());
@@ -444,7 +444,7 @@ impl KroneckerVgp {
         }
         super::adagrad::check_minibatch(rows, x.nrows())?;
         if let Some(&r) = rows.iter().find(|&&r| !y[r].is_finite() || x.row(r).iter().any(|v| !v.is_finite())) {
-            return Err(GpError::invalid(format!("row {r} has a non-finite input or target")));
+            return Err(GpError::non_finite(format!("row {r} has a non-finite input or target")));
         }
         Ok(())
     }

@@ -55,7 +55,7 @@ impl Rnvgp {
         }
         crate::validate_inputs(&z, kernel.as_ref(), "Z")?;
         if !(noise > 0.0 && noise.is_finite()) {
-            return Err(GpError::invalid(format!("noise variance must be positive and finite, got {noise}")));
+            return Err(GpError::parameter("noise variance", noise, "be positive and finite"));
         }
         if let Numerics::Randomised { probes: 0, .. } = numerics {
             return Err(GpError::invalid("randomised numerics need at least one probe vector"));
