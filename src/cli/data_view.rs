@@ -77,10 +77,9 @@ struct Raw {
 
 impl Raw {
     fn read(path: &Path) -> anyhow::Result<Raw> {
-        let mut r = csv::ReaderBuilder::new()
-            .trim(csv::Trim::All)
-            .from_path(path)
-            .with_context(|| format!("cannot read {}", path.display()))?;
+        // Read once: the CSV reader parses these bytes, and their newlines number the lines.
+        let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let mut r = csv::ReaderBuilder::new().trim(csv::Trim::All).from_reader(bytes.as_slice());
         let header: Vec<String> = r
             .headers()
             .with_context(|| format!("{}: no header row", path.display()))?
@@ -89,7 +88,6 @@ impl Raw {
             .collect();
         // The line each row starts on, counted from its byte offset (the header is line 1;
         // blank lines and quoted line breaks count as the file has them).
-        let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
         let newlines: Vec<u64> =
             bytes.iter().enumerate().filter(|(_, b)| **b == b'\n').map(|(i, _)| i as u64).collect();
         let (mut rows, mut lines) = (Vec::new(), Vec::new());

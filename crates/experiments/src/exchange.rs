@@ -58,17 +58,8 @@ pub(crate) fn exchange_runs(seed: u64) -> Result<Vec<ExchangeRun>, CotrainError>
         let mut p = dpcotrain_cotrain::party::lock_party(&parties[0])?;
         let pred = p.predict(&xs, false)?;
         let data = &sc.parties[0];
-        // The labels the party's own model fits: clipped where that model is itself released
-        // (Party::with_local_model), as the figure showed them before.
-        let dpc = dp.config();
-        let y_fit = match &dpc.mode {
-            dpcotrain_cotrain::DpMode::Calibrated { range, .. }
-                if dpcotrain_cotrain::party::own_model_is_released(&dpc) =>
-            {
-                range.clip(&data.y_train)
-            }
-            _ => data.y_train.clone(),
-        };
+        // The labels the party's own model fits (clipped where that model is released).
+        let y_fit = dpcotrain_cotrain::party::labels_the_model_fits(&dp.config(), &data.y_train);
         let sd: Vec<f64> = pred.var.iter().map(|v| v.max(0.0).sqrt()).collect();
         let train = (0..data.x_train.nrows()).map(|i| (data.x_train[(i, 0)], y_fit[i])).collect();
         let queried = p

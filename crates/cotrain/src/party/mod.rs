@@ -166,6 +166,16 @@ impl std::fmt::Debug for Party {
     }
 }
 
+/// The labels a party's own model fits under `dp`: its labels as they are, clipped to the
+/// release's label range where that model is itself what is released
+/// ([`own_model_is_released`]), because the sensitivity assumes the clipped labels.
+pub fn labels_the_model_fits(dp: &DpConfig, y: &DVector<f64>) -> DVector<f64> {
+    match &dp.mode {
+        DpMode::Calibrated { range, .. } if own_model_is_released(dp) => range.clip(y),
+        _ => y.clone(),
+    }
+}
+
 /// One querier turn as folded into the model: replaying these in order rebuilds the model
 /// (absorb + re-fit are deterministic), which is how a restarted node resumes.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -278,9 +288,7 @@ impl Party {
         // what is released (see [`own_model_is_released`]): then it must fit the clipped labels
         // the sensitivity assumes. The release model and the θ vote always clip (their own
         // copy), so under the honest policies "alone" is the same fit in every privacy mode.
-        if let (DpMode::Calibrated { range, .. }, true) = (&dp.mode, own_model_is_released(&dp)) {
-            data.y_train = range.clip(&data.y_train);
-        }
+        data.y_train = labels_the_model_fits(&dp, &data.y_train);
         let mut model = CoModel::new(
             kind,
             uncertainty,

@@ -116,6 +116,20 @@ pub enum ThetaChoice {
 /// [`ThetaChoice::Select`]; the release gets the rest, so the cell still spends exactly ε.
 pub(crate) const THETA_SHARE: f64 = 0.2;
 
+/// Under θ selection a cell's ε is split: the release gets (1 − THETA_SHARE) of its ρ and the
+/// vote the rest (less a relative 1e-6, so that the two charges fit the budget after
+/// round-off). Returns (the release's ε, the vote's GDP μ); refused when ε is too small to split.
+fn theta_split(epsilon: f64, delta: f64) -> Result<(f64, f64), CotrainError> {
+    let mu = NoiseScale::mu_for(epsilon, delta)?;
+    let release_epsilon = NoiseScale::epsilon_of(mu * (1.0 - THETA_SHARE).sqrt(), delta);
+    let mu_release = NoiseScale::mu_for(release_epsilon, delta).map_err(|err| {
+        CotrainError::config(format!(
+            "frontier: ε = {epsilon} is too small to split between the θ vote and the release: {err}"
+        ))
+    })?;
+    Ok((release_epsilon, ((mu * mu - mu_release * mu_release) * (1.0 - 1e-6)).max(0.0).sqrt()))
+}
+
 impl ThetaChoice {
     pub fn name(self) -> &'static str {
         match self {
@@ -310,17 +324,10 @@ impl FrontierConfig {
         if self.queries == 0 {
             return Err(CotrainError::config("frontier: queries must be at least 1"));
         }
-        // Under θ selection each ε is split between the vote and the release (`dp`): both
-        // shares must be ε's the mechanism accepts.
+        // Under θ selection each ε is split between the vote and the release (`dp`).
         if self.thetas.contains(&ThetaChoice::Select) {
             for &e in &self.epsilons {
-                let mu = NoiseScale::mu_for(e, self.delta)?;
-                let release = NoiseScale::epsilon_of(mu * (1.0 - THETA_SHARE).sqrt(), self.delta);
-                NoiseScale::mu_for(release, self.delta).map_err(|err| {
-                    CotrainError::config(format!(
-                        "frontier: ε = {e} is too small to split between the θ vote and the release: {err}"
-                    ))
-                })?;
+                theta_split(e, self.delta)?;
             }
         }
         if let Some(k) = self.answer_min_value
@@ -375,16 +382,9 @@ impl FrontierConfig {
                 queries,
             };
         };
-        // Under θ selection the release gets (1 − THETA_SHARE) of the cell's ρ and the vote the
-        // rest (less a relative 1e-6, so that the two charges fit the budget after round-off).
         let (release_epsilon, mu_theta) = if theta == ThetaChoice::Select {
-            // Checked when the frontier was configured (FrontierConfig::validate: ε, δ and both
-            // shares of the split).
-            let mu_for = |e: f64| NoiseScale::mu_for(e, self.delta).expect("the frontier's ε split is checked");
-            let mu = mu_for(epsilon);
-            let release_epsilon = NoiseScale::epsilon_of(mu * (1.0 - THETA_SHARE).sqrt(), self.delta);
-            let mu_release = mu_for(release_epsilon);
-            (release_epsilon, ((mu * mu - mu_release * mu_release) * (1.0 - 1e-6)).max(0.0).sqrt())
+            // Checked when the frontier was configured (FrontierConfig::validate).
+            theta_split(epsilon, self.delta).expect("the frontier's ε split is checked")
         } else {
             (epsilon, 1.0)
         };
