@@ -13,7 +13,8 @@ use dpcotrain_gp::{
     ExactGp, InducingFeatures, KuuJitter, NoiseModel, NoiseVariance, ObjectiveTerms, Prediction, SparseGp, SparseKind,
 };
 use nalgebra::{DMatrix, DVector};
-use serde_json::{Value, json};
+use serde::Serialize;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 /// Above this many rows `gp fit` warns that the exact model is slow and memory-hungry.
@@ -208,19 +209,80 @@ fn build_kernel(args: &FitArgs, x: &DMatrix<f64>, y: &DVector<f64>) -> anyhow::R
 
 /// The fitted hyperparameters: the noise, every kernel parameter by name (natural scale), and
 /// for a single stationary kernel its `variance` and `lengthscales` (the keys scripts read).
-fn hyper_json(kernel: &dyn Kernel, noise: f64) -> Value {
-    let names = kernel.param_names();
-    let values: Vec<f64> = kernel.params().iter().map(|v| v.exp()).collect();
-    let params: serde_json::Map<String, Value> = names.iter().cloned().zip(values.iter().map(|v| json!(v))).collect();
-    let mut out = json!({ "noise": noise, "kernel": params });
-    let stationary = names.first().is_some_and(|n| n == "variance")
-        && names.len() > 1
-        && names[1..].iter().all(|n| n.starts_with("lengthscale"));
-    if stationary {
-        out["variance"] = json!(values[0]);
-        out["lengthscales"] = json!(values[1..]);
+/// A model's hyperparameters in the units the kernel uses (the kernel's own parameters by name,
+/// and for a stationary kernel its variance and length-scales again, as GPflow reports them).
+#[derive(Debug, Clone, Serialize)]
+pub struct Hyperparameters {
+    pub noise: f64,
+    pub kernel: BTreeMap<String, f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub variance: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lengthscales: Option<Vec<f64>>,
+}
+
+impl Hyperparameters {
+    fn of(kernel: &dyn Kernel, noise: f64) -> Self {
+        let names = kernel.param_names();
+        let values: Vec<f64> = kernel.params().iter().map(|v| v.exp()).collect();
+        let stationary = names.first().is_some_and(|n| n == "variance")
+            && names.len() > 1
+            && names[1..].iter().all(|n| n.starts_with("lengthscale"));
+        Hyperparameters {
+            noise,
+            kernel: names.iter().cloned().zip(values.iter().copied()).collect(),
+            variance: stationary.then(|| values[0]),
+            lengthscales: stationary.then(|| values[1..].to_vec()),
+        }
     }
-    out
+}
+
+/// The training's account, with why it stopped in words.
+#[derive(Debug, Clone, Serialize)]
+pub struct Training {
+    #[serde(flatten)]
+    pub report: TrainReport,
+    pub stop: &'static str,
+}
+
+/// What `gp fit` found, in data units: the model, its hyperparameters, the training's account,
+/// the inducing inputs and any predictions. `--json` prints it as JSON; otherwise its
+/// `Display` is the summary a reader sees.
+#[derive(Debug, Clone, Serialize)]
+pub struct FitReport {
+    pub model: &'static str,
+    pub kernel: String,
+    pub objective: f64,
+    pub hyperparameters: Hyperparameters,
+    pub jitter: f64,
+    pub inducing: Option<Vec<Vec<f64>>>,
+    pub n_train: usize,
+    pub inputs: Vec<String>,
+    pub target: String,
+    pub standardized: bool,
+    pub y_mean: f64,
+    pub y_scale: f64,
+    /// Only when `--kuu-jitter` was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kuu_jitter: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub training: Option<Training>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub terms: Option<ObjectiveTerms>,
+    /// `points` or `multiscale` for a sparse model; none for the exact one.
+    pub features: Option<&'static str>,
+    /// Multiscale features' widths (data units) and the ordinary phase's training.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub widths: Option<Vec<Vec<f64>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub training_ordinary: Option<TrainReport>,
+    /// Predictions at `--predict`'s rows (data units).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mean: Option<Vec<f64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub var: Option<Vec<f64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cov: Option<Vec<Vec<f64>>>,
 }
 
 fn rows_json(m: &DMatrix<f64>) -> Vec<Vec<f64>> {
@@ -270,7 +332,22 @@ fn parse_prior_mean(s: &str) -> Result<PriorMean, String> {
     }
 }
 
+/// `gp fit`: fit, then print the report (JSON with `--json`).
 pub fn run(args: FitArgs) -> anyhow::Result<()> {
+    let json = args.json;
+    let report = fit(args)?;
+    if json {
+        // Through a JSON value: its keys (and every nested object's) print in sorted order.
+        println!("{}", serde_json::to_string(&serde_json::to_value(&report)?)?);
+    } else {
+        print!("{report}");
+    }
+    Ok(())
+}
+
+/// `gp fit` as a library function: the fitted model's [`FitReport`] (the `--output` CSV of
+/// predictions is written here too).
+pub fn fit(args: FitArgs) -> anyhow::Result<FitReport> {
     let table = Table::read(&args.train)?;
     table.require_rows(2, "training data")?;
     let (x_raw, y_raw, input_names, target_name) = table.split_target(args.target.as_deref())?;
@@ -482,125 +559,118 @@ pub fn run(args: FitArgs) -> anyhow::Result<()> {
         ModelArg::Fitc => "fitc",
         ModelArg::Dtc => "dtc",
     };
-    let mut out = json!({
-        "model": model_name,
-        "kernel": args.kernel.to_string(),
-        "objective": objective,
-        "hyperparameters": hyper_json(kernel_out.as_ref(), noise_out),
-        "jitter": jitter,
-        "inducing": z_data.as_ref().map(rows_json),
-        "n_train": n,
-        "inputs": input_names,
-        "target": target_name,
-        "standardized": args.standardize,
-        "y_mean": std.y_mean,
-        "y_scale": std.y_scale,
-    });
-    if let Some(j) = args.kuu_jitter {
-        // Only when given, so that the default output stays as it was.
-        out["kuu_jitter"] = json!(j.to_string());
-    }
-    if let Some(r) = &report {
-        out["training"] = serde_json::to_value(r)?;
-        out["training"]["stop"] = json!(stop_reason(&r.termination));
-    }
-    if let Some(t) = &terms {
-        out["terms"] = serde_json::to_value(t)?;
-    }
-    out["features"] = json!(match (&z_data, &multiscale) {
-        (None, _) => Value::Null,
-        (Some(_), None) => json!("points"),
-        (Some(_), Some(_)) => json!("multiscale"),
-    });
-    if let Some((widths, ordinary)) = &multiscale {
-        let mut w = widths.clone();
-        for (j, mut col) in w.column_iter_mut().enumerate() {
-            col *= std.x_scale[j];
-        }
-        out["widths"] = json!(rows_json(&w));
-        if let Some(r) = ordinary {
-            out["training_ordinary"] = serde_json::to_value(r)?;
-        }
-    }
+    let (mut mean, mut var, mut cov) = (None, None, None);
     if let Some(p) = &pred {
-        out["mean"] = json!(std.inverse_mean(&p.mean).as_slice());
-        out["var"] = json!(std.inverse_var(&p.var).as_slice());
-        if let Some(c) = &p.cov {
-            out["cov"] = json!(rows_json(&std.inverse_cov(c)));
-        }
+        mean = Some(std.inverse_mean(&p.mean).as_slice().to_vec());
+        var = Some(std.inverse_var(&p.var).as_slice().to_vec());
+        cov = p.cov.as_ref().map(|c| rows_json(&std.inverse_cov(c)));
     }
-    if let (Some(path), Some(p)) = (&args.output, &pred) {
-        let m = std.inverse_mean(&p.mean);
-        let v = std.inverse_var(&p.var);
+    let (widths, training_ordinary) = match &multiscale {
+        Some((widths, ordinary)) => {
+            let mut w = widths.clone();
+            for (j, mut col) in w.column_iter_mut().enumerate() {
+                col *= std.x_scale[j];
+            }
+            (Some(rows_json(&w)), ordinary.clone())
+        }
+        None => (None, None),
+    };
+    if let (Some(path), Some(m), Some(v)) = (&args.output, &mean, &var) {
         let data = DMatrix::from_fn(m.len(), 2, |i, j| if j == 0 { m[i] } else { v[i] });
         dpcotrain_cotrain::table::write_csv(path, &["mean".to_string(), "var".to_string()], &data)?;
     }
-    if args.json {
-        println!("{}", serde_json::to_string(&out)?);
-    } else {
-        print_human(&out);
-    }
-    Ok(())
+    Ok(FitReport {
+        model: model_name,
+        kernel: args.kernel.to_string(),
+        objective,
+        hyperparameters: Hyperparameters::of(kernel_out.as_ref(), noise_out),
+        jitter,
+        features: match (&z_data, &multiscale) {
+            (None, _) => None,
+            (Some(_), None) => Some("points"),
+            (Some(_), Some(_)) => Some("multiscale"),
+        },
+        inducing: z_data.as_ref().map(rows_json),
+        n_train: n,
+        inputs: input_names,
+        target: target_name,
+        standardized: args.standardize,
+        y_mean: std.y_mean,
+        y_scale: std.y_scale,
+        // Only when given, so that the default output stays as it was.
+        kuu_jitter: args.kuu_jitter.map(|j| j.to_string()),
+        training: report.map(|r| Training { stop: stop_reason(&r.termination), report: r }),
+        terms,
+        widths,
+        training_ordinary,
+        mean,
+        var,
+        cov,
+    })
 }
 
-fn print_human(out: &Value) {
-    println!("model       {}  (kernel {})", out["model"].as_str().unwrap_or(""), out["kernel"].as_str().unwrap_or(""));
-    println!("objective   {:.6}  (higher is better)", out["objective"].as_f64().unwrap_or(f64::NAN));
-    let h = &out["hyperparameters"];
-    if let Some(params) = h["kernel"].as_object() {
-        for (name, v) in params {
-            println!("  {name:<26} {:.6}", v.as_f64().unwrap_or(f64::NAN));
+/// A number as JSON spells it (shortest round-trip form; `null` for a non-finite one).
+fn json_number(v: f64) -> serde_json::Value {
+    serde_json::json!(v)
+}
+
+impl std::fmt::Display for FitReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "model       {}  (kernel {})", self.model, self.kernel)?;
+        writeln!(f, "objective   {:.6}  (higher is better)", self.objective)?;
+        for (name, v) in &self.hyperparameters.kernel {
+            writeln!(f, "  {name:<26} {v:.6}")?;
         }
-    }
-    println!("noise       {:.6}", h["noise"].as_f64().unwrap_or(f64::NAN));
-    match out["kuu_jitter"].as_str() {
-        Some(j) => println!("jitter      {:.3e}  (--kuu-jitter {j})", out["jitter"].as_f64().unwrap_or(0.0)),
-        None => println!("jitter      {:.3e}", out["jitter"].as_f64().unwrap_or(0.0)),
-    }
-    if let Some(t) = out.get("terms") {
-        let f = |k: &str| t[k].as_f64().unwrap_or(f64::NAN);
-        println!(
-            "terms       data fit {:.4}, complexity {:.4}, trace {:.4}, constant {:.4}; FITC's extra noise Σ(k−q) {:.4}",
-            f("data_fit"),
-            f("complexity"),
-            f("trace"),
-            f("constant"),
-            f("fitc_noise")
-        );
-    }
-    if let Some(z) = out["inducing"].as_array() {
-        match out["widths"].as_array() {
-            Some(_) => println!("inducing    {} multiscale features (centres and widths in the JSON output)", z.len()),
-            None => println!("inducing    {} points", z.len()),
+        writeln!(f, "noise       {:.6}", self.hyperparameters.noise)?;
+        match &self.kuu_jitter {
+            Some(j) => writeln!(f, "jitter      {:.3e}  (--kuu-jitter {j})", self.jitter)?,
+            None => writeln!(f, "jitter      {:.3e}", self.jitter)?,
         }
-    }
-    if let Some(o) = out["training_ordinary"]["objective"].as_f64() {
-        println!("ordinary    objective {o:.6} before the multiscale phase");
-    }
-    if let Some(t) = out.get("training") {
-        let termination = t["termination"].as_str().unwrap_or("");
-        println!(
-            "training    {} iterations, {} evaluations, stopped: {} ({termination}), projected gradient {:.2e}{}",
-            t["iterations"],
-            t["evaluations"],
-            stop_reason(termination),
-            t["projected_gradient_norm"].as_f64().unwrap_or(f64::NAN),
-            match t["approximate_steps"].as_u64() {
-                Some(k) if k > 0 => format!(", {k} approximate-Wolfe steps"),
-                _ => String::new(),
+        if let Some(t) = &self.terms {
+            writeln!(
+                f,
+                "terms       data fit {:.4}, complexity {:.4}, trace {:.4}, constant {:.4}; FITC's extra noise Σ(k−q) {:.4}",
+                t.data_fit, t.complexity, t.trace, t.constant, t.fitc_noise
+            )?;
+        }
+        if let Some(z) = &self.inducing {
+            match &self.widths {
+                Some(_) => {
+                    writeln!(f, "inducing    {} multiscale features (centres and widths in the JSON output)", z.len())?
+                }
+                None => writeln!(f, "inducing    {} points", z.len())?,
             }
-        );
-    }
-    if let (Some(m), Some(v)) = (out["mean"].as_array(), out["var"].as_array()) {
-        println!("mean,var");
-        for (a, b) in m.iter().zip(v) {
-            println!("{a},{b}");
         }
+        if let Some(o) = &self.training_ordinary {
+            writeln!(f, "ordinary    objective {:.6} before the multiscale phase", o.objective)?;
+        }
+        if let Some(t) = &self.training {
+            let r = &t.report;
+            writeln!(
+                f,
+                "training    {} iterations, {} evaluations, stopped: {} ({}), projected gradient {:.2e}{}",
+                r.iterations,
+                r.evaluations,
+                t.stop,
+                r.termination,
+                r.projected_gradient_norm,
+                if r.approximate_steps > 0 {
+                    format!(", {} approximate-Wolfe steps", r.approximate_steps)
+                } else {
+                    String::new()
+                }
+            )?;
+        }
+        if let (Some(m), Some(v)) = (&self.mean, &self.var) {
+            writeln!(f, "mean,var")?;
+            for (a, b) in m.iter().zip(v) {
+                writeln!(f, "{},{}", json_number(*a), json_number(*b))?;
+            }
+        }
+        Ok(())
     }
 }
 
-/// Why training stopped, in words, from [`TrainReport::termination`] (the optimiser's
-/// `Termination` as Debug text).
 pub(crate) fn stop_reason(termination: &str) -> &'static str {
     match termination {
         "Converged(ProjectedGradient)" => "converged, projected gradient within pgtol",

@@ -4,7 +4,7 @@
 use clap::{Args, Subcommand, ValueEnum};
 use dpcotrain_privacy::accountant::{epsilon_cks, epsilon_exact, rho_of};
 use dpcotrain_privacy::calibrate::{Mechanism, THESIS_MULTIPLIER, calibrate};
-use serde_json::json;
+use serde::Serialize;
 
 #[derive(Debug, Subcommand)]
 pub enum PrivacyCommand {
@@ -58,55 +58,103 @@ pub struct ComposeArgs {
     pub json: bool,
 }
 
-pub fn run(cmd: PrivacyCommand) -> anyhow::Result<()> {
-    match cmd {
-        PrivacyCommand::Calibrate(a) => {
-            let mech = match a.mechanism {
-                MechanismArg::Analytic => Mechanism::Analytic,
-                MechanismArg::Classic => Mechanism::Classic,
-                MechanismArg::Thesis => Mechanism::Thesis { multiplier: a.multiplier },
-            };
-            let c = calibrate(mech, a.epsilon, a.delta, a.sensitivity)?;
-            let warning = (!c.guaranteed)
-                .then_some("thesis reproduction mode: this sigma gives NO formal (epsilon, delta) guarantee");
-            if a.json {
-                println!(
-                    "{}",
-                    json!({"sigma": c.sigma, "mechanism": mech.name(), "epsilon": a.epsilon, "delta": a.delta,
-                           "sensitivity": a.sensitivity, "guaranteed": c.guaranteed, "warning": warning})
-                );
-            } else {
-                println!("sigma {}  ({} mechanism)", c.sigma, mech.name());
-                if let Some(w) = warning {
-                    println!("WARNING: {w}");
-                }
-            }
+/// `privacy calibrate`: the noise scale of one Gaussian release.
+#[derive(Debug, Clone, Serialize)]
+pub struct Calibration {
+    pub sigma: f64,
+    pub mechanism: &'static str,
+    pub epsilon: f64,
+    pub delta: f64,
+    pub sensitivity: f64,
+    /// Whether σ carries a formal (ε, δ) guarantee (the thesis mode's does not).
+    pub guaranteed: bool,
+    pub warning: Option<&'static str>,
+}
+
+impl std::fmt::Display for Calibration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "sigma {}  ({} mechanism)", self.sigma, self.mechanism)?;
+        if let Some(w) = self.warning {
+            writeln!(f, "WARNING: {w}")?;
         }
-        PrivacyCommand::Compose(a) => {
-            if !(a.sigma.is_finite() && a.sigma > 0.0) {
-                anyhow::bail!("--sigma must be a positive finite number, got {}", a.sigma);
-            }
-            if !(a.sensitivity.is_finite() && a.sensitivity >= 0.0) {
-                anyhow::bail!("--sensitivity must be finite and ≥ 0, got {}", a.sensitivity);
-            }
-            if !(a.delta > 0.0 && a.delta < 1.0) {
-                anyhow::bail!("--delta must lie strictly between 0 and 1, got {}", a.delta);
-            }
-            let rho = a.releases as f64 * rho_of(a.sensitivity, a.sigma);
-            let eps = epsilon_exact(rho, a.delta);
-            let eps_cks = epsilon_cks(rho, a.delta);
-            if a.json {
-                println!(
-                    "{}",
-                    json!({"rho": rho, "mu": (2.0 * rho).sqrt(), "epsilon": eps, "epsilon_cks": eps_cks,
-                           "delta": a.delta, "releases": a.releases})
-                );
-            } else {
-                println!("rho {rho}  (zCDP)");
-                println!("epsilon {eps}  (exact Gaussian-DP conversion, delta {})", a.delta);
-                println!("epsilon_cks {eps_cks}  (Canonne-Kamath-Steinke cross-check)");
-            }
-        }
+        Ok(())
+    }
+}
+
+/// `privacy compose`: what `releases` releases of sensitivity Δ at noise σ spend together.
+#[derive(Debug, Clone, Serialize)]
+pub struct Composition {
+    pub rho: f64,
+    pub mu: f64,
+    pub epsilon: f64,
+    pub epsilon_cks: f64,
+    pub delta: f64,
+    pub releases: u64,
+}
+
+impl std::fmt::Display for Composition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "rho {}  (zCDP)", self.rho)?;
+        writeln!(f, "epsilon {}  (exact Gaussian-DP conversion, delta {})", self.epsilon, self.delta)?;
+        writeln!(f, "epsilon_cks {}  (Canonne-Kamath-Steinke cross-check)", self.epsilon_cks)
+    }
+}
+
+/// `privacy calibrate` as a library function.
+pub fn calibration(a: &CalibrateArgs) -> anyhow::Result<Calibration> {
+    let mech = match a.mechanism {
+        MechanismArg::Analytic => Mechanism::Analytic,
+        MechanismArg::Classic => Mechanism::Classic,
+        MechanismArg::Thesis => Mechanism::Thesis { multiplier: a.multiplier },
+    };
+    let c = calibrate(mech, a.epsilon, a.delta, a.sensitivity)?;
+    Ok(Calibration {
+        sigma: c.sigma,
+        mechanism: mech.name(),
+        epsilon: a.epsilon,
+        delta: a.delta,
+        sensitivity: a.sensitivity,
+        guaranteed: c.guaranteed,
+        warning: (!c.guaranteed)
+            .then_some("thesis reproduction mode: this sigma gives NO formal (epsilon, delta) guarantee"),
+    })
+}
+
+/// `privacy compose` as a library function.
+pub fn composition(a: &ComposeArgs) -> anyhow::Result<Composition> {
+    if !(a.sigma.is_finite() && a.sigma > 0.0) {
+        anyhow::bail!("--sigma must be a positive finite number, got {}", a.sigma);
+    }
+    if !(a.sensitivity.is_finite() && a.sensitivity >= 0.0) {
+        anyhow::bail!("--sensitivity must be finite and ≥ 0, got {}", a.sensitivity);
+    }
+    if !(a.delta > 0.0 && a.delta < 1.0) {
+        anyhow::bail!("--delta must lie strictly between 0 and 1, got {}", a.delta);
+    }
+    let rho = a.releases as f64 * rho_of(a.sensitivity, a.sigma);
+    Ok(Composition {
+        rho,
+        mu: (2.0 * rho).sqrt(),
+        epsilon: epsilon_exact(rho, a.delta),
+        epsilon_cks: epsilon_cks(rho, a.delta),
+        delta: a.delta,
+        releases: a.releases,
+    })
+}
+
+/// Print a report: JSON (keys sorted, as every `--json` output here) or its `Display`.
+fn print<R: Serialize + std::fmt::Display>(report: &R, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_value(report)?);
+    } else {
+        print!("{report}");
     }
     Ok(())
+}
+
+pub fn run(cmd: PrivacyCommand) -> anyhow::Result<()> {
+    match cmd {
+        PrivacyCommand::Calibrate(a) => print(&calibration(&a)?, a.json),
+        PrivacyCommand::Compose(a) => print(&composition(&a)?, a.json),
+    }
 }

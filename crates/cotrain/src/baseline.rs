@@ -21,7 +21,9 @@ use nalgebra::{DMatrix, DVector};
 
 /// Yu et al.'s co-training-kernel oracle with each party's current hyperparameters.
 pub fn yu_oracle(parties: &[&Party]) -> Result<Metrics, CotrainError> {
-    let Some(first) = parties.first() else { return Err(CotrainError::config("oracle needs at least one party")) };
+    let Some(first) = parties.first() else {
+        return Err(crate::error::DataError::NoneGiven { what: "party for the oracle" }.into());
+    };
     let t = first.data.x_test.nrows();
     let ns: Vec<usize> = parties.iter().map(|p| p.data.x_train.nrows()).collect();
     let n_lab: usize = ns.iter().sum();
@@ -31,7 +33,7 @@ pub fn yu_oracle(parties: &[&Party]) -> Result<Metrics, CotrainError> {
     let mut noise_mean = 0.0;
     for (v, p) in parties.iter().enumerate() {
         if p.data.x_test.nrows() != t {
-            return Err(CotrainError::config("parties disagree on the test set"));
+            return Err(crate::error::DataError::TestSetsDiffer.into());
         }
         let s2 = p.model.noise.variance;
         noise_mean += s2 / parties.len() as f64;

@@ -24,6 +24,7 @@ use rand_chacha::ChaCha20Rng;
 
 use crate::CotrainError;
 use crate::data::{PartyData, Scenario};
+use crate::error::DataError;
 use crate::table::Table;
 
 /// The embedded CSV (header `AT,V,AP,RH,PE`).
@@ -164,8 +165,7 @@ pub fn ccpp_raw() -> Result<(Vec<String>, DMatrix<f64>), CotrainError> {
 /// Parse CSV text through the one CSV reader of the workspace ([`Table::parse`]); errors name
 /// `file` with the line and column.
 fn parse_csv(text: &str, file: &str) -> Result<(Vec<String>, DMatrix<f64>), CotrainError> {
-    let t =
-        Table::parse(std::path::Path::new(file), text.as_bytes()).map_err(|e| CotrainError::config(e.to_string()))?;
+    let t = Table::parse(std::path::Path::new(file), text.as_bytes()).map_err(DataError::from)?;
     Ok((t.columns, t.data))
 }
 
@@ -184,13 +184,13 @@ fn ccpp_standardised() -> Result<(Vec<String>, DMatrix<f64>), CotrainError> {
 fn standardise(x: &mut DMatrix<f64>) -> Result<(), CotrainError> {
     let n = x.nrows();
     if n < 2 {
-        return Err(CotrainError::config("standardising needs at least 2 rows"));
+        return Err(DataError::TooFewToStandardise.into());
     }
     for mut col in x.column_iter_mut() {
         let mean = col.sum() / n as f64;
         let sd = (col.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt();
         if sd <= 0.0 {
-            return Err(CotrainError::config("cannot standardise a constant column"));
+            return Err(DataError::ConstantColumn.into());
         }
         col.apply(|v| *v = (*v - mean) / sd);
     }
@@ -212,24 +212,26 @@ struct Selection {
 /// Column indices of a view, checked against the covariate names.
 fn view_columns(names: &[String], view: &[String], label: &str, data: RealData) -> Result<Vec<usize>, CotrainError> {
     if view.is_empty() {
-        return Err(CotrainError::config(format!("{label} has no columns")));
+        return Err(DataError::EmptyView { view: label.to_string() }.into());
     }
     let response = data.response();
     let covariates: Vec<&str> = names.iter().map(String::as_str).filter(|n| *n != response).collect();
     let mut cols = Vec::with_capacity(view.len());
     for name in view {
         if name == response {
-            return Err(CotrainError::config(format!("{label}: {response} is the response, not a covariate")));
+            return Err(DataError::ResponseAsCovariate { view: label.to_string(), column: response.to_string() }.into());
         }
         let Some(j) = names.iter().position(|n| n == name) else {
-            return Err(CotrainError::config(format!(
-                "{label}: unknown {} column {name:?} (covariates are {})",
-                data.label(),
-                covariates.join(", ")
-            )));
+            return Err(DataError::UnknownColumn {
+                view: label.to_string(),
+                data: data.label(),
+                column: name.clone(),
+                known: covariates.join(", "),
+            }
+            .into());
         };
         if cols.contains(&j) {
-            return Err(CotrainError::config(format!("{label}: column {name:?} is listed twice")));
+            return Err(DataError::RepeatedColumn { view: label.to_string(), column: name.clone() }.into());
         }
         cols.push(j);
     }
@@ -239,8 +241,7 @@ fn view_columns(names: &[String], view: &[String], label: &str, data: RealData) 
 /// k-means (k = 2, k-means++ seeded) on the standardised covariates; each row's nearest centroid,
 /// relabelled so that cluster 0 has the lower mean of `at`.
 fn kmeans_clusters(cov: &DMatrix<f64>, at: usize, seed: u64) -> Result<Vec<usize>, CotrainError> {
-    let cent = dpcotrain_gp::inducing::kmeans(cov, 2, KMEANS_ITERS, seed)
-        .map_err(|e| CotrainError::config(format!("k-means masking failed: {e}")))?;
+    let cent = dpcotrain_gp::inducing::kmeans(cov, 2, KMEANS_ITERS, seed)?;
     let dist2 = |i: usize, k: usize| -> f64 { (0..cov.ncols()).map(|d| (cov[(i, d)] - cent[(k, d)]).powi(2)).sum() };
     let mut cluster: Vec<usize> = (0..cov.nrows()).map(|i| if dist2(i, 1) < dist2(i, 0) { 1 } else { 0 }).collect();
     let mut sum = [0.0; 2];
@@ -250,7 +251,7 @@ fn kmeans_clusters(cov: &DMatrix<f64>, at: usize, seed: u64) -> Result<Vec<usize
         count[c] += 1;
     }
     if count.contains(&0) {
-        return Err(CotrainError::config("k-means masking produced an empty cluster"));
+        return Err(DataError::EmptyCluster.into());
     }
     let (m0, m1) = (sum[0] / count[0] as f64, sum[1] / count[1] as f64);
     if m1 < m0 {
@@ -265,16 +266,13 @@ fn select(cfg: &CcppConfig, names: &[String], data: &DMatrix<f64>) -> Result<Sel
         [(cfg.n_obs, "n_obs (private labelled rows per party)"), (cfg.n_pool, "n_pool"), (cfg.n_test, "n_test")]
     {
         if value == 0 {
-            return Err(CotrainError::config(format!("{what} must be at least 1")));
+            return Err(CotrainError::setting(what, 0.0, "be at least 1"));
         }
     }
-    let shared = cfg.n_test.checked_add(cfg.n_pool).filter(|&s| s <= n).ok_or_else(|| {
-        CotrainError::config(format!(
-            "n_test + n_pool = {} + {} exceeds the {n} {} rows",
-            cfg.n_test,
-            cfg.n_pool,
-            cfg.data.label()
-        ))
+    let shared = cfg.n_test.checked_add(cfg.n_pool).filter(|&s| s <= n).ok_or(DataError::TooFewRows {
+        what: "n_test + n_pool",
+        need: cfg.n_test.saturating_add(cfg.n_pool),
+        have: n,
     })?;
     let mut rng = ChaCha20Rng::seed_from_u64(cfg.seed);
     let perm = sample(&mut rng, n, n).into_vec();
@@ -286,24 +284,16 @@ fn select(cfg: &CcppConfig, names: &[String], data: &DMatrix<f64>) -> Result<Sel
     let (train, cluster) = if cfg.masking {
         let (response, order_by) = (cfg.data.response(), cfg.data.order_by());
         let cov_cols: Vec<usize> = (0..names.len()).filter(|&j| names[j] != response).collect();
-        let at = names
-            .iter()
-            .filter(|n| *n != response)
-            .position(|n| n == order_by)
-            .ok_or_else(|| CotrainError::config(format!("masking needs the {order_by} column")))?;
+        let at = names.iter().filter(|n| *n != response).position(|n| n == order_by).ok_or_else(|| {
+            DataError::MissingColumn { data: cfg.data.name().to_string(), column: order_by.to_string() }
+        })?;
         let cov = data.select_columns(cov_cols.iter());
         let cluster = kmeans_clusters(&cov, at, cfg.seed)?;
         let mut train = [Vec::new(), Vec::new()];
         for (p, rows) in train.iter_mut().enumerate() {
             let cand: Vec<usize> = rest.iter().copied().filter(|&i| cluster[i] == p).collect();
             if cand.len() < cfg.n_obs {
-                return Err(CotrainError::config(format!(
-                    "party P{} needs {} labelled rows but its k-means cluster has only {} rows outside the \
-                     test set and pool",
-                    p + 1,
-                    cfg.n_obs,
-                    cand.len()
-                )));
+                return Err(DataError::ClusterTooSmall { party: p + 1, need: cfg.n_obs, have: cand.len() }.into());
             }
             *rows = sample(&mut rng, cand.len(), cfg.n_obs).into_iter().map(|k| cand[k]).collect();
         }
@@ -311,11 +301,12 @@ fn select(cfg: &CcppConfig, names: &[String], data: &DMatrix<f64>) -> Result<Sel
     } else {
         let need = cfg.n_obs.saturating_mul(2);
         if rest.len() < need {
-            return Err(CotrainError::config(format!(
-                "two parties × {} labelled rows need {need} rows but only {} remain after the test set and pool",
-                cfg.n_obs,
-                rest.len()
-            )));
+            return Err(DataError::TooFewRows {
+                what: "two parties' labelled rows, after the test set and pool",
+                need,
+                have: rest.len(),
+            }
+            .into());
         }
         let picked: Vec<usize> = sample(&mut rng, rest.len(), need).into_iter().map(|k| rest[k]).collect();
         ([picked[..cfg.n_obs].to_vec(), picked[cfg.n_obs..].to_vec()], None)
@@ -344,7 +335,7 @@ pub fn ccpp_views(
     seed: u64,
 ) -> Result<Scenario, CotrainError> {
     if views.is_empty() {
-        return Err(CotrainError::config("at least one view is needed"));
+        return Err(DataError::NoneGiven { what: "view" }.into());
     }
     let (names, data) = ccpp_standardised()?;
     let cols = views
@@ -352,14 +343,24 @@ pub fn ccpp_views(
         .enumerate()
         .map(|(i, v)| view_columns(&names, v, &format!("view {}", i + 1), RealData::Ccpp))
         .collect::<Result<Vec<_>, _>>()?;
-    let yj = names.iter().position(|n| n == RESPONSE).ok_or_else(|| CotrainError::config("no PE column"))?;
+    let yj = names.iter().position(|n| n == RESPONSE).ok_or_else(|| DataError::MissingColumn {
+        data: RealData::Ccpp.name().to_string(),
+        column: RESPONSE.to_string(),
+    })?;
     let n = data.nrows();
     let need = n_test + n_pool + views.len() * n_obs;
-    if n_obs == 0 || n_pool == 0 || n_test == 0 || need > n {
-        return Err(CotrainError::config(format!(
-            "{} parties × {n_obs} labelled rows + {n_pool} pool + {n_test} test rows: need 1..={n} rows in all, asked {need}",
-            views.len()
-        )));
+    for (value, what) in [(n_obs, "n_obs (private labelled rows per party)"), (n_pool, "n_pool"), (n_test, "n_test")] {
+        if value == 0 {
+            return Err(CotrainError::setting(what, 0.0, "be at least 1"));
+        }
+    }
+    if need > n {
+        return Err(DataError::TooFewRows {
+            what: "the parties' labelled rows, the pool and the test set",
+            need,
+            have: n,
+        }
+        .into());
     }
     let mut rng = ChaCha20Rng::seed_from_u64(seed);
     let perm = sample(&mut rng, n, need).into_vec();
@@ -405,7 +406,7 @@ pub fn ccpp_pooled(cfg: &CcppConfig) -> Result<PartyData, CotrainError> {
     let yj = names
         .iter()
         .position(|n| n == response)
-        .ok_or_else(|| CotrainError::config(format!("no {response} column")))?;
+        .ok_or_else(|| DataError::MissingColumn { data: cfg.data.name().to_string(), column: response.to_string() })?;
     let train: Vec<usize> = sel.train.iter().flatten().copied().collect();
     let rows = |idx: &[usize]| DMatrix::from_fn(idx.len(), cols.len(), |a, b| data[(idx[a], cols[b])]);
     let labels = |idx: &[usize]| DVector::from_iterator(idx.len(), idx.iter().map(|&i| data[(i, yj)]));
@@ -424,10 +425,11 @@ fn build(cfg: &CcppConfig, names: &[String], data: &DMatrix<f64>) -> Result<(Sce
     let v1 = view_columns(names, &cfg.view1, "view1", cfg.data)?;
     let v2 = view_columns(names, &cfg.view2, "view2", cfg.data)?;
     if let Some(j) = v1.iter().find(|j| v2.contains(j)) {
-        return Err(CotrainError::config(format!("views overlap: column {:?} is in both", names[*j])));
+        return Err(DataError::ViewsOverlap { column: names[*j].clone() }.into());
     }
-    let yj = names.iter().position(|n| n == cfg.data.response()).ok_or_else(|| {
-        CotrainError::config(format!("the {} data have no {} column", cfg.data.name(), cfg.data.response()))
+    let yj = names.iter().position(|n| n == cfg.data.response()).ok_or_else(|| DataError::MissingColumn {
+        data: cfg.data.name().to_string(),
+        column: cfg.data.response().to_string(),
     })?;
     let sel = select(cfg, names, data)?;
     let rows = |idx: &[usize], cols: &[usize]| DMatrix::from_fn(idx.len(), cols.len(), |a, b| data[(idx[a], cols[b])]);
@@ -675,9 +677,11 @@ mod tests {
         assert!(err(CcppConfig { view1: vec!["AT".into(), "AT".into()], ..base.clone() }).contains("twice"));
         assert!(err(CcppConfig { n_obs: 0, ..base.clone() }).contains("at least 1"));
         assert!(err(CcppConfig { n_test: 0, ..base.clone() }).contains("at least 1"));
-        assert!(err(CcppConfig { n_pool: 9000, n_test: 1000, ..base.clone() }).contains("exceeds"));
+        assert!(
+            err(CcppConfig { n_pool: 9000, n_test: 1000, ..base.clone() }).contains("n_test + n_pool: need 10000 rows")
+        );
         assert!(err(CcppConfig { n_obs: 6000, ..base.clone() }).contains("cluster has only"));
-        assert!(err(CcppConfig { n_obs: 4600, masking: false, ..base }).contains("remain"));
+        assert!(err(CcppConfig { n_obs: 4600, masking: false, ..base }).contains("after the test set and pool"));
     }
 
     /// The other shipped data sets: their files parse (checked row counts and columns), their

@@ -10,6 +10,7 @@
 use crate::CotrainError;
 use crate::answer::{Answer, Uncertainty};
 use crate::blocky::{BlockyModel, BlockyPredictor};
+use crate::error::{AnswerFault, Conflict, DataError, OwnError, PeerFault};
 use crate::hybrid::{HybridModel, HybridPredictor};
 use crate::psd::project_psd;
 use crate::readings::{FitStarts, Readings, SelectionVariance};
@@ -64,12 +65,12 @@ impl AnswerForm {
     /// for the noisy combiner with marginal uncertainty only).
     pub fn check(self, kind: CombinerKind, uncertainty: Uncertainty) -> Result<(), CotrainError> {
         if self != AnswerForm::Posterior && (kind != CombinerKind::Noisy || uncertainty != Uncertainty::Marginal) {
-            return Err(CotrainError::config(format!(
-                "the {} reading of answers is defined for the noisy combiner with marginal uncertainty, not {} + {}",
-                self.name(),
-                kind.name(),
-                uncertainty.name()
-            )));
+            return Err(Conflict::ReadingNeedsNoisyMarginal {
+                reading: self.name(),
+                combiner: kind.name(),
+                uncertainty: uncertainty.name(),
+            }
+            .into());
         }
         Ok(())
     }
@@ -502,10 +503,10 @@ impl CoModel {
         x_pool: DMatrix<f64>,
     ) -> Result<Self, CotrainError> {
         if x_tr.nrows() != y_tr.len() || x_tr.nrows() == 0 {
-            return Err(CotrainError::config("private data: need ≥ 1 row and one label per row"));
+            return Err(DataError::NoPrivateRows.into());
         }
         if x_pool.ncols() != x_tr.ncols() {
-            return Err(CotrainError::config("pool view and private view have different columns"));
+            return Err(DataError::PoolColumns.into());
         }
         let noise = NoiseVariance { learn: true, ..noise };
         Ok(CoModel {
@@ -552,23 +553,20 @@ impl CoModel {
     /// over every private row), which is what a sparse model avoids.
     pub fn use_sparse(&mut self, m: usize) -> Result<(), CotrainError> {
         if self.kind != CombinerKind::Noisy {
-            return Err(CotrainError::config(format!(
-                "the {} combiner needs the exact GP path (it works with the full private covariance block); with a sparse (VFE) local model use the noisy combiner",
-                self.kind.name()
-            )));
+            return Err(Conflict::CombinerNeedsExact { combiner: self.kind.name() }.into());
         }
         if self.uncertainty == Uncertainty::Full || self.answer_form == AnswerForm::Functionals {
-            return Err(CotrainError::config(
-                "full uncertainty and the functional reading need a dense noise block, which the sparse (VFE) local model does not support; use marginal uncertainty and the likelihood reading",
-            ));
+            return Err(Conflict::DenseNoiseUnderSparse.into());
         }
         if self.guard != AnswerGuard::Off {
-            return Err(CotrainError::config(
-                "the leave-one-out answer guard needs the exact local model (not VFE); set guard = \"off\"",
-            ));
+            return Err(Conflict::GuardNeedsExact.into());
         }
         if m == 0 || m > self.x_tr.nrows() {
-            return Err(CotrainError::config(format!("need 1 ≤ M ≤ {} inducing points, got {m}", self.x_tr.nrows())));
+            return Err(CotrainError::setting(
+                "the number of inducing points M",
+                m as f64,
+                "lie between 1 and the number of private rows",
+            ));
         }
         self.sparse_m = Some(m);
         Ok(())
@@ -581,15 +579,30 @@ impl CoModel {
 
     /// As [`CoModel::use_sparse`], with θ and Z learned by SVGP ([`LocalModel::Svgp`]).
     pub fn use_svgp(&mut self, m: usize, training: SvgpTraining) -> Result<(), CotrainError> {
-        if !(training.batch >= 1
-            && training.epochs.is_finite()
-            && training.epochs > 0.0
-            && training.learning_rate.is_finite()
-            && training.learning_rate > 0.0
-            && training.natgrad_step > 0.0
-            && training.natgrad_step <= 1.0)
-        {
-            return Err(CotrainError::config(format!("invalid SVGP training settings {training:?}")));
+        for (ok, key, value, bound) in [
+            (training.batch >= 1, "SVGP minibatch size", training.batch as f64, "be at least 1"),
+            (
+                training.epochs.is_finite() && training.epochs > 0.0,
+                "SVGP epochs",
+                training.epochs,
+                "be positive and finite",
+            ),
+            (
+                training.learning_rate.is_finite() && training.learning_rate > 0.0,
+                "SVGP learning rate",
+                training.learning_rate,
+                "be positive and finite",
+            ),
+            (
+                training.natgrad_step > 0.0 && training.natgrad_step <= 1.0,
+                "SVGP natural-gradient step",
+                training.natgrad_step,
+                "lie in (0, 1]",
+            ),
+        ] {
+            if !ok {
+                return Err(CotrainError::setting(key, value, bound));
+            }
         }
         self.use_sparse(m)?;
         self.svgp = Some(training);
@@ -714,29 +727,21 @@ impl CoModel {
     }
 
     fn absorb_inner(&mut self, a: &Answer) -> Result<(), CotrainError> {
+        let fault = |f: AnswerFault| answer_fault(&a.responder, f);
         if a.mean.len() != a.indices.len() || a.mean.iter().any(|m| !m.is_finite()) {
-            return Err(CotrainError::Peer { peer: a.responder.clone(), message: "answer means malformed".into() });
+            return Err(fault(AnswerFault::Means));
         }
         let pool = self.x_pool.nrows();
         if let Some(&bad) = a.indices.iter().chain(&a.answered).find(|&&i| i >= pool) {
-            return Err(CotrainError::Peer {
-                peer: a.responder.clone(),
-                message: format!("index {bad} outside the pool"),
-            });
+            return Err(fault(AnswerFault::OutsidePool { index: bad }));
         }
         if a.var.as_ref().is_some_and(|v| v.len() != a.indices.len())
             || a.noise_var.as_ref().is_some_and(|v| v.len() != a.indices.len())
         {
-            return Err(CotrainError::Peer {
-                peer: a.responder.clone(),
-                message: "answer variances do not match its indices".into(),
-            });
+            return Err(fault(AnswerFault::VarianceCount));
         }
         if let Some(&bad) = a.noise_var.iter().flatten().find(|n| !(n.is_finite() && **n >= 0.0)) {
-            return Err(CotrainError::Peer {
-                peer: a.responder.clone(),
-                message: format!("noise variance {bad} is invalid"),
-            });
+            return Err(fault(AnswerFault::NoiseVariance { value: bad }));
         }
         if let (Some(ratio), Some(nv)) = (self.decline_noise_ratio, &a.noise_var)
             && !nv.is_empty()
@@ -772,24 +777,18 @@ impl CoModel {
             b.means.push(a.mean[k]);
             let v = a.var.as_ref().map(|v| v[k]).unwrap_or(0.0);
             if !(v.is_finite() && v >= 0.0) {
-                return Err(CotrainError::Peer {
-                    peer: a.responder.clone(),
-                    message: format!("variance {v} is invalid"),
-                });
+                return Err(fault(AnswerFault::Variance { value: v }));
             }
             b.vars.push(v);
             b.noise_vars.push(a.noise_var.as_ref().map(|n| n[k]));
         }
         let q = b.indices.len();
-        let check = |m: &Option<DMatrix<f64>>, what: &str| -> Result<Option<DMatrix<f64>>, CotrainError> {
+        let check = |m: &Option<DMatrix<f64>>, what: &'static str| -> Result<Option<DMatrix<f64>>, CotrainError> {
             match m {
                 None => Ok(None),
                 Some(m) => {
                     if a.answered != b.indices || m.nrows() != q || m.ncols() != q || m.iter().any(|v| !v.is_finite()) {
-                        return Err(CotrainError::Peer {
-                            peer: a.responder.clone(),
-                            message: format!("{what} does not cover the answered indices"),
-                        });
+                        return Err(fault(AnswerFault::NotCovering { what }));
                     }
                     Ok(Some(m.clone()))
                 }
@@ -798,31 +797,21 @@ impl CoModel {
         let cov = check(&a.cov, "covariance")?;
         let prior = check(&a.prior_cov, "prior covariance")?;
         if self.answer_form == AnswerForm::Likelihood && (prior.is_none() || a.noise_var.is_none()) {
-            return Err(CotrainError::Peer {
-                peer: a.responder.clone(),
-                message: "the likelihood reading needs the prior covariance and the DP noise variance of every answer"
-                    .into(),
-            });
+            return Err(fault(AnswerFault::LikelihoodNeedsPriorAndNoise));
         }
         if let Some(l) = &a.likelihood {
-            let fail = |m: String| CotrainError::Peer { peer: a.responder.clone(), message: m };
-            l.release.validate(l.indices.len()).map_err(|e| fail(e.to_string()))?;
+            l.release.validate(l.indices.len()).map_err(|e| fault(AnswerFault::Release(e)))?;
             if l.indices.iter().any(|i| !a.indices.contains(i))
                 || b.likelihoods.iter().any(|old| old.indices.iter().any(|i| l.indices.contains(i)))
             {
-                return Err(fail(
-                    "the release likelihood covers indices outside this answer or released before".into(),
-                ));
+                return Err(fault(AnswerFault::LikelihoodOutside));
             }
             b.likelihoods.push(l.clone());
         }
         if self.answer_form == AnswerForm::Functionals
             && b.indices.iter().any(|i| !b.likelihoods.iter().any(|l| l.indices.contains(i)))
         {
-            return Err(CotrainError::Peer {
-                peer: a.responder.clone(),
-                message: "the functional reading needs the release likelihood of every answered index".into(),
-            });
+            return Err(fault(AnswerFault::FunctionalNeedsLikelihood));
         }
         if cov.is_some() {
             b.cov = cov;
@@ -846,7 +835,7 @@ impl CoModel {
         let mut clipped = 0;
         let mut v_msg: Vec<f64> = Vec::with_capacity(q);
         if self.answer_form == AnswerForm::Likelihood && self.uncertainty != Uncertainty::Marginal {
-            return Err(CotrainError::config("the likelihood reading of answers needs marginal uncertainty"));
+            return Err(Conflict::LikelihoodNeedsMarginal.into());
         }
         for b in &self.blocks {
             let nb = b.indices.len();
@@ -874,10 +863,7 @@ impl CoModel {
                 }
                 Uncertainty::Marginal => DMatrix::from_diagonal(&DVector::from_column_slice(&b.vars)),
                 Uncertainty::Full => {
-                    let c = b.cov.as_ref().ok_or_else(|| CotrainError::Peer {
-                        peer: b.peer.clone(),
-                        message: "full uncertainty mode but no covariance was sent".into(),
-                    })?;
+                    let c = b.cov.as_ref().ok_or_else(|| answer_fault(&b.peer, AnswerFault::NoCovariance))?;
                     let (p, n) = project_psd(c);
                     clipped += n;
                     p
@@ -885,9 +871,8 @@ impl CoModel {
             };
             v.view_mut((off, off), (nb, nb)).copy_from(&vb);
             if self.kind.needs_prior() {
-                let pr = b.prior.as_ref().ok_or_else(|| CotrainError::Peer {
-                    peer: b.peer.clone(),
-                    message: format!("the {} combiner needs the responder's prior covariance", self.kind.name()),
+                let pr = b.prior.as_ref().ok_or_else(|| {
+                    answer_fault(&b.peer, AnswerFault::CombinerNeedsPrior { combiner: self.kind.name() })
                 })?;
                 let (p, n) = project_psd(pr);
                 clipped += n;
@@ -997,15 +982,10 @@ impl CoModel {
     pub fn set_guard(&mut self, guard: AnswerGuard) -> Result<(), CotrainError> {
         if guard != AnswerGuard::Off {
             if self.kind != CombinerKind::Noisy {
-                return Err(CotrainError::config(format!(
-                    "the leave-one-out answer guard is defined for the noisy combiner, not {}",
-                    self.kind.name()
-                )));
+                return Err(Conflict::GuardNeedsNoisy { combiner: self.kind.name() }.into());
             }
             if self.is_sparse() {
-                return Err(CotrainError::config(
-                    "the leave-one-out answer guard needs the exact local model (not VFE); set guard = \"off\"",
-                ));
+                return Err(Conflict::GuardNeedsExact.into());
             }
         }
         self.guard = guard;
@@ -1036,7 +1016,7 @@ impl CoModel {
         let alpha = post.alpha();
         let r: Vec<f64> = (0..n).map(|i| (alpha[i] / kinv[(i, i)]).powi(2)).collect();
         if r.iter().any(|v| !v.is_finite()) {
-            return Err(CotrainError::config("leave-one-out residuals are not finite"));
+            return Err(OwnError::NonFinite { what: "leave-one-out residuals" }.into());
         }
         Ok(r)
     }
@@ -1063,7 +1043,7 @@ impl CoModel {
             return Ok(());
         }
         let Built::Noisy(aug) = self.build()? else {
-            return Err(CotrainError::config("the answer guard needs the noisy combiner's exact model"));
+            return Err(Conflict::GuardNeedsExact.into());
         };
         let with = Self::loo_squared(&aug, n)?;
         let own = Self::loo_squared(&self.private_only()?, n)?;
@@ -1090,9 +1070,7 @@ impl CoModel {
     pub fn set_answer_form(&mut self, form: AnswerForm) -> Result<(), CotrainError> {
         form.check(self.kind, self.uncertainty)?;
         if form == AnswerForm::Functionals && self.is_sparse() {
-            return Err(CotrainError::config(
-                "the functional reading needs a dense noise block, which the sparse (VFE) local model does not support",
-            ));
+            return Err(Conflict::FunctionalUnderSparse.into());
         }
         self.answer_form = form;
         self.version += 1;
@@ -1127,7 +1105,7 @@ impl CoModel {
     /// responder answers from under `answer_source = private` (exact local model only).
     pub fn predict_private(&mut self, xs: &DMatrix<f64>, full_cov: bool) -> Result<Prediction, CotrainError> {
         if self.is_sparse() {
-            return Err(CotrainError::config("readings.answer_source = private needs the exact local model (not VFE)"));
+            return Err(Conflict::PrivateSourceNeedsExact.into());
         }
         if self.private_post.is_none() {
             self.private_post = Some(self.private_only()?.posterior()?);
@@ -1149,7 +1127,7 @@ impl CoModel {
     /// times [`Self::private_noise_variance`], the private-only fit's σ² — read from the
     /// party's own labels for its own model, so nothing released changes.
     pub fn set_answer_discount(&mut self, discount: AnswerDiscount) -> Result<(), CotrainError> {
-        discount.validate().map_err(CotrainError::config)?;
+        discount.validate()?;
         self.answer_extra_var = discount.variance(self.private_noise_variance());
         Ok(())
     }
@@ -1280,6 +1258,7 @@ impl CoModel {
         ) -> Result<((f64, Vec<f64>), usize), CotrainError> {
             let warm = m.params();
             let mut evaluations = 0;
+            let mut starts = 1;
             let mut best = match train_from(m, opts, &curvature[0]) {
                 Ok(r) => {
                     evaluations += r.evaluations;
@@ -1291,6 +1270,7 @@ impl CoModel {
             if let Some(pre) = pre
                 && pre != &warm
             {
+                starts += 1;
                 m.set_params(pre);
                 if let Ok(r) = train_from(m, opts, &curvature[1]) {
                     evaluations += r.evaluations;
@@ -1300,8 +1280,7 @@ impl CoModel {
                     }
                 }
             }
-            let best =
-                best.ok_or_else(|| CotrainError::config("re-fitting the augmented model failed from every start"))?;
+            let best = best.ok_or(CotrainError::Own(OwnError::RefitFailed { starts }))?;
             Ok((best, evaluations))
         }
         let curvature = &mut self.refit_curvature;
@@ -1429,7 +1408,7 @@ fn functional_messages(
     tau2: f64,
     prior: f64,
 ) -> Result<(DVector<f64>, DMatrix<f64>), CotrainError> {
-    let fail = |m: String| CotrainError::Peer { peer: b.peer.clone(), message: m };
+    let fail = |f: AnswerFault| answer_fault(&b.peer, f);
     let nb = b.indices.len();
     let mut means = DVector::zeros(nb);
     let mut block = DMatrix::zeros(nb, nb);
@@ -1441,14 +1420,14 @@ fn functional_messages(
             .iter()
             .map(|i| b.indices.iter().position(|j| j == i))
             .collect::<Option<_>>()
-            .ok_or_else(|| fail("the release likelihood names an index it did not answer".into()))?;
+            .ok_or_else(|| fail(AnswerFault::LikelihoodUnanswered))?;
         let r = &lik.release;
         let released = DVector::from_iterator(pos.len(), pos.iter().map(|&p| b.means[p]));
         let w = r.basis.transpose() * released;
         let noise = &r.noise * scale + &r.map * r.map.transpose() * tau2;
         let noise = (&noise + noise.transpose()) * 0.5;
         let chol = Cholesky::factor(noise, "R (release functionals)", JitterPolicy::IF_NEEDED)
-            .map_err(|e| fail(format!("release likelihood: {e}")))?;
+            .map_err(|e| fail(AnswerFault::Release(e.into())))?;
         let a = chol.solve(&r.map); // R'⁻¹ L, k × q
         let precision = r.map.transpose() * &a;
         let mut precision = (&precision + precision.transpose()) * 0.5;
@@ -1457,7 +1436,7 @@ fn functional_messages(
         }
         let info = a.transpose() * w;
         let pc = Cholesky::factor(precision, "Lᵀ R'⁻¹ L (release functionals)", JitterPolicy::IF_NEEDED)
-            .map_err(|e| fail(format!("release likelihood: {e}")))?;
+            .map_err(|e| fail(AnswerFault::Release(e.into())))?;
         let m = pc.solve_vec(&info);
         let n = pc.inverse();
         for (s, &ps) in pos.iter().enumerate() {
@@ -1469,7 +1448,7 @@ fn functional_messages(
         covered += pos.len();
     }
     if covered != nb {
-        return Err(fail("the functional reading needs the release likelihood of every answered index".into()));
+        return Err(fail(AnswerFault::FunctionalNeedsLikelihood));
     }
     Ok((means, block))
 }
@@ -1477,18 +1456,18 @@ fn functional_messages(
 /// The likelihood messages of one peer's answers (see [`AnswerForm::Likelihood`]): for each
 /// answered index the pseudo-observation and its noise variance.
 fn likelihood_messages(b: &PeerBlock) -> Result<(Vec<f64>, Vec<f64>), CotrainError> {
-    let fail = |m: String| CotrainError::Peer { peer: b.peer.clone(), message: m };
-    let prior = b.prior.as_ref().ok_or_else(|| fail("the likelihood reading needs the prior covariance".into()))?;
+    let fail = |f: AnswerFault| answer_fault(&b.peer, f);
+    let prior = b.prior.as_ref().ok_or_else(|| fail(AnswerFault::NoPrior))?;
     if prior.nrows() != b.indices.len() || prior.ncols() != b.indices.len() || b.noise_vars.len() != b.indices.len() {
-        return Err(fail("the prior covariance or noise variances do not cover the answered indices".into()));
+        return Err(fail(AnswerFault::NotCovering { what: "the prior covariance or the noise variances" }));
     }
     let mut means = Vec::with_capacity(b.indices.len());
     let mut vars = Vec::with_capacity(b.indices.len());
     for k in 0..b.indices.len() {
         let p = prior[(k, k)];
-        let s2 = b.noise_vars[k].ok_or_else(|| fail("the likelihood reading needs the DP noise variance".into()))?;
+        let s2 = b.noise_vars[k].ok_or_else(|| fail(AnswerFault::NoNoiseVariance))?;
         if !(p.is_finite() && p > 0.0) {
-            return Err(fail(format!("prior variance {p} is invalid")));
+            return Err(fail(AnswerFault::PriorVariance { value: p }));
         }
         let v = (b.vars[k] - s2).clamp(0.0, p);
         let gap = p - v;
@@ -1511,4 +1490,9 @@ fn likelihood_messages(b: &PeerBlock) -> Result<(Vec<f64>, Vec<f64>), CotrainErr
         vars.push(var);
     }
     Ok((means, vars))
+}
+
+/// `peer`'s answer does not fit (see [`AnswerFault`]).
+fn answer_fault(peer: &str, fault: AnswerFault) -> CotrainError {
+    CotrainError::Peer { peer: peer.to_string(), fault: PeerFault::Answer(fault) }
 }

@@ -47,7 +47,7 @@ impl Scenario {
     /// Check that all parties agree on pool and test sizes and have consistent shapes.
     pub fn validate(&self) -> Result<(), crate::CotrainError> {
         let Some(first) = self.parties.first() else {
-            return Err(crate::CotrainError::config("a scenario needs at least one party"));
+            return Err(crate::error::DataError::NoneGiven { what: "party in a scenario" }.into());
         };
         for p in &self.parties {
             let d = p.dim();
@@ -61,7 +61,7 @@ impl Scenario {
             ];
             for (ok, msg) in checks {
                 if !ok {
-                    return Err(crate::CotrainError::config(format!("party {}: {msg}", p.name)));
+                    return Err(crate::error::DataError::Inconsistent { party: p.name.clone(), what: msg }.into());
                 }
             }
         }

@@ -5,6 +5,7 @@
 use crate::CotrainError;
 use crate::answer::PredictRequest;
 use crate::combiner::CombinerKind;
+use crate::error::Refusal;
 use crate::metrics::{Metrics, metrics};
 use crate::party::{Party, lock_party};
 use crate::peer::{InProcessPeer, Peer};
@@ -26,7 +27,7 @@ pub struct TurnReport {
     /// Peers that answered.
     pub answered_by: Vec<String>,
     /// Peers that refused or failed, with the reason (e.g. budget exhausted).
-    pub refused: Vec<(String, String)>,
+    pub refused: Vec<Refusal>,
     /// Augmented objective after the re-fit.
     pub objective: Option<f64>,
 }
@@ -83,7 +84,7 @@ pub async fn query_turn<P: Peer>(
                 QueryPolicy::Adaptive => None,
             }
         } {
-            report.refused.push((pname, why));
+            report.refused.push(why);
             continue;
         }
         // The id is a function of (querier, round, peer) on purpose: an orchestrator that
@@ -102,7 +103,7 @@ pub async fn query_turn<P: Peer>(
             Ok(a) => answers.push(a),
             Err(e) => {
                 unreached |= matches!(e, CotrainError::Unreached { .. });
-                report.refused.push((pname, e.to_string()));
+                report.refused.push(Refusal::of(&pname, &e));
             }
         }
     }
@@ -112,18 +113,14 @@ pub async fn query_turn<P: Peer>(
     // takes it; the peers that did answer give the same answers to the same request ids (no new
     // noise, no new charge).
     if unreached {
-        return Err(CotrainError::TurnNotTaken {
-            round,
-            querier: name,
-            reasons: report.refused.iter().map(|(_, why)| why.clone()).collect(),
-        });
+        return Err(CotrainError::TurnNotTaken { round, querier: name, reasons: report.refused.clone() });
     }
     // A turn in which every peer was deliberately not asked (each one's budget for us is
     // spent) asked nothing: it is recorded without an index.
     let none_asked = !peers.is_empty()
         && answers.is_empty()
         && report.refused.len() == peers.len()
-        && report.refused.iter().all(|(_, why)| why.starts_with(crate::party::NOT_ASKED));
+        && report.refused.iter().all(Refusal::not_asked_for_budget);
     if none_asked {
         report.index = None;
         report.indices.clear();

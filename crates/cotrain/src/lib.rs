@@ -20,6 +20,7 @@ pub mod ccpp;
 pub mod combiner;
 pub mod data;
 pub mod driver;
+pub mod error;
 pub mod hybrid;
 pub mod metrics;
 pub mod named;
@@ -27,6 +28,7 @@ pub mod party;
 pub mod peer;
 pub mod psd;
 pub mod readings;
+
 pub mod release_model;
 pub mod select;
 pub mod settings;
@@ -41,8 +43,10 @@ pub use answer::{Answer, ChargeInfo, PredictRequest, Receipt, Uncertainty};
 pub use combiner::{CoModel, RefitPolicy, RefitTheta, SvgpTraining};
 pub use data::{PartyData, Scenario};
 pub use driver::{RunReport, block_on, build_parties, run_in_process};
+pub use error::{CotrainError, Invariant, OwnError, Refusal, RemoteCode, RequestError};
 pub use party::{AnswerReading, ModelView, Party};
 pub use peer::{InProcessPeer, Peer};
+
 pub use release_model::{PublicTheta, QueryPolicy, ReleaseForm, ThetaPolicy};
 pub use settings::{AnswerDiscount, AnswerGuard, CombinerKind, DpConfig, DpMode, Guarantee, ReleasePolicy};
 pub use simulate::{SimConfig, simulate};
@@ -100,127 +104,4 @@ macro_rules! kernel_noise_params {
             n
         }
     };
-}
-
-/// Errors of the co-training layer.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum CotrainError {
-    /// This party's own fault: a setting or data file it cannot use, a saved state it refuses,
-    /// or an invariant of its code broken. Its operator's to fix, never the caller's (that is
-    /// [`CotrainError::Request`]); a node maps it to gRPC `INTERNAL` by this type.
-    #[error(transparent)]
-    Own(#[from] OwnError),
-    /// What a peer's request got wrong: the caller can fix it, and asking again unchanged will
-    /// not help.
-    #[error("invalid request: {0}")]
-    Request(#[from] RequestError),
-    #[error(transparent)]
-    Gp(#[from] dpcotrain_gp::GpError),
-    /// The requester's privacy budget would be exceeded: refused before anything was released
-    /// (a node maps it to `RESOURCE_EXHAUSTED`). Every `PrivacyError::BudgetExceeded` arrives here.
-    #[error(transparent)]
-    Budget(dpcotrain_privacy::BudgetExceeded),
-    /// Any other error of the privacy layer: this party's privacy parameters or numerics, its own.
-    #[error(transparent)]
-    Privacy(dpcotrain_privacy::PrivacyError),
-    #[error("peer {peer}: {message}")]
-    Peer { peer: String, message: String },
-    /// The request never reached an answer: the peer was unreachable, timed out, or refused
-    /// the handshake (another federation, another pool). Unlike a refusal of the request
-    /// itself (e.g. its budget), retrying later may succeed.
-    #[error("peer {peer} not reached: {message}")]
-    Unreached { peer: String, message: String },
-    /// A querier turn in which at least one peer was not reached (or withheld its answer for a
-    /// reason that is not final): nothing was recorded, so the same round can be run again.
-    #[error("round {round}: {querier}'s turn did not happen (nothing recorded): {}", .reasons.join("; "))]
-    TurnNotTaken { round: usize, querier: String, reasons: Vec<String> },
-}
-
-/// The ways a [`answer::PredictRequest`] can be wrong, checked before anything is computed or
-/// released. A node maps them to gRPC `INVALID_ARGUMENT` by type.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RequestError {
-    #[error("this request id was already used for a different request (indices, uncertainty or prior); use a new id")]
-    ReusedId,
-    #[error("a party does not answer its own requests")]
-    OwnRequest,
-    #[error("request has no indices")]
-    NoIndices,
-    #[error("index {index} is outside the pool (size {pool})")]
-    OutsidePool { index: usize, pool: usize },
-    #[error("index {0} is requested twice")]
-    Repeated(usize),
-}
-
-/// What is wrong on this party's own side (see [`CotrainError::Own`]).
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum OwnError {
-    /// A setting, a combination of settings or a data file this party cannot use, found when it
-    /// is built or configured (the message names the setting, file or row).
-    #[error("invalid setting or data: {0}")]
-    Config(String),
-    /// A saved state this party refuses to restore (another party's, edited, or inconsistent).
-    #[error("saved state refused: {0}")]
-    State(String),
-    /// A step the code never reaches while its invariants hold: a bug, reported instead of a
-    /// panic. Nothing was released.
-    #[error("internal: {0}")]
-    Invariant(#[from] Invariant),
-    /// A party's lock was poisoned by a panic while it was held.
-    #[error("party state unavailable (a worker panicked while holding it)")]
-    Poisoned,
-}
-
-/// The invariants of the release path and the model that a step relies on ([`OwnError::Invariant`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum Invariant {
-    #[error("no release model was built for this privacy mode")]
-    NoReleaseModel,
-    #[error("release-once: no frozen release")]
-    NoFrozenRelease,
-    #[error("a calibrated DP mode gave no noise scale; nothing was released")]
-    NoNoiseScale,
-    #[error("θ selection was not made before the release model was built")]
-    ThetaNotSelected,
-    #[error("the thesis mode has no finite release")]
-    ThesisHasNoFiniteRelease,
-    #[error("finite release requested under the function-space form")]
-    FiniteUnderFunctionSpace,
-    #[error("mean weights of a sparse model live on Z; use label_influence")]
-    SparseMeanWeights,
-    #[error("turn {0} is not recorded")]
-    TurnNotRecorded(usize),
-}
-
-impl CotrainError {
-    /// A setting or data this party cannot use ([`OwnError::Config`]).
-    pub fn config(msg: impl Into<String>) -> Self {
-        CotrainError::Own(OwnError::Config(msg.into()))
-    }
-
-    /// A saved state this party refuses ([`OwnError::State`]).
-    pub fn state(msg: impl Into<String>) -> Self {
-        CotrainError::Own(OwnError::State(msg.into()))
-    }
-}
-
-impl From<dpcotrain_privacy::PrivacyError> for CotrainError {
-    fn from(e: dpcotrain_privacy::PrivacyError) -> Self {
-        match e {
-            dpcotrain_privacy::PrivacyError::BudgetExceeded(b) => CotrainError::Budget(b),
-            e => CotrainError::Privacy(e),
-        }
-    }
-}
-
-impl From<Invariant> for CotrainError {
-    fn from(e: Invariant) -> Self {
-        CotrainError::Own(OwnError::Invariant(e))
-    }
-}
-
-impl From<dpcotrain_gp::LinalgError> for CotrainError {
-    fn from(e: dpcotrain_gp::LinalgError) -> Self {
-        CotrainError::Gp(e.into())
-    }
 }

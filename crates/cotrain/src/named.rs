@@ -8,12 +8,20 @@ use crate::CotrainError;
 /// A spelling that names no variant: the message names what was given and every accepted
 /// spelling (the `FromStr` error of every [`Named`] enum, so clap prints it as it is).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct UnknownName(pub String);
+#[error("{what} {given:?}{} is not {accepted}", if *.cut { "…" } else { "" })]
+pub struct UnknownName {
+    /// What a value is ("combiner").
+    pub what: &'static str,
+    /// What was given, cut at 64 characters (`cut` says whether it was).
+    pub given: String,
+    pub cut: bool,
+    /// The accepted spellings, as a list for a reader ("a, b or c").
+    pub accepted: String,
+}
 
 impl From<UnknownName> for CotrainError {
     fn from(e: UnknownName) -> Self {
-        CotrainError::config(e.0)
+        CotrainError::Own(crate::OwnError::Spelling(e))
     }
 }
 
@@ -30,11 +38,12 @@ pub trait Named: Sized + Copy + 'static {
     /// what was given (cut at 64 characters: the text may come from a peer) and every accepted
     /// spelling.
     fn from_name(s: &str) -> Result<Self, CotrainError> {
-        Self::parse_name(s).map_err(CotrainError::config)
+        Ok(Self::parse_name(s)?)
     }
 
-    /// [`Named::from_name`] with the bare message as the error (what serde reports).
-    fn parse_name(s: &str) -> Result<Self, String> {
+    /// [`Named::from_name`] with the bare [`UnknownName`] as the error (what `FromStr` and
+    /// serde report).
+    fn parse_name(s: &str) -> Result<Self, UnknownName> {
         let t = s.trim();
         Self::ALL.iter().copied().find(|v| v.spelling() == t).ok_or_else(|| {
             let names: Vec<&str> = Self::ALL.iter().map(|v| v.spelling()).collect();
@@ -42,9 +51,8 @@ pub trait Named: Sized + Copy + 'static {
                 Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
                 _ => names.join(""),
             };
-            let shown: String = t.chars().take(64).collect();
-            let cut = if shown.len() < t.len() { "…" } else { "" };
-            format!("{} {shown:?}{cut} is not {list}", Self::WHAT)
+            let given: String = t.chars().take(64).collect();
+            UnknownName { what: Self::WHAT, cut: given.len() < t.len(), given, accepted: list }
         })
     }
 }
@@ -65,7 +73,7 @@ macro_rules! named_enum {
         impl std::str::FromStr for $ty {
             type Err = $crate::named::UnknownName;
             fn from_str(s: &str) -> Result<Self, $crate::named::UnknownName> {
-                <$ty as $crate::named::Named>::parse_name(s).map_err($crate::named::UnknownName)
+                <$ty as $crate::named::Named>::parse_name(s)
             }
         }
         impl std::fmt::Display for $ty {

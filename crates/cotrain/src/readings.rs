@@ -14,6 +14,7 @@
 //! | `selection_variance` | `clamped` | `raw` | the variance uncertainty sampling ranks (§4.2.1) |
 
 use crate::CotrainError;
+use crate::error::Conflict;
 use crate::settings::{CombinerKind, DpConfig, DpMode, ReleasePolicy};
 use serde::{Deserialize, Serialize};
 
@@ -305,25 +306,18 @@ impl Readings {
     pub fn check(&self, dp: &DpConfig) -> Result<(), CotrainError> {
         let calibrated = matches!(dp.mode, DpMode::Calibrated { .. });
         if let FitStarts::BestOf(0) | FitStarts::Fixed(0) = self.fit_starts {
-            return Err(CotrainError::config("readings.fit_starts: best-of-K and fixed-K need K ≥ 1"));
+            return Err(CotrainError::setting("readings.fit_starts: K of best-of-K and fixed-K", 0.0, "be at least 1"));
         }
         if self.thesis_noise == ThesisNoise::FreshPerQuery && calibrated {
-            return Err(CotrainError::config(
-                "readings.thesis_noise = fresh-per-query applies to the thesis DP mode only; calibrated DP draws and charges its own noise (use per-requester-path)",
-            ));
+            return Err(Conflict::FreshNoiseUnderCalibrated.into());
         }
         if self.answer_source == AnswerSource::Private && calibrated && dp.policy == ReleasePolicy::PerQuery {
-            return Err(CotrainError::config(
-                "readings.answer_source = private under calibrated per-query DP: the sensitivity is computed for the co-trained model; use policy release-once or batches, which release the private-only posterior",
-            ));
+            return Err(Conflict::PrivateSourceUnderPerQuery.into());
         }
         if (self.answer_source != AnswerSource::Cotrained || self.shared_variance != SharedVariance::Latent)
             && dp.policy != ReleasePolicy::PerQuery
         {
-            return Err(CotrainError::config(format!(
-                "readings.answer_source / readings.shared_variance act on per-query answers, but the release policy is {}",
-                dp.policy.name()
-            )));
+            return Err(Conflict::ReadingsNeedPerQuery { policy: dp.policy.name() }.into());
         }
         Ok(())
     }
@@ -336,9 +330,7 @@ impl Readings {
             && let Some((&first, rest)) = dims.split_first()
             && let Some(other) = rest.iter().find(|&&d| d != first)
         {
-            return Err(CotrainError::config(format!(
-                "readings.blocky_theta = querier evaluates the responder's kernel with the querier's θ, which needs views of equal dimension; these views have {first} and {other} columns (use responder)"
-            )));
+            return Err(Conflict::QuerierThetaDims { first, other: *other }.into());
         }
         Ok(())
     }

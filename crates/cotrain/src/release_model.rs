@@ -88,7 +88,7 @@ impl PublicTheta {
             (self.noise_variance, "noise_variance"),
         ] {
             if !(v.is_finite() && v > 0.0) {
-                return Err(CotrainError::config(format!("public θ: {what} must be positive and finite, got {v}")));
+                return Err(CotrainError::setting(what, v, "be positive and finite (public θ)"));
             }
         }
         Ok(())
@@ -322,7 +322,7 @@ impl ReleaseModel {
         seed: u64,
     ) -> Result<Self, CotrainError> {
         if !(noise.is_finite() && noise > 0.0) {
-            return Err(CotrainError::config(format!("release model noise variance must be positive, got {noise}")));
+            return Err(CotrainError::setting("release model noise variance", noise, "be positive and finite"));
         }
         let z = match inducing {
             Some(m) => Some(greedy_variance(kernel.as_ref(), &x, m.min(x.nrows()), 0.0, seed)?.z),

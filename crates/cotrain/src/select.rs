@@ -40,8 +40,12 @@ pub fn public_greedy(
 ) -> Result<Vec<usize>, CotrainError> {
     use dpcotrain_gp::linalg::{Cholesky, JitterPolicy, matmul};
     use nalgebra::DMatrix;
-    if !(noise > 0.0 && nominal > 0.0 && noise.is_finite() && nominal.is_finite()) {
-        return Err(CotrainError::config("public query selection needs positive finite noise variances"));
+    for (key, v) in
+        [("public query selection: noise variance", noise), ("public query selection: nominal noise variance", nominal)]
+    {
+        if !(v > 0.0 && v.is_finite()) {
+            return Err(CotrainError::setting(key, v, "be positive and finite"));
+        }
     }
     let candidates: Vec<usize> = (0..x_pool.nrows()).filter(|i| !asked.contains(i)).collect();
     if candidates.is_empty() || count == 0 {

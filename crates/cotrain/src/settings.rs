@@ -7,6 +7,7 @@
 
 use crate::CotrainError;
 use crate::answer::Uncertainty;
+use crate::error::Conflict;
 use crate::release_model::{DEFAULT_RELEASE_THETA, PublicTheta, QueryPolicy, ReleaseForm, ThetaPolicy};
 use dpcotrain_privacy::CapRule;
 use dpcotrain_privacy::LabelRange;
@@ -274,9 +275,7 @@ impl DpConfig {
     /// label-free choice of model.
     pub fn check_guard(&self, guard: AnswerGuard) -> Result<(), CotrainError> {
         if guard != AnswerGuard::Off && !matches!(self.mode, DpMode::Off) && self.policy == ReleasePolicy::PerQuery {
-            return Err(CotrainError::config(
-                "the answer guard reads the private labels to choose the model, and policy per-query releases that model: use policy batches or release-once, or guard off",
-            ));
+            return Err(Conflict::GuardUnderPerQuery.into());
         }
         Ok(())
     }
@@ -288,14 +287,10 @@ impl DpConfig {
             ThetaPolicy::Selected { default, mu } => {
                 default.validate()?;
                 if !(mu.is_finite() && *mu > 0.0) {
-                    return Err(CotrainError::config(format!(
-                        "θ selection: its GDP μ must be positive and finite, got {mu}"
-                    )));
+                    return Err(CotrainError::setting("θ selection: its GDP μ", *mu, "be positive and finite"));
                 }
                 if matches!(self.mode, DpMode::Thesis { .. }) {
-                    return Err(CotrainError::config(
-                        "θ selection is a calibrated mechanism; the thesis reproduction mode uses the fitted θ",
-                    ));
+                    return Err(Conflict::ThetaSelectionUnderThesis.into());
                 }
                 if let (DpMode::Calibrated { epsilon, delta, budget_epsilon, .. }, Some(scale)) =
                     (&self.mode, self.mode.noise_scale()?)
@@ -305,10 +300,14 @@ impl DpConfig {
                     let need = (mu * mu + mu_release * mu_release).sqrt();
                     let have = NoiseScale::mu_for(*budget_epsilon, *delta)?;
                     if need > have * (1.0 + 1e-9) {
-                        return Err(CotrainError::config(format!(
-                            "θ selection (GDP μ = {mu:.4}) and one release at ε = {epsilon} need a budget of ε = {:.4} per requester (δ = {delta:e}), but budget_epsilon is {budget_epsilon}: raise budget_epsilon or lower the θ vote's ε",
-                            NoiseScale::epsilon_of(need, *delta)
-                        )));
+                        return Err(Conflict::ThetaVoteOverBudget {
+                            mu: *mu,
+                            epsilon: *epsilon,
+                            need_epsilon: NoiseScale::epsilon_of(need, *delta),
+                            delta: *delta,
+                            budget_epsilon: *budget_epsilon,
+                        }
+                        .into());
                     }
                 }
             }
@@ -317,32 +316,24 @@ impl DpConfig {
         if let QueryPolicy::Public { per_turn, theta } = &self.queries {
             theta.validate()?;
             if *per_turn == 0 {
-                return Err(CotrainError::config("public queries: per_turn must be at least 1"));
+                return Err(CotrainError::setting("public queries: per_turn", 0.0, "be at least 1"));
             }
         }
         let finite = matches!(self.release, ReleaseForm::Finite { .. });
         match (self.policy, finite) {
             (ReleasePolicy::PerQuery, true) => {
-                return Err(CotrainError::config(
-                    "the finite release is of the label-free private-only posterior: use policy release-once or batches, not per-query",
-                ));
+                return Err(Conflict::FiniteReleasePerQuery.into());
             }
             (ReleasePolicy::PerQuery, false) if self.theta.is_counted() => {
-                return Err(CotrainError::config(
-                    "per-query answers come from the co-trained model with its fitted θ: public or selected θ needs policy release-once or batches",
-                ));
+                return Err(Conflict::PublicThetaPerQuery.into());
             }
             (ReleasePolicy::Batches, false) => {
-                return Err(CotrainError::config(
-                    "policy batches releases at the requested points: it needs the finite release form",
-                ));
+                return Err(Conflict::BatchesNeedFinite.into());
             }
             _ => {}
         }
         if finite && matches!(self.mode, DpMode::Thesis { .. }) {
-            return Err(CotrainError::config(
-                "the thesis reproduction mode has its own noise scale; it cannot be combined with the finite release",
-            ));
+            return Err(Conflict::ThesisWithFinite.into());
         }
         Ok(())
     }
@@ -364,11 +355,7 @@ pub fn discounts_answer_noise(kind: CombinerKind, uncertainty: Uncertainty) -> R
         (CombinerKind::Blocky, _) => "the blocky combiner ignores each answer's variance",
         (CombinerKind::Hybrid, _) => "the hybrid combiner's predictive mean does not depend on the answers' variance",
     };
-    Err(CotrainError::config(format!(
-        "{} + {} under calibrated DP: {why}, so the DP noise would enter as if it were data (test RMSE can grow several-fold); use combiner noisy with uncertainty marginal (the default) or full, or DP off / thesis mode to study this combination",
-        kind.name(),
-        uncertainty.name()
-    )))
+    Err(Conflict::IgnoresAnswerNoise { combiner: kind.name(), uncertainty: uncertainty.name(), why }.into())
 }
 
 /// What a querier adds to each received answer's reported variance before folding it in
@@ -404,14 +391,18 @@ impl AnswerDiscount {
     }
 
     /// `Ok` for a finite, non-negative variance or factor; the error names both spellings.
-    pub fn validate(self) -> Result<(), String> {
+    pub fn validate(self) -> Result<(), CotrainError> {
         let x = match self {
             AnswerDiscount::Fixed(v) | AnswerDiscount::OwnNoise(v) => v,
         };
         if x.is_finite() && x >= 0.0 {
             Ok(())
         } else {
-            Err(format!("{self} is not a variance ≥ 0 or own:K (K ≥ 0 times the party's own noise variance)"))
+            Err(CotrainError::setting(
+                "answer discount",
+                x,
+                "be a variance ≥ 0, or own:K with K ≥ 0 (K times the party's own noise variance)",
+            ))
         }
     }
 }
@@ -460,7 +451,7 @@ impl<'de> serde::Deserialize<'de> for AnswerDiscount {
         let parsed = match Raw::deserialize(d)? {
             Raw::Number(v) => {
                 let d = AnswerDiscount::Fixed(v);
-                d.validate().map(|()| d)
+                d.validate().map(|()| d).map_err(|e| e.to_string())
             }
             Raw::Text(t) => t.parse(),
         };

@@ -77,13 +77,13 @@ impl SimConfig {
 
     pub fn validate(&self) -> Result<(), CotrainError> {
         if !(self.r.is_finite() && self.r > 0.0 && self.r <= 1.0) {
-            return Err(CotrainError::config(format!("correlation r must satisfy 0 < r ≤ 1, got {}", self.r)));
+            return Err(CotrainError::setting("correlation r", self.r, "satisfy 0 < r ≤ 1"));
         }
         for (value, what) in
             [(self.n_obs, "n_obs (private labelled rows per party)"), (self.n_pool, "n_pool"), (self.n_test, "n_test")]
         {
             if value == 0 {
-                return Err(CotrainError::config(format!("{what} must be at least 1")));
+                return Err(CotrainError::setting(what, 0.0, "be at least 1"));
             }
         }
         Ok(())
@@ -169,13 +169,14 @@ fn draw_private(
     let mut attempts = 0usize;
     while x.len() < cfg.n_obs {
         if attempts >= max_attempts {
-            return Err(CotrainError::config(format!(
-                "rejection sampling for party P{} accepted only {} of {} masked rows in {max_attempts} draws (r = {})",
-                party + 1,
-                x.len(),
-                cfg.n_obs,
-                cfg.r
-            )));
+            return Err(crate::error::DataError::RejectionSampling {
+                party: party + 1,
+                accepted: x.len(),
+                needed: cfg.n_obs,
+                draws: max_attempts,
+                r: cfg.r,
+            }
+            .into());
         }
         attempts += 1;
         let draw = sample_joint(rng, cfg.r, cfg.conditional_independence);

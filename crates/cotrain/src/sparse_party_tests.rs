@@ -193,7 +193,9 @@ fn svgp_local_model_is_chosen_by_party_and_refuses_what_vfe_refuses() {
     assert!(m.use_svgp(10, SvgpTraining::default()).unwrap_err().to_string().contains("exact GP path"));
     let mut m = model(CombinerKind::Noisy, Uncertainty::Marginal, y);
     let bad = SvgpTraining { natgrad_step: 1.5, ..Default::default() };
-    assert!(m.use_svgp(10, bad).unwrap_err().to_string().contains("SVGP training"));
+    assert!(
+        m.use_svgp(10, bad).unwrap_err().to_string().contains("SVGP natural-gradient step must lie in (0, 1], got 1.5")
+    );
     assert_eq!("svgp".parse::<LocalModel>().unwrap(), LocalModel::Svgp);
     assert!("svpg".parse::<LocalModel>().unwrap_err().to_string().contains("auto, exact, vfe or svgp"));
     let p = party(400, CombinerKind::Noisy, LocalModel::Svgp, Some(30)).unwrap();

@@ -16,6 +16,7 @@
 use crate::CotrainError;
 use crate::answer::Answer;
 use crate::answer_cache::AnswerCache;
+use crate::error::{LedgerMismatch, StateRefusal};
 use crate::party::{BatchRelease, Party, QueryPath, RequesterState, THETA_SELECTION_ID, TurnRecord};
 use crate::release_model::ThetaSelection;
 use dpcotrain_privacy::Ledger;
@@ -241,11 +242,10 @@ impl PartyState {
     /// before anything is changed (the store relies on it to keep the last proven state).
     pub fn apply(&mut self, d: &StateDelta) -> Result<(), CotrainError> {
         if d.turns_from > self.turns.len() {
-            return Err(CotrainError::state(format!(
-                "state delta replaces turns from {} but the state has {}",
-                d.turns_from,
-                self.turns.len()
-            )));
+            return Err(CotrainError::state(
+                &self.party,
+                StateRefusal::Delta { from: d.turns_from, turns: self.turns.len() },
+            ));
         }
         self.model_version = d.model_version;
         for k in &d.requesters_removed {
@@ -284,8 +284,8 @@ impl PartyState {
 /// The ledger agrees with what was released: every release's ρ is Δ²/(2σ²) of its own Δ and σ,
 /// and every finite batch released to the requester has its charge (same id, Δ and σ). A
 /// ledger edited outside the node (a release dropped, a ρ zeroed) fails here, naming the entry.
-fn check_ledger(name: &str, r: &RequesterRecord, theta: Option<&ThetaSelection>) -> Result<(), CotrainError> {
-    let bad = |m: String| CotrainError::state(format!("saved ledger of requester {name:?}: {m}"));
+fn check_ledger(name: &str, r: &RequesterRecord, theta: Option<&ThetaSelection>) -> Result<(), StateRefusal> {
+    let bad = |mismatch: LedgerMismatch| StateRefusal::Ledger { requester: name.to_string(), mismatch };
     let Some(ledger) = &r.ledger else {
         return Ok(());
     };
@@ -294,21 +294,26 @@ fn check_ledger(name: &str, r: &RequesterRecord, theta: Option<&ThetaSelection>)
         match ledger.releases.iter().find(|rel| rel.id == THETA_SELECTION_ID) {
             Some(rel) if close(rel.sigma, t.sigma) && close(rel.sensitivity, t.sensitivity) => {}
             Some(rel) => {
-                return Err(bad(format!(
-                    "the θ vote's charge records σ = {}, Δ = {} but the vote was made with σ = {}, Δ = {}",
-                    rel.sigma, rel.sensitivity, t.sigma, t.sensitivity
-                )));
+                return Err(bad(LedgerMismatch::ThetaVote {
+                    sigma: rel.sigma,
+                    sensitivity: rel.sensitivity,
+                    vote_sigma: t.sigma,
+                    vote_sensitivity: t.sensitivity,
+                }));
             }
-            None => return Err(bad(format!("the θ vote has no charge {THETA_SELECTION_ID:?} in the ledger"))),
+            None => return Err(bad(LedgerMismatch::NoThetaVote { id: THETA_SELECTION_ID })),
         }
     }
     for rel in &ledger.releases {
         let expect = dpcotrain_privacy::accountant::rho_of(rel.sensitivity, rel.sigma);
         if !(rel.rho.is_finite() && rel.rho >= 0.0 && close(rel.rho, expect)) {
-            return Err(bad(format!(
-                "release {:?} records ρ = {} but its Δ = {} and σ = {} give {expect}",
-                rel.id, rel.rho, rel.sensitivity, rel.sigma
-            )));
+            return Err(bad(LedgerMismatch::Rho {
+                id: rel.id.clone(),
+                rho: rel.rho,
+                sensitivity: rel.sensitivity,
+                sigma: rel.sigma,
+                expected: expect,
+            }));
         }
     }
     for (k, b) in r.batches.iter().enumerate().filter(|(_, b)| b.sigma > 0.0) {
@@ -316,21 +321,22 @@ fn check_ledger(name: &str, r: &RequesterRecord, theta: Option<&ThetaSelection>)
         match ledger.releases.iter().find(|rel| rel.id == id) {
             Some(rel) if close(rel.sigma, b.sigma) && close(rel.sensitivity, b.sensitivity) => {}
             Some(rel) => {
-                return Err(bad(format!(
-                    "release {id:?} records σ = {}, Δ = {} but batch {k} was released with σ = {}, Δ = {}",
-                    rel.sigma, rel.sensitivity, b.sigma, b.sensitivity
-                )));
+                return Err(bad(LedgerMismatch::Batch {
+                    id,
+                    batch: k,
+                    sigma: rel.sigma,
+                    sensitivity: rel.sensitivity,
+                    batch_sigma: b.sigma,
+                    batch_sensitivity: b.sensitivity,
+                }));
             }
             None => {
-                return Err(bad(format!(
-                    "batch {k} ({} indices released) has no charge {id:?} in the ledger",
-                    b.indices.len()
-                )));
+                return Err(bad(LedgerMismatch::NoBatchCharge { id, batch: k, indices: b.indices.len() }));
             }
         }
     }
     if !r.released.is_empty() && ledger.releases.is_empty() {
-        return Err(bad(format!("{} means were released but the ledger records no release", r.released.len())));
+        return Err(bad(LedgerMismatch::NoRelease { released: r.released.len() }));
     }
     Ok(())
 }
@@ -385,15 +391,15 @@ impl Party {
     /// recorded objectives, the release-once σ against the recomputed one — a mismatch means
     /// the data or configuration changed, and is refused rather than silently released anew.
     pub fn restore(&mut self, s: &PartyState) -> Result<(), CotrainError> {
-        let bad = |m: String| CotrainError::state(format!("saved state of party {:?}: {m}", s.party));
+        let bad = |refusal: StateRefusal| CotrainError::state(&s.party, refusal);
         if s.format != STATE_FORMAT {
-            return Err(bad(format!("format {} is not {STATE_FORMAT}", s.format)));
+            return Err(bad(StateRefusal::Format { saved: s.format, expected: STATE_FORMAT }));
         }
         if s.party != self.name {
-            return Err(bad(format!("belongs to another party (this node is {:?})", self.name)));
+            return Err(bad(StateRefusal::OtherParty { node: self.name.clone() }));
         }
         if !self.turns.is_empty() || !self.requesters.is_empty() || !self.cache.is_empty() {
-            return Err(bad("can only restore into a fresh party".into()));
+            return Err(bad(StateRefusal::NotFresh));
         }
         let pool = self.data.pool_size();
         // The θ selection first: it was drawn once (maybe from OS entropy) and everything
@@ -403,12 +409,13 @@ impl Party {
             (None, None) => {}
             (Some(fresh), Some(saved)) => {
                 let (grid, _) = crate::release_model::theta_grid(
-                    self.dp.theta.public_default().ok_or_else(|| bad("θ policy changed".into()))?,
+                    self.dp
+                        .theta
+                        .public_default()
+                        .ok_or_else(|| bad(StateRefusal::PolicyChanged { what: "θ policy" }))?,
                 );
                 if grid.get(saved.winner) != Some(&saved.chosen) || saved.noisy_counts.len() != grid.len() {
-                    return Err(bad(
-                        "the saved θ selection is not of this party's grid: privacy settings changed".into()
-                    ));
+                    return Err(bad(StateRefusal::ThetaGrid));
                 }
                 // The saved vote must have been released under the settings in force now: its
                 // noise is what every ledger charges for it (ρ = Δ²/σ²), and a vote saved with
@@ -418,17 +425,21 @@ impl Party {
                     || !close(saved.sensitivity, fresh.sensitivity)
                     || saved.groups != fresh.groups
                 {
-                    return Err(bad(format!(
-                        "the saved θ vote was released with noise sd {} (sensitivity {}, {} groups), but this node's settings give {} ({}, {} groups): privacy settings or data changed",
-                        saved.sigma, saved.sensitivity, saved.groups, fresh.sigma, fresh.sensitivity, fresh.groups
-                    )));
+                    return Err(bad(StateRefusal::ThetaVote {
+                        saved_sigma: saved.sigma,
+                        saved_sensitivity: saved.sensitivity,
+                        saved_groups: saved.groups,
+                        sigma: fresh.sigma,
+                        sensitivity: fresh.sensitivity,
+                        groups: fresh.groups,
+                    }));
                 }
                 if self.theta_selection.as_ref() != Some(saved) {
                     self.theta_selection = Some(saved.clone());
                     self.rebuild_release()?;
                 }
             }
-            _ => return Err(bad("θ policy changed".into())),
+            _ => return Err(bad(StateRefusal::PolicyChanged { what: "θ policy" })),
         }
         for t in &s.turns {
             let replayed = self.fold_in(t.round, t.index, t.answers.clone(), t.refused.clone())?.objective;
@@ -439,32 +450,31 @@ impl Party {
                 (None, None) => {}
                 (Some(a), Some(b)) if close(a, b) => {}
                 (a, b) => {
-                    return Err(bad(format!(
-                        "replaying round {} gives objective {a:?}, the saved run had {b:?}: data or configuration changed",
-                        t.round
-                    )));
+                    return Err(bad(StateRefusal::Replay { round: t.round, replayed: a, saved: b }));
                 }
             }
         }
         if self.model.version != s.model_version {
-            return Err(bad(format!("replay reached model version {}, saved {}", self.model.version, s.model_version)));
+            return Err(bad(StateRefusal::Version { replayed: self.model.version, saved: s.model_version }));
         }
         match (&mut self.frozen, &s.frozen) {
             (None, None) => {}
             (Some(f), Some(r)) => {
                 if !close(f.sigma, r.sigma) || !close(f.sensitivity, r.sensitivity) || f.noise.len() != r.noise.len() {
-                    return Err(bad(format!(
-                        "release-once σ {} / Δ {} recomputed as {} / {}: data or privacy settings changed",
-                        r.sigma, r.sensitivity, f.sigma, f.sensitivity
-                    )));
+                    return Err(bad(StateRefusal::ReleaseOnce {
+                        saved_sigma: r.sigma,
+                        saved_sensitivity: r.sensitivity,
+                        sigma: f.sigma,
+                        sensitivity: f.sensitivity,
+                    }));
                 }
                 f.noise = r.noise.clone();
             }
-            _ => return Err(bad("release policy changed".into())),
+            _ => return Err(bad(StateRefusal::PolicyChanged { what: "release policy" })),
         }
         for (name, r) in &s.requesters {
             if let Some(&(i, _)) = r.released.iter().find(|(i, _)| *i >= pool) {
-                return Err(bad(format!("released index {i} outside the pool (size {pool})")));
+                return Err(bad(StateRefusal::ReleasedOutsidePool { index: i, pool }));
             }
             let path = match &r.path {
                 Some(r) => Some(QueryPath {
@@ -481,13 +491,13 @@ impl Party {
                 path,
                 batches: r.batches.clone(),
             };
-            check_ledger(name, r, s.theta_selection.as_ref())?;
+            check_ledger(name, r, s.theta_selection.as_ref()).map_err(bad)?;
             for b in &r.batches {
                 if b.var.len() != b.indices.len()
                     || b.cov.nrows() != b.indices.len()
                     || b.indices.iter().any(|i| !st.released.contains_key(i))
                 {
-                    return Err(bad(format!("requester {name:?}: a saved batch does not match its released means")));
+                    return Err(bad(StateRefusal::Batch { requester: name.clone() }));
                 }
             }
             self.requesters.insert(name.clone(), st);

@@ -110,5 +110,9 @@ fn calibrated_dp_run_reports_privacy_and_respects_budgets() {
         assert!(*eps > 1.0, "several releases composed");
     }
     // Per-query releases exhaust the budget: later requests are refused, and said so.
-    assert!(r.turns.iter().any(|t| t.refused.iter().any(|(_, why)| why.contains("budget"))));
+    assert!(r.turns.iter().any(|t| {
+        t.refused
+            .iter()
+            .any(|r| r.code == dpcotrain_cotrain::RemoteCode::BudgetExhausted && r.message.contains("budget"))
+    }));
 }

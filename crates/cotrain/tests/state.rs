@@ -151,7 +151,13 @@ fn a_malformed_answer_is_refused_not_absorbed() {
     let rec = p.fold_in(0, Some(2), vec![bad, good], vec![]).unwrap().clone();
     assert_eq!(rec.answers.len(), 1);
     assert_eq!(rec.answers[0].responder, "P2");
-    assert!(rec.refused.iter().any(|(who, why)| who == "mallory" && why.contains("not absorbed")), "{:?}", rec.refused);
+    assert!(
+        rec.refused.iter().any(|r| r.peer == "mallory"
+            && r.code == dpcotrain_cotrain::RemoteCode::MalformedAnswer
+            && r.message.contains("not absorbed")),
+        "{:?}",
+        rec.refused
+    );
     assert!(p.model().version() > version, "the good answer was absorbed and the model re-fitted");
     assert!(evaluate(&mut p).unwrap().rmse.is_finite());
 }

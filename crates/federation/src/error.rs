@@ -71,9 +71,12 @@ mod tests {
         let cases = [
             // A budget refusal from the privacy layer becomes CotrainError::Budget on its way up.
             (NodeError::Cotrain(CotrainError::from(PrivacyError::from(budget))), Code::ResourceExhausted),
-            (NodeError::Cotrain(CotrainError::from(PrivacyError::invalid("ε must be positive"))), Code::Internal),
+            (NodeError::Cotrain(CotrainError::from(PrivacyError::parameter("ε", -1.0, "be positive"))), Code::Internal),
             // A message's words never decide: an internal state that mentions a request is internal.
-            (NodeError::Cotrain(CotrainError::config("the word budget in a message: bad request")), Code::Internal),
+            (
+                NodeError::Cotrain(CotrainError::setting("the word budget in a key: bad request", 0.0, "be valid")),
+                Code::Internal,
+            ),
             (NodeError::Cotrain(dpcotrain_cotrain::Invariant::NoReleaseModel.into()), Code::Internal),
             (NodeError::Cotrain(CotrainError::Own(dpcotrain_cotrain::OwnError::Poisoned)), Code::Internal),
             (
@@ -81,7 +84,13 @@ mod tests {
                 Code::InvalidArgument,
             ),
             (NodeError::Cotrain(CotrainError::Request(RequestError::ReusedId)), Code::InvalidArgument),
-            (NodeError::Cotrain(CotrainError::Unreached { peer: "B".into(), message: "x".into() }), Code::Unavailable),
+            (
+                NodeError::Cotrain(CotrainError::Unreached {
+                    peer: "B".into(),
+                    fault: dpcotrain_cotrain::error::PeerFault::HandshakeRefused { reason: "x".into() },
+                }),
+                Code::Unavailable,
+            ),
             (
                 NodeError::Cotrain(CotrainError::TurnNotTaken { round: 1, querier: "A".into(), reasons: vec![] }),
                 Code::FailedPrecondition,

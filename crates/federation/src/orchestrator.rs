@@ -48,7 +48,7 @@ impl Orchestrator {
     ) -> Result<Self, String> {
         let mut out = Vec::new();
         for (name, address, token, tls) in nodes {
-            let ch = channel(&address, tls.as_ref(), &retry)?;
+            let ch = channel(&address, tls.as_ref(), &retry).map_err(|e| e.to_string())?;
             let client = pb::node_client::NodeClient::new(ch).max_decoding_message_size(crate::MAX_MESSAGE_BYTES);
             out.push(NodeHandle { name, address, token, client });
         }

@@ -13,6 +13,7 @@ use crate::auth::request;
 use crate::{convert, pb};
 use dpcotrain_cotrain::CotrainError;
 use dpcotrain_cotrain::Peer;
+use dpcotrain_cotrain::error::{PeerFault, RemoteCode};
 use dpcotrain_cotrain::{Answer, PredictRequest};
 use std::future::Future;
 use std::sync::Arc;
@@ -168,26 +169,48 @@ pub(crate) fn is_not_final(s: &Status) -> bool {
 /// A failed call: see [`is_not_final`]; any other code is the peer's final refusal of this
 /// request (its budget, an invalid request).
 fn peer_err(name: &str, s: &Status) -> CotrainError {
-    let message = format!("{:?}: {}", s.code(), s.message());
+    let fault = PeerFault::Status { code: remote_code(s.code()), message: s.message().to_string() };
     if is_not_final(s) {
-        CotrainError::Unreached { peer: name.into(), message }
+        CotrainError::Unreached { peer: name.into(), fault }
     } else {
-        CotrainError::Peer { peer: name.into(), message }
+        CotrainError::Peer { peer: name.into(), fault }
+    }
+}
+
+/// A peer's gRPC status code in the co-training layer's terms: the codes this node's own
+/// errors map to ([`crate::error`]) read back as what they meant.
+pub fn remote_code(c: Code) -> RemoteCode {
+    match c {
+        Code::ResourceExhausted => RemoteCode::BudgetExhausted,
+        Code::InvalidArgument => RemoteCode::InvalidRequest,
+        Code::Internal => RemoteCode::Internal,
+        Code::DataLoss => RemoteCode::DataLoss,
+        Code::Unavailable | Code::DeadlineExceeded | Code::Aborted | Code::Cancelled | Code::Unknown => {
+            RemoteCode::Unavailable
+        }
+        Code::FailedPrecondition => RemoteCode::NotHandshaken,
+        Code::Unauthenticated | Code::PermissionDenied => RemoteCode::Unauthenticated,
+        other => RemoteCode::Other(other as i32),
     }
 }
 
 /// A handshake that failed in any way: the peer was not reached as the party we agree with.
 fn unreached(e: CotrainError) -> CotrainError {
     match e {
-        CotrainError::Peer { peer, message } => CotrainError::Unreached { peer, message },
+        CotrainError::Peer { peer, fault } => CotrainError::Unreached { peer, fault },
         e => e,
     }
 }
 
 /// A lazily connecting channel to `address` with our deadlines, limits and TLS.
-pub fn channel(address: &str, tls: Option<&ClientTlsConfig>, retry: &Retry) -> Result<Channel, String> {
+pub fn channel(address: &str, tls: Option<&ClientTlsConfig>, retry: &Retry) -> Result<Channel, PeerFault> {
+    let fault = |what, e: tonic::transport::Error| PeerFault::Channel {
+        what,
+        address: address.to_string(),
+        detail: e.to_string(),
+    };
     let mut ep = Endpoint::from_shared(address.to_string())
-        .map_err(|e| format!("bad address {address:?}: {e}"))?
+        .map_err(|e| fault("bad address", e))?
         .connect_timeout(Duration::from_secs(5))
         .timeout(retry.call_timeout)
         .tcp_nodelay(true)
@@ -196,7 +219,7 @@ pub fn channel(address: &str, tls: Option<&ClientTlsConfig>, retry: &Retry) -> R
         .keep_alive_timeout(Duration::from_secs(10))
         .keep_alive_while_idle(true);
     if let Some(t) = tls {
-        ep = ep.tls_config(t.clone()).map_err(|e| format!("TLS for {address}: {e}"))?;
+        ep = ep.tls_config(t.clone()).map_err(|e| fault("TLS settings for", e))?;
     }
     Ok(ep.connect_lazy())
 }
@@ -205,7 +228,7 @@ impl GrpcPeer {
     /// A peer (no I/O yet: the channel connects on first use).
     pub fn new(opts: PeerOptions) -> Result<Self, CotrainError> {
         let ch = channel(&opts.address, opts.tls.as_ref(), &opts.retry)
-            .map_err(|m| CotrainError::Peer { peer: opts.name.clone(), message: m })?;
+            .map_err(|fault| CotrainError::Peer { peer: opts.name.clone(), fault })?;
         let client = pb::node_client::NodeClient::new(ch)
             .max_decoding_message_size(crate::MAX_MESSAGE_BYTES)
             .max_encoding_message_size(crate::MAX_MESSAGE_BYTES);
@@ -232,13 +255,17 @@ impl GrpcPeer {
         if !resp.accepted {
             return Err(CotrainError::Peer {
                 peer: o.name.clone(),
-                message: format!("refused the handshake: {}", resp.reason),
+                fault: PeerFault::HandshakeRefused { reason: resp.reason },
             });
         }
         if resp.party != o.name {
             return Err(CotrainError::Peer {
                 peer: o.name.clone(),
-                message: format!("the node at {} is party {:?}, not {:?}", o.address, resp.party, o.name),
+                fault: PeerFault::WrongParty {
+                    address: o.address.clone(),
+                    party: resp.party,
+                    expected: o.name.clone(),
+                },
             });
         }
         self.handshaken.store(true, Ordering::SeqCst);
@@ -283,12 +310,14 @@ impl Peer for GrpcPeer {
                 r => r,
             }
             .map_err(|s| peer_err(name, &s))?;
-            let a = convert::answer_from_pb(resp)
-                .map_err(|e| CotrainError::Peer { peer: name.clone(), message: format!("malformed answer: {e}") })?;
+            let a = convert::answer_from_pb(resp).map_err(|detail| CotrainError::Peer {
+                peer: name.clone(),
+                fault: PeerFault::Undecodable { detail },
+            })?;
             if a.responder != *name {
                 return Err(CotrainError::Peer {
                     peer: name.clone(),
-                    message: format!("answer signed by {:?}", a.responder),
+                    fault: PeerFault::SignedBy { responder: a.responder },
                 });
             }
             Ok(a)

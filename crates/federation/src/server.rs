@@ -145,8 +145,6 @@ fn save(store: &Option<Arc<StateStore>>, p: &Party) -> Result<(), NodeError> {
     }
 }
 
-use dpcotrain_cotrain::party::NOT_ASKED;
-
 /// The label-dependent figures `Status` gives a node's orchestrator when the node shares them.
 struct TestMetrics {
     rmse: f64,
@@ -163,18 +161,8 @@ fn turn_to_pb(querier: &str, t: &TurnRecord, rmse: Option<f64>) -> pb::RunRoundR
         querier: querier.into(),
         index: t.index.map(|i| i as u64),
         answered_by: t.answers.iter().map(|a| a.responder.clone()).collect(),
-        refused: t
-            .refused
-            .iter()
-            .filter(|(_, why)| !why.starts_with(NOT_ASKED))
-            .map(|(p, why)| format!("{p}: {why}"))
-            .collect(),
-        skipped: t
-            .refused
-            .iter()
-            .filter(|(_, why)| why.starts_with(NOT_ASKED))
-            .map(|(p, why)| format!("{p}: {why}"))
-            .collect(),
+        refused: t.refused.iter().filter(|r| !r.not_asked_for_budget()).map(|r| format!("{}: {r}", r.peer)).collect(),
+        skipped: t.refused.iter().filter(|r| r.not_asked_for_budget()).map(|r| format!("{}: {r}", r.peer)).collect(),
         test_rmse: rmse,
         indices: match t.answers.first() {
             Some(a) => a.indices.iter().map(|&i| i as u64).collect(),

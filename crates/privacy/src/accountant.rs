@@ -163,10 +163,11 @@ impl Ledger {
         if self.find(id).is_some() {
             return Ok(Charge::Replayed);
         }
-        if !(sensitivity.is_finite() && sensitivity >= 0.0 && sigma.is_finite() && sigma > 0.0) {
-            return Err(PrivacyError::invalid(format!(
-                "a release needs finite sensitivity ≥ 0 and σ > 0 (got Δ = {sensitivity}, σ = {sigma})"
-            )));
+        if !(sensitivity.is_finite() && sensitivity >= 0.0) {
+            return Err(PrivacyError::parameter("a release's sensitivity Δ", sensitivity, "be finite and ≥ 0"));
+        }
+        if !(sigma.is_finite() && sigma > 0.0) {
+            return Err(PrivacyError::parameter("a release's noise scale σ", sigma, "be finite and positive"));
         }
         let rho = rho_of(sensitivity, sigma);
         self.check(rho)?;
@@ -190,7 +191,7 @@ impl Ledger {
             return Ok(Charge::Replayed);
         }
         if !(rho.is_finite() && rho > 0.0) {
-            return Err(PrivacyError::invalid(format!("missing spend must be finite and positive, got ρ = {rho}")));
+            return Err(PrivacyError::parameter("missing spend ρ", rho, "be finite and positive"));
         }
         let sigma = (0.5 / rho).sqrt();
         self.releases.push(Release {

@@ -132,9 +132,11 @@ impl NoiseScale {
             Mechanism::Analytic => Ok(NoiseScale::Gdp { mu: gdp_mu_for(epsilon, delta) }),
             Mechanism::Classic => {
                 if epsilon > 1.0 {
-                    return Err(PrivacyError::invalid(format!(
-                        "the classic Gaussian-mechanism constant √(2 ln(1.25/δ)) is proven only for ε ≤ 1 (got ε = {epsilon}); use the analytic mechanism"
-                    )));
+                    return Err(PrivacyError::parameter(
+                        "ε of the classic Gaussian mechanism",
+                        epsilon,
+                        "satisfy ε ≤ 1, where its constant √(2 ln(1.25/δ)) is proven; use the analytic mechanism",
+                    ));
                 }
                 Ok(NoiseScale::Classic { epsilon, delta })
             }

@@ -30,8 +30,32 @@ pub enum PrivacyError {
     /// A number that must be finite was not (`what` names it and where it was).
     #[error("invalid privacy parameter: {what}")]
     NonFinite { what: String },
-    #[error("invalid privacy parameter: {0}")]
-    Invalid(String),
+    /// Something that must not be empty was: `context` had no `what`.
+    #[error("invalid privacy parameter: {context}: no {what}")]
+    Empty { context: &'static str, what: &'static str },
+    /// An index outside its range: `what` `index` where there are `len`.
+    #[error("invalid privacy parameter: {context}: {what} {index} is outside the {len} there are")]
+    OutOfRange { context: &'static str, what: &'static str, index: usize, len: usize },
+    /// One entry of a vector outside its domain: `name` of `item` `index` was `value` and must
+    /// `bound`.
+    #[error("invalid privacy parameter: {context}: {name} of {item} {index} must {bound}, got {value}")]
+    Entry {
+        context: &'static str,
+        name: &'static str,
+        item: &'static str,
+        index: usize,
+        value: f64,
+        bound: &'static str,
+    },
+    /// An interval that must be finite with `lo < hi` was not.
+    #[error("invalid privacy parameter: {name} must be finite with lo < hi, got [{lo}, {hi}]")]
+    Interval { name: &'static str, lo: f64, hi: f64 },
+    /// A list of row indices that must be a permutation of `0..n` was not.
+    #[error("invalid privacy parameter: {context}: the order is not a permutation of the {n} rows")]
+    NotPermutation { context: &'static str, n: usize },
+    /// Matrices whose shapes do not fit each other (`what` lists them, `shapes` in that order).
+    #[error("invalid privacy parameter: {context}: {what} {shapes:?} do not fit {points} points")]
+    Shapes { context: &'static str, what: &'static str, shapes: Vec<(usize, usize)>, points: usize },
     #[error(transparent)]
     BudgetExceeded(#[from] BudgetExceeded),
     #[error(transparent)]
@@ -45,8 +69,14 @@ impl From<dpcotrain_gp::LinalgError> for PrivacyError {
 }
 
 impl PrivacyError {
-    pub fn invalid(msg: impl Into<String>) -> Self {
-        PrivacyError::Invalid(msg.into())
+    /// [`PrivacyError::Empty`].
+    pub fn empty(context: &'static str, what: &'static str) -> Self {
+        PrivacyError::Empty { context, what }
+    }
+
+    /// [`PrivacyError::OutOfRange`].
+    pub fn out_of_range(context: &'static str, what: &'static str, index: usize, len: usize) -> Self {
+        PrivacyError::OutOfRange { context, what, index, len }
     }
 
     /// [`PrivacyError::Parameter`].

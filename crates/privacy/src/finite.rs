@@ -117,10 +117,10 @@ impl Hat {
 
 fn check_inputs(x: &DMatrix<f64>, s2: &DVector<f64>, xq: &DMatrix<f64>) -> Result<(), PrivacyError> {
     if x.nrows() == 0 {
-        return Err(PrivacyError::invalid("finite release: no private rows"));
+        return Err(PrivacyError::empty("finite release", "private rows"));
     }
     if xq.nrows() == 0 {
-        return Err(PrivacyError::invalid("finite release: no release points"));
+        return Err(PrivacyError::empty("finite release", "release points"));
     }
     if x.ncols() != xq.ncols() {
         return Err(PrivacyError::shape(
@@ -135,10 +135,14 @@ fn check_inputs(x: &DMatrix<f64>, s2: &DVector<f64>, xq: &DMatrix<f64>) -> Resul
         return Err(PrivacyError::shape("finite release", s2.len(), "noise variances", x.nrows(), "rows"));
     }
     if let Some(j) = s2.iter().position(|v| !(v.is_finite() && *v > 0.0)) {
-        return Err(PrivacyError::invalid(format!(
-            "finite release: noise variance of row {j} is {} (must be > 0)",
-            s2[j]
-        )));
+        return Err(PrivacyError::Entry {
+            context: "finite release",
+            name: "noise variance",
+            item: "row",
+            index: j,
+            value: s2[j],
+            bound: "be positive and finite",
+        });
     }
     if x.iter().chain(xq.iter()).any(|v| !v.is_finite()) {
         return Err(PrivacyError::non_finite("finite release: non-finite covariate"));
@@ -189,8 +193,20 @@ fn hat_vfe(
     s2: &DVector<f64>,
     xq: &DMatrix<f64>,
 ) -> Result<Hat, PrivacyError> {
-    if z.nrows() == 0 || z.ncols() != x.ncols() || z.iter().any(|v| !v.is_finite()) {
-        return Err(PrivacyError::invalid("finite release: inducing inputs must be finite with the rows' columns"));
+    if z.nrows() == 0 {
+        return Err(PrivacyError::empty("finite release", "inducing inputs"));
+    }
+    if z.ncols() != x.ncols() {
+        return Err(PrivacyError::shape(
+            "finite release",
+            z.ncols(),
+            "inducing-input columns",
+            x.ncols(),
+            "private-row columns",
+        ));
+    }
+    if z.iter().any(|v| !v.is_finite()) {
+        return Err(PrivacyError::non_finite("finite release: a non-finite inducing input"));
     }
     let n = x.nrows();
     let m = z.nrows();
@@ -373,10 +389,10 @@ impl std::str::FromStr for CapRule {
                     .map(|t| t.trim().parse::<f64>().ok().filter(|e| e.is_finite() && *e > 0.0))
                     .collect::<Option<Vec<f64>>>()
                     .filter(|v| !v.is_empty())
-                    .ok_or_else(|| {
-                        PrivacyError::invalid(format!(
-                            "cap rule {other:?}: auto=X,Y,… needs a list of positive multipliers η"
-                        ))
+                    .ok_or_else(|| PrivacyError::Spelling {
+                        what: "cap rule",
+                        text: other.to_string(),
+                        expected: "auto=X,Y,… with a list of positive multipliers η",
                     })?;
                 Ok(CapRule::Auto { etas })
             }
@@ -569,7 +585,7 @@ pub fn plan(
             }
         }
     }
-    let mut chosen = best.ok_or_else(|| PrivacyError::invalid("finite release: no candidate release"))?.1;
+    let mut chosen = best.ok_or_else(|| PrivacyError::empty("finite release", "candidate release"))?.1;
     if chosen.low_rank.is_none() {
         // (A low-rank candidate's covariance is already the conservative bound.)
         chosen.hat.make_conservative(kernel, x, xq, model);

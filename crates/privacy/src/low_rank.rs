@@ -157,8 +157,11 @@ pub(crate) fn symmetrise(m: &mut DMatrix<f64>) {
 /// decreasing order.
 pub(crate) fn principal_basis(m: &DMatrix<f64>, k: usize) -> Result<DMatrix<f64>, PrivacyError> {
     let q = m.nrows();
-    if k == 0 || k > q || m.ncols() != q {
-        return Err(PrivacyError::invalid(format!("principal basis of rank {k} for a {q} × {} matrix", m.ncols())));
+    if m.ncols() != q {
+        return Err(PrivacyError::shape("principal basis", m.ncols(), "columns", q, "rows"));
+    }
+    if k == 0 || k > q {
+        return Err(PrivacyError::shape("principal basis (rank 1 to q)", k, "basis vectors", q, "points"));
     }
     if m.iter().any(|v| !v.is_finite()) {
         return Err(PrivacyError::non_finite("principal basis: non-finite released-mean covariance"));

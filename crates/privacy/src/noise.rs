@@ -90,15 +90,13 @@ impl NoisePath {
 
     /// Rebuild a path from its persisted state and the kernel it was drawn with.
     pub fn restore(kernel: Box<dyn Kernel>, s: &NoisePathState) -> Result<Self, PrivacyError> {
-        let word_pos: u128 = s.word_pos.parse().map_err(|_| {
-            PrivacyError::invalid(format!("noise path state: word_pos {:?} is not a number", s.word_pos))
+        let word_pos: u128 = s.word_pos.parse().map_err(|_| PrivacyError::Spelling {
+            what: "noise path state: word_pos",
+            text: s.word_pos.clone(),
+            expected: "a number",
         })?;
         if s.points.nrows() != s.values.len() {
-            return Err(PrivacyError::invalid(format!(
-                "noise path state: {} points but {} values",
-                s.points.nrows(),
-                s.values.len()
-            )));
+            return Err(PrivacyError::shape("noise path state", s.values.len(), "values", s.points.nrows(), "points"));
         }
         let mut rng = ChaCha20Rng::from_seed(s.seed);
         rng.set_stream(s.stream);
@@ -123,11 +121,13 @@ impl NoisePath {
     /// rest (all new points jointly).
     pub fn sample_at(&mut self, xs: &DMatrix<f64>) -> Result<DVector<f64>, PrivacyError> {
         if xs.ncols() != self.points.ncols() {
-            return Err(PrivacyError::invalid(format!(
-                "noise path has dimension {}, points have {}",
+            return Err(PrivacyError::shape(
+                "noise path",
+                xs.ncols(),
+                "point columns",
                 self.points.ncols(),
-                xs.ncols()
-            )));
+                "path dimensions",
+            ));
         }
         if xs.iter().any(|v| !v.is_finite()) {
             return Err(PrivacyError::non_finite("noise path: non-finite input point"));

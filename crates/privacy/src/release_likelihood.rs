@@ -54,12 +54,12 @@ impl ReleaseLikelihood {
         let shapes =
             self.basis.nrows() == q && k >= 1 && k <= q && self.map.shape() == (k, q) && self.noise.shape() == (k, k);
         if !shapes {
-            return Err(PrivacyError::invalid(format!(
-                "release likelihood: basis {:?}, map {:?} and noise {:?} do not fit {q} points",
-                self.basis.shape(),
-                self.map.shape(),
-                self.noise.shape()
-            )));
+            return Err(PrivacyError::Shapes {
+                context: "release likelihood",
+                what: "basis, map and noise",
+                shapes: vec![self.basis.shape(), self.map.shape(), self.noise.shape()],
+                points: q,
+            });
         }
         let finite = |m: &DMatrix<f64>| m.iter().all(|v| v.is_finite());
         if !(finite(&self.basis) && finite(&self.map) && finite(&self.noise)) {
@@ -81,12 +81,12 @@ impl FiniteRelease {
     ) -> Result<ReleaseLikelihood, PrivacyError> {
         let q = self.hat.c.nrows();
         if xq.nrows() != q || x.nrows() != self.hat.c.ncols() || xq.ncols() != x.ncols() {
-            return Err(PrivacyError::invalid(format!(
-                "release likelihood: {} points and {} rows for a {q} × {} release",
-                xq.nrows(),
-                x.nrows(),
-                self.hat.c.ncols()
-            )));
+            return Err(PrivacyError::Shapes {
+                context: "release likelihood",
+                what: "release points, private rows and the release's hat matrix",
+                shapes: vec![xq.shape(), x.shape(), self.hat.c.shape()],
+                points: q,
+            });
         }
         let (basis, w) = match &self.low_rank {
             Some(lr) => (lr.u.clone(), lr.coords.clone()),

@@ -75,35 +75,30 @@ pub fn group_votes(
     order: &[usize],
 ) -> Result<Vec<usize>, PrivacyError> {
     if candidates.is_empty() {
-        return Err(PrivacyError::invalid("θ selection: the candidate grid is empty"));
+        return Err(PrivacyError::empty("θ selection", "candidates in the grid"));
     }
     if fallback >= candidates.len() {
-        return Err(PrivacyError::invalid(format!(
-            "θ selection: default candidate {fallback} is outside the grid of {}",
-            candidates.len()
-        )));
+        return Err(PrivacyError::out_of_range("θ selection", "default candidate", fallback, candidates.len()));
     }
     if x.nrows() != y.len() {
         return Err(PrivacyError::shape("θ selection", y.len(), "labels", x.nrows(), "rows"));
     }
     if groups == 0 || groups > x.nrows() {
-        return Err(PrivacyError::invalid(format!(
-            "θ selection: {groups} groups for {} rows (need 1 ≤ groups ≤ rows)",
-            x.nrows()
-        )));
+        return Err(PrivacyError::shape("θ selection (1 ≤ groups ≤ rows)", groups, "groups", x.nrows(), "rows"));
     }
     if let Some(c) = candidates.iter().position(|c| !(c.noise.is_finite() && c.noise > 0.0)) {
-        return Err(PrivacyError::invalid(format!(
-            "θ selection: candidate {c} has noise variance {}",
-            candidates[c].noise
-        )));
+        return Err(PrivacyError::Entry {
+            context: "θ selection",
+            name: "noise variance",
+            item: "candidate",
+            index: c,
+            value: candidates[c].noise,
+            bound: "be positive and finite",
+        });
     }
     let mut seen = vec![false; x.nrows()];
     if order.len() != x.nrows() || !order.iter().all(|&i| i < seen.len() && !std::mem::replace(&mut seen[i], true)) {
-        return Err(PrivacyError::invalid(format!(
-            "θ selection: the group order is not a permutation of the {} rows",
-            x.nrows()
-        )));
+        return Err(PrivacyError::NotPermutation { context: "θ selection", n: x.nrows() });
     }
     let mut votes = Vec::with_capacity(groups);
     for g in 0..groups {
@@ -156,14 +151,14 @@ pub fn noisy_vote(
     if !(head_start_sd.is_finite() && head_start_sd >= 0.0) {
         return Err(PrivacyError::parameter("θ selection: head start", head_start_sd, "be ≥ 0"));
     }
-    if default >= candidates || z.len() != candidates {
-        return Err(PrivacyError::invalid(format!(
-            "θ selection: {} noise draws and default {default} for {candidates} candidates",
-            z.len()
-        )));
+    if z.len() != candidates {
+        return Err(PrivacyError::shape("θ selection", z.len(), "noise draws", candidates, "candidates"));
     }
-    if let Some(v) = votes.iter().find(|&&v| v >= candidates) {
-        return Err(PrivacyError::invalid(format!("θ selection: vote {v} for one of {candidates} candidates")));
+    if default >= candidates {
+        return Err(PrivacyError::out_of_range("θ selection", "default candidate", default, candidates));
+    }
+    if let Some(&v) = votes.iter().find(|&&v| v >= candidates) {
+        return Err(PrivacyError::out_of_range("θ selection", "vote", v, candidates));
     }
     let sigma = crate::NoiseScale::Gdp { mu }.sigma(VOTE_SENSITIVITY);
     let mut noisy_counts = vec![0.0; candidates];

@@ -33,7 +33,7 @@ pub struct LabelRange {
 impl LabelRange {
     pub fn new(lo: f64, hi: f64) -> Result<Self, PrivacyError> {
         if !(lo.is_finite() && hi.is_finite() && hi > lo) {
-            return Err(PrivacyError::invalid(format!("label range must be finite with lo < hi, got [{lo}, {hi}]")));
+            return Err(PrivacyError::Interval { name: "label range", lo, hi });
         }
         Ok(LabelRange { lo, hi })
     }
@@ -60,13 +60,13 @@ pub fn from_influence(
     range: LabelRange,
 ) -> Result<Sensitivity, PrivacyError> {
     if private_rows.is_empty() {
-        return Err(PrivacyError::invalid("no private rows: nothing to protect, sensitivity undefined"));
+        return Err(PrivacyError::empty("sensitivity (nothing to protect)", "private rows"));
     }
     let mut best = Sensitivity { value: f64::NEG_INFINITY, worst_row: private_rows[0] };
     for &j in private_rows {
         let v = *influence
             .get(j)
-            .ok_or_else(|| PrivacyError::invalid(format!("private row {j} out of range ({} rows)", influence.len())))?;
+            .ok_or_else(|| PrivacyError::out_of_range("sensitivity", "private row", j, influence.len()))?;
         if !v.is_finite() {
             return Err(PrivacyError::non_finite(format!("influence of row {j} is not finite")));
         }

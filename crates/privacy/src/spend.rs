@@ -125,32 +125,33 @@ fn calibrator(s: &str) -> Option<Calibrator> {
     [Calibrator::Analytic, Calibrator::Classic, Calibrator::Thesis].into_iter().find(|c| c.name() == s)
 }
 
-fn finite(s: &str) -> Result<Spend, String> {
+/// A finite-release label, or which part of it could not be read (what it should have been).
+fn finite(s: &str) -> Result<Spend, &'static str> {
     let mut words = s.split(' ');
     let (Some(cal), Some(form), Some(theta), None) = (words.next(), words.next(), words.next(), words.next()) else {
-        return Err("expected `<calibrator> finite… θ=<source>`".into());
+        return Err("`<calibrator> finite… θ=<source>`");
     };
-    let calibrator = calibrator(cal).ok_or_else(|| format!("unknown calibrator {cal:?}"))?;
+    let calibrator = calibrator(cal).ok_or("a calibrator (analytic, classic or thesis) first")?;
     let theta = theta
         .strip_prefix("θ=")
         .and_then(|t| {
             [ThetaSource::Fitted, ThetaSource::Public, ThetaSource::Select].into_iter().find(|s| s.name() == t)
         })
-        .ok_or_else(|| format!("{theta:?} is not θ=fitted, θ=public or θ=select"))?;
-    let mut rest = form.strip_prefix("finite").ok_or_else(|| format!("release form {form:?} is not finite…"))?;
+        .ok_or("θ=fitted, θ=public or θ=select last")?;
+    let mut rest = form.strip_prefix("finite").ok_or("a release form finite…")?;
     let (mut cap, mut rank) = (CapRule::None, RankRule::Full);
     if let Some(r) = rest.strip_prefix("+cap") {
-        let (inner, r) = parenthesised(r).ok_or_else(|| format!("unclosed cap in {form:?}"))?;
-        cap = inner.parse().map_err(|e: PrivacyError| e.to_string())?;
+        let (inner, r) = parenthesised(r).ok_or("a closed +cap(…)")?;
+        cap = inner.parse().map_err(|_| "a cap rule inside +cap(…)")?;
         rest = r;
     }
     if let Some(r) = rest.strip_prefix("+rank") {
-        let (inner, r) = parenthesised(r).ok_or_else(|| format!("unclosed rank in {form:?}"))?;
-        rank = inner.parse().map_err(|e: PrivacyError| e.to_string())?;
+        let (inner, r) = parenthesised(r).ok_or("a closed +rank(…)")?;
+        rank = inner.parse().map_err(|_| "a rank rule inside +rank(…)")?;
         rest = r;
     }
     if !rest.is_empty() {
-        return Err(format!("unexpected {rest:?} after the release form"));
+        return Err("nothing after the release form's +cap(…) and +rank(…)");
     }
     Ok(Spend::Finite { calibrator, cap, rank, theta })
 }
@@ -165,8 +166,11 @@ impl FromStr for Spend {
             RESTORED => Ok(Spend::Restored),
             other => match calibrator(other) {
                 Some(c) => Ok(Spend::Rkhs { calibrator: c }),
-                None => finite(other)
-                    .map_err(|why| PrivacyError::invalid(format!("release label {other:?} is not recognised: {why}"))),
+                None => finite(other).map_err(|why| PrivacyError::Spelling {
+                    what: "release label",
+                    text: other.to_string(),
+                    expected: why,
+                }),
             },
         }
     }
@@ -264,8 +268,11 @@ mod tests {
             "analytic rkhs θ=public",
             "analytic finite θ=public extra",
         ] {
-            let err = bad.parse::<Spend>().unwrap_err().to_string();
-            assert!(err.contains("is not recognised"), "{bad:?}: {err}");
+            let err = bad.parse::<Spend>().unwrap_err();
+            assert!(
+                matches!(&err, PrivacyError::Spelling { what: "release label", text, .. } if text == bad),
+                "{bad:?}: {err}"
+            );
         }
         assert!(serde_json::from_str::<Spend>("\"laplace\"").is_err());
     }

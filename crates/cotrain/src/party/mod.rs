@@ -26,6 +26,8 @@ use crate::answer::{Answer, BatchLikelihood, ChargeInfo, PredictRequest, Uncerta
 use crate::answer_cache::{self, AnswerCache};
 use crate::combiner::{CoModel, CombinerKind, LocalModel, PeerBlock, SPARSE_THRESHOLD, SvgpTraining};
 use crate::data::PartyData;
+use crate::error::Refusal;
+use crate::error::{Conflict, OwnError};
 use crate::readings::{AnswerSource, BlockyTheta, Readings, SharedVariance, ThesisNoise};
 use crate::release_model::{ReleaseForm, ReleaseModel, ThetaPolicy, ThetaSelection, select_theta};
 pub use crate::settings::{DpConfig, DpMode, ReleasePolicy, discounts_answer_noise};
@@ -44,10 +46,6 @@ use dpcotrain_privacy::{Calibrator, NoiseScale, Spend};
 use nalgebra::{DMatrix, DVector};
 use std::collections::HashMap;
 
-/// Prefix of the reason recorded for a peer that was deliberately not asked (its budget for the
-/// querier is spent): a skip, not a failure.
-pub const NOT_ASKED: &str = "not asked:";
-
 /// Inducing points of the sparse local model of a large private set.
 pub const DEFAULT_INDUCING: usize = 300;
 
@@ -58,7 +56,7 @@ pub struct StagedTurn {
     model: Option<CoModel>,
     base_version: u64,
     answers: Vec<Answer>,
-    refused: Vec<(String, String)>,
+    refused: Vec<Refusal>,
     objective: Option<f64>,
     guard: Option<crate::combiner::LooCheck>,
 }
@@ -66,7 +64,7 @@ pub struct StagedTurn {
 /// A shared party, locked; a lock poisoned by a panic is [`crate::OwnError::Poisoned`] (the
 /// one place that mapping is written: the driver, the in-process peer and the experiments use it).
 pub fn lock_party(p: &std::sync::Mutex<Party>) -> Result<std::sync::MutexGuard<'_, Party>, CotrainError> {
-    p.lock().map_err(|_| CotrainError::Own(crate::OwnError::Poisoned))
+    p.lock().map_err(|_| CotrainError::Own(OwnError::Poisoned))
 }
 
 /// A per-query requester's GP-prior noise path: the model version (mean function) it belongs
@@ -183,7 +181,7 @@ pub struct TurnRecord {
     pub round: usize,
     pub index: Option<usize>,
     pub answers: Vec<Answer>,
-    pub refused: Vec<(String, String)>,
+    pub refused: Vec<Refusal>,
     pub objective: Option<f64>,
     /// Test RMSE of the model after this turn, when a node evaluated it (for `status`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -388,7 +386,7 @@ impl Party {
         round: usize,
         index: Option<usize>,
         answers: Vec<Answer>,
-        refused: Vec<(String, String)>,
+        refused: Vec<Refusal>,
     ) -> Result<&TurnRecord, CotrainError> {
         let base_version = self.model.version;
         let staged = Self::stage_in_place(&mut self.model, base_version, answers, refused)?;
@@ -403,7 +401,7 @@ impl Party {
         mut model: CoModel,
         base_version: u64,
         answers: Vec<Answer>,
-        refused: Vec<(String, String)>,
+        refused: Vec<Refusal>,
     ) -> Result<StagedTurn, CotrainError> {
         let mut staged = Self::stage_in_place(&mut model, base_version, answers, refused)?;
         staged.model = Some(model);
@@ -419,7 +417,7 @@ impl Party {
         model: &mut CoModel,
         base_version: u64,
         answers: Vec<Answer>,
-        refused: Vec<(String, String)>,
+        refused: Vec<Refusal>,
     ) -> Result<StagedTurn, CotrainError> {
         // A peer's malformed answer (wrong shapes, NaN, negative variance…) is refused and
         // recorded, never absorbed; the other answers still count.
@@ -428,7 +426,11 @@ impl Party {
         for a in answers {
             match model.absorb(&a) {
                 Ok(()) => accepted.push(a),
-                Err(e) => refused.push((a.responder.clone(), format!("answer not absorbed: {e}"))),
+                Err(e) => refused.push(Refusal {
+                    peer: a.responder.clone(),
+                    code: e.code(),
+                    message: format!("answer not absorbed: {e}"),
+                }),
             }
         }
         let answers = accepted;
@@ -446,10 +448,7 @@ impl Party {
         mut staged: StagedTurn,
     ) -> Result<&TurnRecord, CotrainError> {
         if self.model.version != staged.base_version {
-            return Err(CotrainError::config(format!(
-                "the model changed (version {} → {}) while a turn was re-fitted away from it",
-                staged.base_version, self.model.version
-            )));
+            return Err(OwnError::ModelChanged { base: staged.base_version, now: self.model.version }.into());
         }
         if let Some(m) = staged.model.take() {
             self.model = m;
@@ -522,7 +521,7 @@ impl Party {
 
     /// Why asking `peer` for new indices would be refused for budget, if it would: its latest
     /// answer left less ρ than one more release at the agreed (ε, δ) costs.
-    pub fn peer_budget_spent(&self, peer: &str) -> Option<String> {
+    pub fn peer_budget_spent(&self, peer: &str) -> Option<Refusal> {
         // Calibrated releases only (whatever their mechanism); thesis mode and DP off charge none.
         if !matches!(self.dp.mode, DpMode::Calibrated { .. }) {
             return None;
@@ -530,9 +529,7 @@ impl Party {
         let scale = self.dp.mode.noise_scale().ok().flatten()?;
         let left = *self.peer_budget.get(peer)?;
         let cost = scale.release_rho();
-        (left < cost * (1.0 - 1e-6)).then(|| {
-            format!("{NOT_ASKED} {peer}'s budget for this party is spent (ρ left {left:.3e} < {cost:.3e} per release)")
-        })
+        (left < cost * (1.0 - 1e-6)).then(|| Refusal::not_asked(peer, left, cost))
     }
 
     /// ρ charged over every requester's ledger together, and its ε at the ledgers' δ: what
@@ -559,11 +556,13 @@ impl Party {
     pub fn set_requester_theta(&mut self, requester: &str, theta: Vec<f64>) -> Result<(), CotrainError> {
         let n = self.model.kernel.n_params();
         if theta.len() != n {
-            return Err(CotrainError::config(format!(
-                "readings.blocky_theta = querier: {requester}'s θ has {} parameters but {}'s kernel has {n} (views of different dimension)",
-                theta.len(),
-                self.name
-            )));
+            return Err(Conflict::QuerierThetaParams {
+                requester: requester.to_string(),
+                responder: self.name.clone(),
+                theta: theta.len(),
+                kernel: n,
+            }
+            .into());
         }
         self.requester_theta.insert(requester.to_string(), theta);
         Ok(())
@@ -712,21 +711,21 @@ impl Party {
         // calibration and noise path are keyed by its version, and a restored node replays its
         // turns under the settings it starts with.
         if !self.turns.is_empty() || self.model.n_pseudo() > 0 {
-            return Err(CotrainError::config("the answer reading is set before the first turn"));
+            return Err(Conflict::ReadingAfterFirstTurn.into());
         }
         // Every value is checked before any is applied: a refusal changes nothing.
         if let Some(d) = r.discount {
-            d.validate().map_err(CotrainError::config)?;
+            d.validate()?;
         }
-        for (what, v) in [("answer extra variance", r.extra_var), ("answer minimum value", r.min_value)] {
+        for (key, v) in [("answer extra variance", r.extra_var), ("answer minimum value", r.min_value)] {
             if let Some(v) = v
                 && !(v.is_finite() && v >= 0.0)
             {
-                return Err(CotrainError::config(format!("{what} {v} must be finite and non-negative")));
+                return Err(CotrainError::setting(key, v, "be finite and non-negative"));
             }
         }
         if !(r.var_scale.is_finite() && r.var_scale > 0.0) {
-            return Err(CotrainError::config(format!("answer variance scale {} must be positive", r.var_scale)));
+            return Err(CotrainError::setting("answer variance scale", r.var_scale, "be positive and finite"));
         }
         if let Some(d) = r.discount {
             self.model.set_answer_discount(d)?;

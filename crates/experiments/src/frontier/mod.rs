@@ -20,6 +20,7 @@ use dpcotrain_cotrain::Uncertainty;
 use dpcotrain_cotrain::ccpp::{CcppConfig, RealData, ccpp};
 use dpcotrain_cotrain::combiner::{AnswerForm, AnswerGuard, CombinerKind, PeerBlock, RefitTheta};
 use dpcotrain_cotrain::driver::build_parties_with;
+use dpcotrain_cotrain::error::{Conflict, DataError};
 use dpcotrain_cotrain::party::{AnswerReading, DpConfig, DpMode, ReleasePolicy, lock_party};
 use dpcotrain_cotrain::readings::{FitStarts, Readings};
 use dpcotrain_cotrain::settings::{AnswerDiscount, DEFAULT_ANSWER_DISCOUNT};
@@ -65,7 +66,7 @@ impl FrontierData {
     fn scenario(&self, cfg: &FrontierConfig, nobs: usize, seed: u64) -> Result<Scenario, CotrainError> {
         match *self {
             FrontierData::Views => {
-                let views = cfg.views.as_ref().ok_or_else(|| CotrainError::config("frontier: no views given"))?;
+                let views = cfg.views.as_ref().ok_or(DataError::NoneGiven { what: "view (frontier)" })?;
                 subsample(views, nobs, seed)
             }
             FrontierData::Simulated { r, masked } => {
@@ -122,10 +123,8 @@ pub(crate) const THETA_SHARE: f64 = 0.2;
 fn theta_split(epsilon: f64, delta: f64) -> Result<(f64, f64), CotrainError> {
     let mu = NoiseScale::mu_for(epsilon, delta)?;
     let release_epsilon = NoiseScale::epsilon_of(mu * (1.0 - THETA_SHARE).sqrt(), delta);
-    let mu_release = NoiseScale::mu_for(release_epsilon, delta).map_err(|err| {
-        CotrainError::config(format!(
-            "frontier: ε = {epsilon} is too small to split between the θ vote and the release: {err}"
-        ))
+    let mu_release = NoiseScale::mu_for(release_epsilon, delta).map_err(|_| {
+        CotrainError::setting("frontier: ε", epsilon, "be large enough to split between the θ vote and the release")
     })?;
     Ok((release_epsilon, ((mu * mu - mu_release * mu_release) * (1.0 - 1e-6)).max(0.0).sqrt()))
 }
@@ -203,10 +202,12 @@ fn subsample(views: &Scenario, nobs: usize, seed: u64) -> Result<Scenario, Cotra
     for (i, p) in views.parties.iter().enumerate() {
         let n = p.x_train.nrows();
         if nobs > n {
-            return Err(CotrainError::config(format!(
-                "frontier: n_obs = {nobs} but party {} has only {n} labelled rows",
-                p.name
-            )));
+            return Err(DataError::TooFewRows {
+                what: "frontier: n_obs labelled rows of each party",
+                need: nobs,
+                have: n,
+            }
+            .into());
         }
         let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ i as u64);
         let mut rows = rand::seq::index::sample(&mut rng, n, nobs).into_vec();
@@ -307,22 +308,17 @@ impl FrontierConfig {
 
     pub fn validate(&self) -> Result<(), CotrainError> {
         if self.data.is_empty() || self.nobs.is_empty() || self.seeds.is_empty() {
-            return Err(CotrainError::config("frontier: need at least one data set, one n_obs and one seed"));
+            return Err(DataError::NoneGiven { what: "data set, n_obs and seed (frontier)" }.into());
         }
         for &e in &self.epsilons {
-            dpcotrain_privacy::calibrate::check_epsilon(e)
-                .map_err(|err| CotrainError::config(format!("frontier: {err}")))?;
+            dpcotrain_privacy::calibrate::check_epsilon(e)?;
         }
-        dpcotrain_privacy::calibrate::check_delta(self.delta)
-            .map_err(|err| CotrainError::config(format!("frontier: {err}")))?;
+        dpcotrain_privacy::calibrate::check_delta(self.delta)?;
         if !(self.answer_temper.is_finite() && self.answer_temper >= 1.0) {
-            return Err(CotrainError::config(format!(
-                "frontier: the answer temper {} must be a finite number ≥ 1",
-                self.answer_temper
-            )));
+            return Err(CotrainError::setting("frontier: the answer temper", self.answer_temper, "be finite and ≥ 1"));
         }
         if self.queries == 0 {
-            return Err(CotrainError::config("frontier: queries must be at least 1"));
+            return Err(CotrainError::setting("frontier: queries", 0.0, "be at least 1"));
         }
         // Under θ selection each ε is split between the vote and the release (`dp`).
         if self.thetas.contains(&ThetaChoice::Select) {
@@ -333,10 +329,10 @@ impl FrontierConfig {
         if let Some(k) = self.answer_min_value
             && !(k.is_finite() && k >= 0.0)
         {
-            return Err(CotrainError::config(format!("frontier: the answer minimum value {k} must be finite and ≥ 0")));
+            return Err(CotrainError::setting("frontier: the answer minimum value", k, "be finite and ≥ 0"));
         }
         if self.data.contains(&FrontierData::Views) != self.views.is_some() {
-            return Err(CotrainError::config("frontier: the views data set and the user's views go together"));
+            return Err(Conflict::ViewsWithoutViewData.into());
         }
         Ok(())
     }
@@ -651,7 +647,7 @@ pub fn trace_run(
     oracle: TraceOracle,
 ) -> Result<Vec<PartyTrace>, CotrainError> {
     let sc = job.data.scenario(cfg, job.nobs, job.seed)?;
-    let theta = *cfg.thetas.first().ok_or_else(|| CotrainError::config("frontier: no θ policy"))?;
+    let theta = *cfg.thetas.first().ok_or(DataError::NoneGiven { what: "θ policy (frontier)" })?;
     let dpc = cfg.dp(dp, theta);
     let parties = configured_parties(&sc, &dpc, job.party_seed(), cfg)?;
     let mut before = Vec::new();
