@@ -13,7 +13,7 @@ use dpcotrain_gp::kernels::{KernelInit, KernelSpec};
 use dpcotrain_gp::optimize::adam::AdamOptions;
 use dpcotrain_gp::standardize::Standardizer;
 use dpcotrain_gp::svgp::{MinibatchSource, SvgpCheckpoint, SvgpEvent, SvgpOptions, SvgpReport, fit_svgp};
-use dpcotrain_gp::{NoiseVariance, Svgp};
+use dpcotrain_gp::{GpError, NoiseVariance, SourceError, Svgp};
 use indicatif::{ProgressBar, ProgressStyle};
 use nalgebra::{DMatrix, DVector};
 use serde::{Deserialize, Serialize};
@@ -284,11 +284,10 @@ pub fn run(args: SvgpArgs) -> anyhow::Result<()> {
                         settings: settings.clone(),
                         checkpoint: cp.clone(),
                     };
-                    let bytes = serde_json::to_vec(&file).map_err(|e| dpcotrain_gp::GpError::invalid(e.to_string()))?;
+                    let failed = |source| GpError::CheckpointWrite { path: path.clone(), source };
+                    let bytes = serde_json::to_vec(&file).map_err(|e| failed(SourceError::new(e)))?;
                     // Z and q(u) are functions of the private rows: owner-only, as keys are.
-                    write_atomic(path, &bytes, Access::Secret).map_err(|e| {
-                        dpcotrain_gp::GpError::invalid(format!("writing checkpoint {}: {e}", path.display()))
-                    })?;
+                    write_atomic(path, &bytes, Access::Secret).map_err(|e| failed(SourceError::new(e)))?;
                 }
             }
         }

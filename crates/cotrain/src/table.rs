@@ -200,6 +200,37 @@ pub enum TableError {
         .path.display(), plural_s(*.names), plural_s(*.ncols)
     )]
     ShapeMismatch { path: PathBuf, names: usize, ncols: usize },
+
+    /// A column asked for by name is not in the header (the streaming reader's inputs and
+    /// target, by name only).
+    #[error("{}: no column named {name:?} (columns: {})", .path.display(), .available.join(", "))]
+    UnknownColumn { path: PathBuf, name: String, available: Vec<String> },
+
+    /// An empty list of input columns was given (`None` means every column but the target).
+    #[error("{}: the list of input columns is empty; name at least one", .path.display())]
+    NoInputsNamed { path: PathBuf },
+
+    /// The target column is also listed as an input.
+    #[error("{}: {target:?} is both the target and an input", .path.display())]
+    TargetIsInput { path: PathBuf, target: String },
+
+    /// A streamed file changed after it was opened: chunk `chunk` now has `found` rows where
+    /// the opening pass counted `expected`.
+    #[error(
+        "{}: the file changed since it was opened (chunk {chunk} has {found} rows, expected {expected})",
+        .path.display()
+    )]
+    FileChanged { path: PathBuf, chunk: usize, found: usize, expected: usize },
+
+    /// A streamed file cannot resume at a position that does not add up for it: `row`
+    /// (`in_chunk` rows into chunk `chunk` of this epoch's order) of `rows` rows in `chunks`
+    /// chunks.
+    #[error(
+        "{}: cannot resume at row {row} (chunk {chunk}, +{in_chunk}) of {rows} rows in {chunks} chunks; was the \
+         checkpoint written for another file or --batch?",
+        .path.display()
+    )]
+    CannotResume { path: PathBuf, row: u64, chunk: u64, in_chunk: u64, rows: usize, chunks: usize },
 }
 
 fn plural_s(n: usize) -> &'static str {

@@ -43,8 +43,15 @@ pub struct CsvStream {
     current: Option<(usize, DMatrix<f64>, DVector<f64>)>,
 }
 
+/// A table error reaches the fit whole, as [`GpError::Source`] (it downcasts to `TableError`).
+impl From<TableError> for GpError {
+    fn from(e: TableError) -> Self {
+        GpError::from_source(e)
+    }
+}
+
 fn io_err(path: &Path, source: std::io::Error) -> GpError {
-    GpError::invalid(TableError::Read { path: path.to_path_buf(), source }.to_string())
+    TableError::Read { path: path.to_path_buf(), source }.into()
 }
 
 fn reader(file: File) -> csv::Reader<BufReader<File>> {
@@ -92,7 +99,7 @@ fn line_of(path: &Path, offset: u64) -> Result<u64, GpError> {
 /// Run a parse step numbered with line 0, and only when it fails, again with the record's true
 /// line (found by [`line_of`]) for the error message.
 fn numbered<T>(path: &Path, offset: u64, mut parse: impl FnMut(u64) -> Result<T, TableError>) -> Result<T, GpError> {
-    parse(0).or_else(|_| parse(line_of(path, offset)?).map_err(|e| GpError::invalid(e.to_string())))
+    parse(0).or_else(|_| Ok(parse(line_of(path, offset)?)?))
 }
 
 impl CsvStream {
@@ -108,19 +115,19 @@ impl CsvStream {
         seed: u64,
     ) -> Result<Self, GpError> {
         if batch == 0 {
-            return Err(GpError::invalid("minibatch size must be at least 1"));
+            return Err(GpError::parameter("minibatch size", 0.0, "be at least 1"));
         }
         let chunk_rows = chunk_rows.max(batch).div_ceil(batch) * batch;
         let file = File::open(path).map_err(|e| io_err(path, e))?;
         let mut rd = reader(file);
         let mut record = csv::ByteRecord::new();
         let mut columns: Option<Vec<String>> = None;
+        let mut header_offset = 0;
         let (mut n, mut chunks, mut row_vals) = (0u64, Vec::new(), Vec::new());
         let (mut mean, mut m2): (Vec<f64>, Vec<f64>) = (vec![], vec![]);
         loop {
             let start = rd.position().byte();
-            let more =
-                rd.read_byte_record(&mut record).map_err(|e| GpError::invalid(csv_error(path, e).to_string()))?;
+            let more = rd.read_byte_record(&mut record).map_err(|e| csv_error(path, e))?;
             if !more {
                 break;
             }
@@ -131,7 +138,7 @@ impl CsvStream {
             let Some(cols) = &columns else {
                 let cols = numbered(path, offset, |line| parse_header(path, line, &record))?;
                 (mean, m2) = (vec![0.0; cols.len()], vec![0.0; cols.len()]);
-                columns = Some(cols);
+                (columns, header_offset) = (Some(cols), offset);
                 continue;
             };
             numbered(path, offset, |line| {
@@ -149,30 +156,36 @@ impl CsvStream {
             }
         }
         let Some(columns) = columns else {
-            return Err(GpError::invalid(TableError::Empty { path: path.to_path_buf() }.to_string()));
+            return Err(TableError::Empty { path: path.to_path_buf() }.into());
         };
         if n == 0 {
-            return Err(GpError::invalid(format!("{}: no data rows", path.display())));
+            let header_line = line_of(path, header_offset)?;
+            return Err(TableError::NoDataRows { path: path.to_path_buf(), header_line }.into());
         }
         let find = |name: &str| {
-            columns.iter().position(|c| c == name).ok_or_else(|| {
-                GpError::invalid(format!(
-                    "{}: no column named {name:?} (columns: {})",
-                    path.display(),
-                    columns.join(", ")
-                ))
+            columns.iter().position(|c| c == name).ok_or_else(|| TableError::UnknownColumn {
+                path: path.to_path_buf(),
+                name: name.to_owned(),
+                available: columns.clone(),
             })
         };
         let t = find(target)?;
+        let inputs_named = inputs.is_some();
         let inputs: Vec<usize> = match inputs {
             Some(names) => names.iter().map(|s| find(s)).collect::<Result<_, _>>()?,
             None => (0..columns.len()).filter(|&j| j != t).collect(),
         };
         if inputs.is_empty() {
-            return Err(GpError::invalid(format!("{}: no input columns besides {target:?}", path.display())));
+            let path = path.to_path_buf();
+            let e = if inputs_named {
+                TableError::NoInputsNamed { path }
+            } else {
+                TableError::NoInputColumns { path, target: target.to_owned() }
+            };
+            return Err(e.into());
         }
         if inputs.contains(&t) {
-            return Err(GpError::invalid(format!("{}: {target:?} is both the target and an input", path.display())));
+            return Err(TableError::TargetIsInput { path: path.to_path_buf(), target: target.to_owned() }.into());
         }
         // Sample standard deviations, as Standardizer::fit; a constant column gets scale 1.
         let scale = |j: usize| {
@@ -241,7 +254,7 @@ impl CsvStream {
             (self.inputs.len(), Vec::with_capacity(rows * (self.inputs.len() + 1)), Vec::new());
         let mut got = 0;
         while got < rows {
-            if !rd.read_byte_record(&mut record).map_err(|e| GpError::invalid(csv_error(&self.path, e).to_string()))? {
+            if !rd.read_byte_record(&mut record).map_err(|e| csv_error(&self.path, e))? {
                 break;
             }
             if is_blank(&record) {
@@ -257,10 +270,8 @@ impl CsvStream {
             got += 1;
         }
         if got != rows {
-            return Err(GpError::invalid(format!(
-                "{}: the file changed since it was opened (chunk {c} has {got} rows, expected {rows})",
-                self.path.display()
-            )));
+            let path = self.path.clone();
+            return Err(TableError::FileChanged { path, chunk: c, found: got, expected: rows }.into());
         }
         let all = DMatrix::from_row_slice(rows, d + 1, &vals);
         let (x, y) = (all.columns(0, d).into_owned(), all.column(d).into_owned());
@@ -324,15 +335,15 @@ impl MinibatchSource for CsvStream {
             None => false,
         };
         if !consistent {
-            return Err(GpError::invalid(format!(
-                "{}: cannot resume at row {} (chunk {}, +{}) of {} rows in {} chunks; was the checkpoint written for another file or --batch?",
-                self.path.display(),
-                pos.row,
-                pos.chunk,
-                pos.in_chunk,
-                self.n_rows,
-                self.chunks.len()
-            )));
+            return Err(TableError::CannotResume {
+                path: self.path.clone(),
+                row: pos.row,
+                chunk: pos.chunk,
+                in_chunk: pos.in_chunk,
+                rows: self.n_rows,
+                chunks: self.chunks.len(),
+            }
+            .into());
         }
         self.pos = *pos;
         self.current = None;
@@ -448,6 +459,38 @@ mod tests {
         }
         let ok = SourcePosition { epoch: 0, row: 5, chunk: 2, in_chunk: 0 };
         assert!(s.seek(&ok).is_ok(), "the end of an epoch");
+    }
+
+    /// The stream's refusals reach the fit as `GpError::Source`, whole: the table error with
+    /// its fields, not its text.
+    #[test]
+    fn stream_errors_are_table_errors_inside_gp_errors() {
+        // Whether `e` is a source error holding a TableError that `is` accepts.
+        let table = |e: GpError, is: &dyn Fn(&TableError) -> bool| match &e {
+            GpError::Source(s) => s.downcast_ref::<TableError>().is_some_and(is),
+            _ => false,
+        };
+        let p = write("typed", "a,y\n1,2\n");
+        let e = CsvStream::open(&p, "z", None, 2, 4, 0).unwrap_err();
+        assert!(
+            table(e, &|t| matches!(t, TableError::UnknownColumn { name, available, .. }
+                if name == "z" && available == &["a", "y"])),
+            "an unknown column, with the columns there are"
+        );
+        let e = CsvStream::open(&p, "y", Some(&["y".to_string()]), 2, 4, 0).unwrap_err();
+        assert!(table(e, &|t| matches!(t, TableError::TargetIsInput { target, .. } if target == "y")));
+        let e = CsvStream::open(&p, "y", Some(&[]), 2, 4, 0).unwrap_err();
+        assert!(table(e, &|t| matches!(t, TableError::NoInputsNamed { .. })));
+        let e = CsvStream::open(&write("only", "y\n1\n"), "y", None, 2, 4, 0).unwrap_err();
+        assert!(table(e, &|t| matches!(t, TableError::NoInputColumns { target, .. } if target == "y")));
+        let e = CsvStream::open(&write("header", "\n\na,y\n"), "y", None, 2, 4, 0).unwrap_err();
+        assert!(table(e, &|t| matches!(t, TableError::NoDataRows { header_line: 3, .. })), "the header's own line");
+        let mut s = CsvStream::open(&write("typed-seek", &csv_body(5)), "y", None, 2, 4, 0).unwrap();
+        let e = s.seek(&SourcePosition { row: 9, ..Default::default() }).unwrap_err();
+        assert!(table(e, &|t| matches!(t, TableError::CannotResume { row: 9, rows: 5, chunks: 2, .. })));
+        // Not a table's error: a minibatch of no rows is a parameter outside its domain.
+        let e = CsvStream::open(&p, "y", None, 0, 4, 0).unwrap_err();
+        assert_eq!(e, GpError::parameter("minibatch size", 0.0, "be at least 1"));
     }
 
     /// Line numbers count `\r\n`, lone `\r` and blank lines as a text editor does, both in the

@@ -175,11 +175,7 @@ impl ExactPosterior {
     fn check_test_inputs(&self, xs: &DMatrix<f64>) -> Result<(), GpError> {
         validate_inputs(xs, self.kernel.as_ref(), "test inputs")?;
         if xs.ncols() != self.x.ncols() {
-            return Err(GpError::invalid(format!(
-                "test inputs have {} columns, training inputs {}",
-                xs.ncols(),
-                self.x.ncols()
-            )));
+            return Err(GpError::shape("test inputs", xs.ncols(), "columns", self.x.ncols(), "training-input columns"));
         }
         Ok(())
     }

@@ -20,8 +20,8 @@
 //! so S_ijd = ℓ_d²(a_id² + a_jd² − 1) > 0 always. At a = 1 (L = ℓ) the features are exactly
 //! ordinary inducing points: K̃_uf = k(Z, X), K̃_uu = k(Z, Z).
 
-use crate::GpError;
 use crate::kernels::{Kernel, SquaredExponential};
+use crate::{GpError, Unsupported};
 use nalgebra::{DMatrix, DMatrixView};
 use rayon::prelude::*;
 use std::f64::consts::FRAC_1_SQRT_2;
@@ -74,9 +74,8 @@ impl Multiscale {
     /// From relative widths a_id = L_id/ℓ_d, each > 1/√2.
     pub fn from_relative(a: &DMatrix<f64>) -> Result<Self, GpError> {
         if let Some(bad) = a.iter().find(|v| !(v.is_finite() && **v > FRAC_1_SQRT_2)) {
-            return Err(GpError::invalid(format!(
-                "multiscale feature widths must exceed ℓ/√2 (Walder et al. 2008, Lemma 3.1): relative width {bad}"
-            )));
+            let bound = "exceed 1/√2 (widths must exceed ℓ/√2: Walder et al. 2008, Lemma 3.1)";
+            return Err(GpError::parameter("multiscale relative width", *bad, bound));
         }
         Ok(Multiscale { raw: a.map(|v| softplus_inv(v - FRAC_1_SQRT_2)) })
     }
@@ -124,17 +123,13 @@ impl InducingFeatures {
     pub fn check(&self, z: &DMatrix<f64>, kernel: &dyn Kernel) -> Result<(), GpError> {
         let InducingFeatures::Multiscale(ms) = self else { return Ok(()) };
         if kernel.as_squared_exponential().is_none() {
-            return Err(GpError::invalid(format!(
-                "multiscale inducing features are defined for the squared-exponential kernel (se or se-ard), not {}",
-                kernel.name()
-            )));
+            return Err(GpError::Unsupported(Unsupported::MultiscaleKernel { kernel: kernel.name() }));
         }
-        if ms.raw.shape() != z.shape() {
-            return Err(GpError::invalid(format!(
-                "multiscale widths are {:?} but Z is {:?}",
-                ms.raw.shape(),
-                z.shape()
-            )));
+        if ms.raw.nrows() != z.nrows() {
+            return Err(GpError::shape("multiscale widths", ms.raw.nrows(), "rows", z.nrows(), "inducing points"));
+        }
+        if ms.raw.ncols() != z.ncols() {
+            return Err(GpError::shape("multiscale widths", ms.raw.ncols(), "columns", z.ncols(), "columns of Z"));
         }
         Ok(())
     }
@@ -460,7 +455,9 @@ mod tests {
         let feats = InducingFeatures::Multiscale(Multiscale::ordinary(4, 2));
         let matern = Matern::ard(crate::kernels::MaternNu::ThreeHalves, 1.0, vec![1.0, 1.0]);
         assert!(feats.check(&z, &matern).unwrap_err().to_string().contains("squared-exponential"));
-        assert!(feats.check(&DMatrix::zeros(3, 2), &k).unwrap_err().to_string().contains("(4, 2)"));
+        let e = feats.check(&DMatrix::zeros(3, 2), &k).unwrap_err();
+        assert_eq!(e, GpError::shape("multiscale widths", 4, "rows", 3, "inducing points"));
+        assert_eq!(e.to_string(), "invalid input: multiscale widths: 4 rows for 3 inducing points");
         assert!(feats.check(&z, &k).is_ok());
     }
 }

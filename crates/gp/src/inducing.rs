@@ -44,14 +44,7 @@ pub fn greedy_variance(
     seed: u64,
 ) -> Result<GreedySelection, GpError> {
     let n = x.nrows();
-    if m_max == 0 {
-        return Err(GpError::invalid("number of inducing points must be at least 1"));
-    }
-    if m_max > n {
-        return Err(GpError::invalid(format!(
-            "cannot select {m_max} inducing points from {n} training rows (M must be ≤ N)"
-        )));
-    }
+    check_count(m_max, n, "inducing points")?;
     let mut rng = ChaCha20Rng::seed_from_u64(seed);
     let mut d = kernel.diag(x.as_view());
     // C: column m is e_m (length N); N×M so that each e_m is contiguous.
@@ -100,12 +93,21 @@ pub fn greedy_variance(
     Ok(GreedySelection { indices, z, residuals: d })
 }
 
+/// 1 ≤ M ≤ N: at least one of `what`, and no more than the rows.
+fn check_count(m: usize, n: usize, what: &'static str) -> Result<(), GpError> {
+    if m == 0 {
+        return Err(GpError::parameter("number of inducing points", 0.0, "be at least 1"));
+    }
+    if m > n {
+        return Err(GpError::TooMany { what, asked: m, available: n, from: "training rows" });
+    }
+    Ok(())
+}
+
 /// M distinct training rows chosen uniformly at random.
 pub fn random_subset(x: &DMatrix<f64>, m: usize, seed: u64) -> Result<DMatrix<f64>, GpError> {
     let n = x.nrows();
-    if m == 0 || m > n {
-        return Err(GpError::invalid(format!("cannot pick {m} random inducing points from {n} rows (need 1 ≤ M ≤ N)")));
-    }
+    check_count(m, n, "random inducing points")?;
     let mut rng = ChaCha20Rng::seed_from_u64(seed);
     let mut idx = sample(&mut rng, n, m).into_vec();
     idx.sort_unstable();
@@ -116,9 +118,7 @@ pub fn random_subset(x: &DMatrix<f64>, m: usize, seed: u64) -> Result<DMatrix<f6
 /// An empty cluster keeps its previous centroid.
 pub fn kmeans(x: &DMatrix<f64>, m: usize, iters: usize, seed: u64) -> Result<DMatrix<f64>, GpError> {
     let (n, dim) = x.shape();
-    if m == 0 || m > n {
-        return Err(GpError::invalid(format!("cannot form {m} k-means centroids from {n} rows (need 1 ≤ M ≤ N)")));
-    }
+    check_count(m, n, "k-means centroids")?;
     let mut rng = ChaCha20Rng::seed_from_u64(seed);
     let dist2 =
         |a: usize, cent: &DMatrix<f64>, k: usize| -> f64 { (0..dim).map(|d| (x[(a, d)] - cent[(k, d)]).powi(2)).sum() };

@@ -16,7 +16,7 @@
 use crate::exact::ExactGp;
 use crate::linalg::{Cholesky, JitterPolicy, matmul};
 use crate::sparse::SparseGp;
-use crate::{GpError, validate_inputs};
+use crate::{GpError, Unsupported, validate_inputs};
 use nalgebra::{DMatrix, DVector};
 
 impl ExactGp {
@@ -67,11 +67,9 @@ impl SparseGp {
         let kuu = features.kuu(self.kernel.as_ref(), z);
         let chol_uu = Cholesky::factor(kuu, "K_uu", self.jitter)?;
         let lambda =
-            self.noise.diagonal(x.nrows()).ok_or_else(|| GpError::invalid("label influence needs diagonal noise"))?;
+            self.noise.diagonal(x.nrows()).ok_or(GpError::Unsupported(Unsupported::InfluenceWithoutDiagonalNoise))?;
         if self.kind == crate::SparseKind::Fitc {
-            return Err(GpError::invalid(
-                "label influence is implemented for VFE/DTC posteriors; FITC's effective noise depends on the inputs differently",
-            ));
+            return Err(GpError::Unsupported(Unsupported::InfluenceOfFitc));
         }
         let mut u = features.kuf(self.kernel.as_ref(), z, x.as_view());
         chol_uu.solve_l_in_place(&mut u); // L⁻¹ K_uf

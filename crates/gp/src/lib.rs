@@ -8,6 +8,7 @@
 //! `B` = I + AAᵀ, `LB` = chol(B). Equation references are to the papers (Rasmussen &
 //! Williams 2006; Titsias 2009; Bauer, van der Wilk & Rasmussen 2016; Hughes-Hallett 2022).
 
+mod error;
 pub mod exact;
 pub mod features;
 pub mod inducing;
@@ -24,6 +25,7 @@ pub mod svgp;
 pub mod train;
 pub mod variational;
 
+pub use error::{CheckpointMismatch, GpError, Place, SourceError, Unsupported};
 pub use exact::ExactGp;
 pub use features::{InducingFeatures, Multiscale};
 pub use kernels::{Bounds, Kernel};
@@ -32,40 +34,6 @@ pub use noise::{NoiseModel, NoiseVariance};
 pub use prediction::Prediction;
 pub use sparse::{ObjectiveTerms, SparseGp, SparseKind};
 pub use svgp::Svgp;
-
-/// Errors of the numerical core.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum GpError {
-    #[error(transparent)]
-    Linalg(#[from] LinalgError),
-    /// A parameter outside its domain: `name` was `value`, and `bound` says what it must
-    /// ("be positive and finite", "be in (0, 1]").
-    #[error("invalid input: {name} must {bound}, got {value}")]
-    Parameter { name: &'static str, value: f64, bound: &'static str },
-    /// A number that must be finite was not (`what` says which and where).
-    #[error("invalid input: {what}")]
-    NonFinite { what: String },
-    #[error("invalid input: {0}")]
-    InvalidInput(String),
-    #[error("optimisation failed: {0}")]
-    Optimisation(String),
-}
-
-impl GpError {
-    pub fn invalid(msg: impl Into<String>) -> Self {
-        GpError::InvalidInput(msg.into())
-    }
-
-    /// [`GpError::Parameter`].
-    pub fn parameter(name: &'static str, value: f64, bound: &'static str) -> Self {
-        GpError::Parameter { name, value, bound }
-    }
-
-    /// [`GpError::NonFinite`].
-    pub fn non_finite(what: impl Into<String>) -> Self {
-        GpError::NonFinite { what: what.into() }
-    }
-}
 
 /// One evaluation of a model's training objective (higher is better) and its gradient
 /// with respect to the model's parameter vector.
@@ -96,14 +64,14 @@ pub(crate) fn validate_data(
     kernel: &dyn Kernel,
 ) -> Result<(), GpError> {
     if x.nrows() != y.len() {
-        return Err(GpError::invalid(format!("X has {} rows but y has {} values", x.nrows(), y.len())));
+        return Err(GpError::shape("training data", y.len(), "targets", x.nrows(), "rows of X"));
     }
     if x.nrows() == 0 {
-        return Err(GpError::invalid("no training rows"));
+        return Err(GpError::Empty { what: "training rows" });
     }
     validate_inputs(x, kernel, "X")?;
     if let Some(i) = y.iter().position(|v| !v.is_finite()) {
-        return Err(GpError::invalid(format!("target of row {i} is {}", y[i])));
+        return Err(GpError::non_finite("target", Place::Row(i), y[i]));
     }
     Ok(())
 }
@@ -116,29 +84,25 @@ pub(crate) fn validate_test_inputs(
 ) -> Result<(), GpError> {
     validate_inputs(xs, kernel, "test inputs")?;
     if xs.ncols() != z.ncols() {
-        return Err(GpError::invalid(format!(
-            "test inputs have {} columns, inducing inputs {}",
-            xs.ncols(),
-            z.ncols()
-        )));
+        return Err(GpError::shape("test inputs", xs.ncols(), "columns", z.ncols(), "columns of Z"));
     }
     Ok(())
 }
 
-pub(crate) fn validate_inputs(x: &nalgebra::DMatrix<f64>, kernel: &dyn Kernel, what: &str) -> Result<(), GpError> {
+pub(crate) fn validate_inputs(
+    x: &nalgebra::DMatrix<f64>,
+    kernel: &dyn Kernel,
+    what: &'static str,
+) -> Result<(), GpError> {
     if let Some(d) = kernel.input_dim()
         && d != x.ncols()
     {
-        return Err(GpError::invalid(format!(
-            "{what} has {} columns but the kernel {} expects {d}",
-            x.ncols(),
-            kernel.name()
-        )));
+        return Err(GpError::shape(what, x.ncols(), "columns", d, "inputs of the kernel"));
     }
     for j in 0..x.ncols() {
         for i in 0..x.nrows() {
             if !x[(i, j)].is_finite() {
-                return Err(GpError::invalid(format!("{what} row {i}, column {j} is {}", x[(i, j)])));
+                return Err(GpError::non_finite(what, Place::Cell { row: i, column: j }, x[(i, j)]));
             }
         }
     }

@@ -8,8 +8,8 @@
 //!
 //! σ² is the only learnable noise parameter; it is optimised as log σ² when `learn` is set.
 
-use crate::GpError;
 use crate::kernels::Bounds;
+use crate::{GpError, Place};
 use nalgebra::{DMatrix, DVector};
 
 /// The learnable part shared by every noise model: σ² with bounds (log scale).
@@ -67,44 +67,38 @@ impl NoiseModel {
             NoiseModel::Homoscedastic(_) => Ok(()),
             NoiseModel::PerPoint { extra, .. } => {
                 if extra.len() != n {
-                    return Err(GpError::invalid(format!(
-                        "per-point noise has {} variances for {n} training rows",
-                        extra.len()
-                    )));
+                    return Err(GpError::shape("per-point noise", extra.len(), "variances", n, "training rows"));
                 }
                 if let Some((i, v)) = extra.iter().enumerate().find(|(_, v)| !(v.is_finite() && **v >= 0.0)) {
-                    return Err(GpError::invalid(format!(
-                        "per-point noise variance of row {i} is {v}; it must be finite and ≥ 0"
-                    )));
+                    let (what, bound) = ("per-point noise variance", "be finite and ≥ 0");
+                    return Err(GpError::OutOfDomain { what, at: Place::Row(i), value: *v, bound });
                 }
                 Ok(())
             }
             NoiseModel::Block { rows, block, .. } => {
-                if block.nrows() != rows.len() || block.ncols() != rows.len() {
-                    return Err(GpError::invalid(format!(
-                        "noise block is {}×{} for {} rows",
-                        block.nrows(),
-                        block.ncols(),
-                        rows.len()
-                    )));
+                for (got, items) in [(block.nrows(), "rows"), (block.ncols(), "columns")] {
+                    if got != rows.len() {
+                        return Err(GpError::shape("noise block", got, items, rows.len(), "listed rows"));
+                    }
                 }
                 let mut seen = vec![false; n];
                 for &r in rows {
                     if r >= n {
-                        return Err(GpError::invalid(format!("noise block row {r} out of range (N = {n})")));
+                        return Err(GpError::RowOutOfRange { context: "noise block", row: r, rows: n });
                     }
                     if std::mem::replace(&mut seen[r], true) {
-                        return Err(GpError::invalid(format!("noise block row {r} listed twice")));
+                        return Err(GpError::DuplicateRow { context: "noise block", row: r });
                     }
                 }
                 for i in 0..block.nrows() {
                     for j in 0..block.ncols() {
                         let (a, b) = (block[(i, j)], block[(j, i)]);
                         if !a.is_finite() {
-                            return Err(GpError::invalid(format!("noise block entry ({i},{j}) is {a}")));
+                            return Err(GpError::non_finite("noise block", Place::Cell { row: i, column: j }, a));
                         }
                         if (a - b).abs() > 1e-10 * (a.abs() + b.abs()).max(1e-300) {
-                            return Err(GpError::invalid(format!("noise block is not symmetric at ({i},{j})")));
+                            let gap = (a - b).abs();
+                            return Err(GpError::NotSymmetric { what: "noise block", row: i, column: j, gap });
                         }
                     }
                 }

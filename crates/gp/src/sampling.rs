@@ -9,7 +9,7 @@
 
 use crate::kernels::Kernel;
 use crate::linalg::{Cholesky, JitterPolicy};
-use crate::{GpError, Jitter, Prediction, validate_inputs};
+use crate::{GpError, Jitter, Prediction, Unsupported, validate_inputs};
 use nalgebra::{DMatrix, DVector};
 use rand::Rng;
 use rand_distr::StandardNormal;
@@ -29,8 +29,10 @@ pub(crate) fn mvn<R: Rng + ?Sized>(
     count: usize,
     rng: &mut R,
 ) -> Result<Samples, GpError> {
-    if cov.nrows() != mean.len() || cov.ncols() != mean.len() {
-        return Err(GpError::invalid("sampling: covariance shape does not match the mean"));
+    for (got, items) in [(cov.nrows(), "covariance rows"), (cov.ncols(), "covariance columns")] {
+        if got != mean.len() {
+            return Err(GpError::shape("sampling", got, items, mean.len(), "entries of the mean"));
+        }
     }
     let chol = Cholesky::factor_of(cov, "sample covariance", JitterPolicy::IF_NEEDED)?;
     let p = mean.len();
@@ -56,9 +58,6 @@ pub fn prior<R: Rng + ?Sized>(
 
 /// Posterior sample paths from a prediction that carries its full covariance.
 pub fn posterior<R: Rng + ?Sized>(pred: &Prediction, count: usize, rng: &mut R) -> Result<Samples, GpError> {
-    let cov = pred
-        .cov
-        .as_ref()
-        .ok_or_else(|| GpError::invalid("posterior sampling needs a prediction with full covariance"))?;
+    let cov = pred.cov.as_ref().ok_or(GpError::Unsupported(Unsupported::SamplingWithoutCovariance))?;
     mvn(&pred.mean, cov, count, rng)
 }

@@ -24,8 +24,11 @@ impl Standardizer {
     /// than to NaN.
     pub fn fit(x: &DMatrix<f64>, y: &DVector<f64>) -> Result<Self, GpError> {
         let n = x.nrows();
-        if n == 0 || y.len() != n {
-            return Err(GpError::invalid("standardisation needs matching, non-empty X and y"));
+        if y.len() != n {
+            return Err(GpError::shape("standardisation", y.len(), "targets", n, "rows of X"));
+        }
+        if n == 0 {
+            return Err(GpError::Empty { what: "rows to standardise" });
         }
         let mut x_mean = Vec::with_capacity(x.ncols());
         let mut x_scale = Vec::with_capacity(x.ncols());
@@ -46,11 +49,7 @@ impl Standardizer {
 
     pub fn transform_x(&self, x: &DMatrix<f64>) -> Result<DMatrix<f64>, GpError> {
         if x.ncols() != self.x_mean.len() {
-            return Err(GpError::invalid(format!(
-                "standardiser fitted on {} columns, got {}",
-                self.x_mean.len(),
-                x.ncols()
-            )));
+            return Err(GpError::shape("standardiser", x.ncols(), "columns", self.x_mean.len(), "fitted columns"));
         }
         let mean = RowDVector::from_row_slice(&self.x_mean);
         let mut out = x.clone();

@@ -125,6 +125,8 @@ fn run_once<M: Objective>(
     // The jitter of every successful evaluation, so that the caller need not re-evaluate the
     // returned point (which is always one of them) to learn it.
     let mut jitters: Vec<(Vec<f64>, Jitter)> = Vec::new();
+    // The model's own error of the first failed evaluation (the optimiser keeps only its text).
+    let mut first_failure: Option<GpError> = None;
     let res = {
         let f = |p: &[f64]| {
             model.set_params(p);
@@ -133,7 +135,11 @@ fn run_once<M: Objective>(
                     jitters.push((p.to_vec(), e.jitter));
                     Ok((-e.value, e.grad.iter().map(|g| -g).collect()))
                 }
-                Err(err) => Err(err.to_string()),
+                Err(err) => {
+                    let text = err.to_string();
+                    first_failure.get_or_insert(err);
+                    Err(text)
+                }
             }
         };
         minimize_from(f, &x0, &lower, &upper, &opts, curvature, |iteration, _, f| {
@@ -143,10 +149,14 @@ fn run_once<M: Objective>(
             true
         })
     };
-    let res = res.map_err(|e| GpError::Optimisation(e.to_string()))?;
+    let res = res?;
     if let Termination::InitialEvaluationFailed(msg) = &res.termination {
         model.set_params(&x0);
-        return Err(GpError::Optimisation(format!("objective failed at the starting point: {msg}")));
+        return Err(match first_failure {
+            Some(e) => GpError::StartFailed(Box::new(e)),
+            // The optimiser refused the point itself; its termination says why only in words.
+            None => GpError::StartRejected { reason: msg.clone() },
+        });
     }
     model.set_params(&res.x);
     let jitter = jitters.iter().rev().find(|(p, _)| *p == res.x).map(|(_, j)| *j);
@@ -227,7 +237,7 @@ pub fn train_from<M: Objective>(
         Some(b) => b,
         None => {
             model.set_params(&start);
-            return Err(first_err.unwrap_or_else(|| GpError::Optimisation("no run succeeded".into())));
+            return Err(first_err.unwrap_or(GpError::NoRunSucceeded));
         }
     };
     model.set_params(&best.x);

@@ -29,7 +29,7 @@
 
 use super::{ObjectiveTerms, SparseGp, SparseKind, SparsePosterior};
 use crate::linalg::{Cholesky, JitterPolicy, JitterScale, aat_acc, ata_acc, col_sq_norms, gemm, symmetrize_from_lower};
-use crate::{GpError, Jitter};
+use crate::{GpError, Jitter, Place};
 use nalgebra::{DMatrix, DVector};
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -230,7 +230,8 @@ fn terms(gp: &SparseGp) -> Result<Terms, GpError> {
         }
     };
     if let Some(i) = lambda.iter().position(|l| !(l.is_finite() && *l > 0.0)) {
-        return Err(GpError::invalid(format!("effective noise of row {i} is {} (must be > 0)", lambda[i])));
+        let (at, value) = (Place::Row(i), lambda[i]);
+        return Err(GpError::OutOfDomain { what: "effective noise", at, value, bound: "be positive and finite" });
     }
     let homo = lambda.iter().all(|l| *l == lambda[0]);
     let y_over = gp.y().component_div(&lambda);

@@ -30,7 +30,7 @@ pub use posterior::SparsePosterior;
 use crate::features::{InducingFeatures, Multiscale};
 use crate::kernels::{Bounds, Kernel};
 use crate::noise::NoiseModel;
-use crate::{Evaluation, GpError, Objective, validate_data, validate_inputs};
+use crate::{Evaluation, GpError, Objective, Unsupported, validate_data, validate_inputs};
 use nalgebra::{DMatrix, DVector};
 
 /// Which sparse approximation.
@@ -107,9 +107,7 @@ impl SparseGp {
         validate_data(&x, &y, kernel.as_ref())?;
         noise.validate(x.nrows())?;
         if matches!(noise, NoiseModel::Block { .. }) {
-            return Err(GpError::invalid(
-                "the dense-block noise model is supported by the exact GP only; use per-point variances with sparse models",
-            ));
+            return Err(GpError::Unsupported(Unsupported::BlockNoiseInSparseModel));
         }
         Self::check_z(&z, &x, kernel.as_ref())?;
         Ok(SparseGp {
@@ -128,14 +126,10 @@ impl SparseGp {
 
     fn check_z(z: &DMatrix<f64>, x: &DMatrix<f64>, kernel: &dyn Kernel) -> Result<(), GpError> {
         if z.nrows() == 0 {
-            return Err(GpError::invalid("no inducing points"));
+            return Err(GpError::Empty { what: "inducing points" });
         }
         if z.ncols() != x.ncols() {
-            return Err(GpError::invalid(format!(
-                "inducing points have {} columns, training inputs {}",
-                z.ncols(),
-                x.ncols()
-            )));
+            return Err(GpError::shape("inducing points", z.ncols(), "columns", x.ncols(), "training-input columns"));
         }
         validate_inputs(z, kernel, "Z")
     }

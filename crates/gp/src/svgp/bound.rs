@@ -28,7 +28,7 @@
 use super::Svgp;
 use crate::features::InducingFeatures;
 use crate::linalg::{Cholesky, col_sq_norms};
-use crate::{GpError, Jitter};
+use crate::{GpError, Jitter, Place};
 use nalgebra::{DMatrix, DMatrixView, DVectorView};
 
 const LN_2PI: f64 = 1.837_877_066_409_345_3;
@@ -131,9 +131,7 @@ impl Svgp {
         let value = expected_log_lik - kl;
         let jitter = chol_uu.jitter();
         if !value.is_finite() {
-            return Err(GpError::Optimisation(format!(
-                "the SVGP bound is {value} (σ² = {s2:e}); the hyperparameters are degenerate"
-            )));
+            return Err(GpError::Diverged { what: "the SVGP bound", at: None, value });
         }
         let Some(gram) = gram else {
             return Ok(BatchBound { value, expected_log_lik, kl, grad: None, jitter });
@@ -175,7 +173,7 @@ impl Svgp {
             grad.extend_from_slice(gz.as_slice());
         }
         if let Some(i) = grad.iter().position(|g| !g.is_finite()) {
-            return Err(GpError::Optimisation(format!("the SVGP gradient of parameter {i} is {}", grad[i])));
+            return Err(GpError::Diverged { what: "the SVGP gradient", at: Some(Place::Parameter(i)), value: grad[i] });
         }
         Ok(BatchBound { value, expected_log_lik, kl, grad: Some(grad), jitter })
     }
@@ -193,7 +191,12 @@ pub(crate) struct WhitenedCross {
 /// A minibatch's data set has at least as many rows as the minibatch.
 fn check_total(n_total: usize, batch: usize) -> Result<(), GpError> {
     if n_total < batch {
-        return Err(GpError::invalid(format!("the data set has {n_total} rows, fewer than the minibatch's {batch}")));
+        return Err(GpError::TooMany {
+            what: "minibatch rows",
+            asked: batch,
+            available: n_total,
+            from: "rows in the data set",
+        });
     }
     Ok(())
 }

@@ -6,8 +6,8 @@
 //! a fit resumed from one produces the same numbers, bit for bit, as one that never stopped.
 
 use super::{MinibatchSource, SourcePosition, Svgp, WhitenedQ};
-use crate::GpError;
 use crate::optimize::adam::{Adam, AdamOptions};
+use crate::{CheckpointMismatch, GpError, Place};
 use serde::{Deserialize, Serialize};
 
 /// Settings of an SVGP fit.
@@ -89,43 +89,31 @@ pub fn fit_svgp(
         return Err(GpError::parameter("natural-gradient step", opts.natgrad_step, "be in (0, 1]"));
     }
     if !(opts.adam.learning_rate.is_finite() && opts.adam.learning_rate > 0.0) {
-        return Err(GpError::invalid(format!("Adam learning rate must be positive, got {}", opts.adam.learning_rate)));
+        return Err(GpError::parameter("Adam learning rate", opts.adam.learning_rate, "be positive and finite"));
     }
     if source.dim() != model.input_dim() {
-        return Err(GpError::invalid(format!(
-            "the data have {} input columns but the inducing inputs {}",
-            source.dim(),
-            model.input_dim()
-        )));
+        return Err(GpError::shape("the data", source.dim(), "input columns", model.input_dim(), "columns of Z"));
     }
     let n_total = source.n_rows();
     let names = model.param_names();
     let (mut step, mut adam, mut ema) = match resume {
         Some(cp) => {
             if cp.param_names != names {
-                return Err(GpError::invalid(format!(
-                    "the checkpoint is of a model with parameters [{}], not [{}]",
-                    summary(&cp.param_names),
-                    summary(&names)
-                )));
+                let mismatch = CheckpointMismatch::Model { checkpoint: cp.param_names, model: names };
+                return Err(GpError::Checkpoint(mismatch));
             }
             let n = names.len();
             if cp.params.len() != n || cp.adam.m.len() != n || cp.adam.v.len() != n {
-                return Err(GpError::invalid(format!(
-                    "the checkpoint has {} parameters and Adam moments of {} and {}, the model {n}",
-                    cp.params.len(),
-                    cp.adam.m.len(),
-                    cp.adam.v.len()
-                )));
+                let (params, adam_m, adam_v) = (cp.params.len(), cp.adam.m.len(), cp.adam.v.len());
+                return Err(GpError::Checkpoint(CheckpointMismatch::Lengths { params, adam_m, adam_v, model: n }));
             }
-            if let Some(i) = cp.params.iter().chain(&cp.adam.m).chain(&cp.adam.v).position(|v| !v.is_finite()) {
-                return Err(GpError::non_finite(format!("the checkpoint has a non-finite value (entry {i})")));
+            let values = || cp.params.iter().chain(&cp.adam.m).chain(&cp.adam.v);
+            if let Some(i) = values().position(|v| !v.is_finite()) {
+                let value = *values().nth(i).expect("i < len");
+                return Err(GpError::non_finite("the checkpoint", Place::Entry(i), value));
             }
             if cp.step > opts.steps {
-                return Err(GpError::invalid(format!(
-                    "the checkpoint is at step {}, past the {} steps asked for: ask for at least {} steps",
-                    cp.step, opts.steps, cp.step
-                )));
+                return Err(GpError::Checkpoint(CheckpointMismatch::PastSteps { step: cp.step, steps: opts.steps }));
             }
             model.set_params(&cp.params);
             model.set_q(cp.q)?;
@@ -138,23 +126,23 @@ pub fn fit_svgp(
     let bounds = model.bounds();
     // A start outside the bounds would be clamped by the first step without a word.
     if let Some(i) = model.params().iter().zip(&bounds).position(|(p, b)| !b.contains(*p)) {
-        return Err(GpError::invalid(format!(
-            "{} starts at {:.4e}, outside its bounds [{:.4e}, {:.4e}] (log scale for kernel and noise \
-             parameters); standardise the data or start inside the bounds",
-            names[i],
-            model.params()[i],
-            bounds[i].lower,
-            bounds[i].upper
-        )));
+        return Err(GpError::OutsideBounds {
+            name: names[i].clone(),
+            value: model.params()[i],
+            lower: bounds[i].lower,
+            upper: bounds[i].upper,
+        });
     }
     let mut trace = Vec::new();
     while step < opts.steps {
         let (x, y) = source.next_batch()?;
-        let at = |e: GpError| prefix(e, step + 1);
+        let at = |e: GpError| GpError::AtStep { step: step + 1, source: Box::new(e) };
         let b = model.natgrad_then_bound(x.as_view(), y.as_view(), n_total, opts.natgrad_step).map_err(at)?;
         let mut p = model.params();
-        adam.ascend(&mut p, b.grad.as_ref().expect("asked for the gradient"), &bounds)
-            .map_err(|i| GpError::Optimisation(format!("step {}: non-finite gradient of {}", step + 1, names[i])))?;
+        let grad = b.grad.as_ref().expect("asked for the gradient");
+        adam.ascend(&mut p, grad, &bounds).map_err(|i| {
+            at(GpError::Diverged { what: "the SVGP gradient", at: Some(Place::Parameter(i)), value: grad[i] })
+        })?;
         model.set_params(&p);
         step += 1;
         let per_row = b.value / n_total as f64;
@@ -182,17 +170,4 @@ pub fn fit_svgp(
     // A source that has just served an epoch's last row has completed that epoch.
     let epochs_completed = end.epoch + u64::from(end.row >= n_total as u64);
     Ok(SvgpReport { steps: step, epochs_completed, bound_per_row: ema, trace })
-}
-
-fn summary(names: &[String]) -> String {
-    if names.len() <= 6 { names.join(", ") } else { format!("{}, … ({} in all)", names[..4].join(", "), names.len()) }
-}
-
-fn prefix(e: GpError, step: u64) -> GpError {
-    match e {
-        GpError::InvalidInput(m) => GpError::InvalidInput(format!("step {step}: {m}")),
-        GpError::NonFinite { what } => GpError::NonFinite { what: format!("step {step}: {what}") },
-        GpError::Optimisation(m) => GpError::Optimisation(format!("step {step}: {m}")),
-        other => other,
-    }
 }

@@ -68,13 +68,13 @@ const PASS_BLOCK: usize = 4096;
 impl InMemory {
     pub fn new(x: DMatrix<f64>, y: DVector<f64>, batch: usize, seed: u64) -> Result<Self, GpError> {
         if x.nrows() != y.len() {
-            return Err(GpError::invalid(format!("X has {} rows but y has {}", x.nrows(), y.len())));
+            return Err(GpError::shape("training data", y.len(), "targets", x.nrows(), "rows of X"));
         }
         if x.nrows() == 0 {
-            return Err(GpError::invalid("no training rows"));
+            return Err(GpError::Empty { what: "training rows" });
         }
         if batch == 0 {
-            return Err(GpError::invalid("minibatch size must be at least 1"));
+            return Err(GpError::parameter("minibatch size", 0.0, "be at least 1"));
         }
         let mut s = InMemory { x, y, batch, seed, pos: SourcePosition::default(), order: vec![] };
         s.order = s.permutation(0);
@@ -113,11 +113,7 @@ impl MinibatchSource for InMemory {
     }
     fn seek(&mut self, pos: &SourcePosition) -> Result<(), GpError> {
         if pos.row > self.x.nrows() as u64 || pos.chunk != 0 || pos.in_chunk != 0 {
-            return Err(GpError::invalid(format!(
-                "cannot resume at row {} of an epoch of {} rows",
-                pos.row,
-                self.x.nrows()
-            )));
+            return Err(GpError::CannotResume { position: *pos, rows: self.x.nrows() });
         }
         self.pos = *pos;
         self.order = self.permutation(pos.epoch);

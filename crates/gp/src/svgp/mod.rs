@@ -37,7 +37,7 @@ use crate::features::InducingFeatures;
 use crate::kernels::{Bounds, Kernel};
 use crate::linalg::{Cholesky, JitterPolicy, col_sq_norms};
 use crate::noise::NoiseVariance;
-use crate::{GpError, Prediction, validate_inputs};
+use crate::{CheckpointMismatch, GpError, Place, Prediction, validate_inputs};
 use nalgebra::{DMatrix, DMatrixView, DVector, DVectorView};
 use serde::{Deserialize, Serialize};
 
@@ -57,31 +57,31 @@ impl WhitenedQ {
     }
 
     fn check(&self, m: usize) -> Result<(), GpError> {
-        if self.h.len() != m || self.precision.shape() != (m, m) {
-            return Err(GpError::invalid(format!(
-                "q(u) has {} entries and a {:?} precision, but there are {m} inducing points",
-                self.h.len(),
-                self.precision.shape()
-            )));
+        let (rows, cols) = self.precision.shape();
+        for (got, items) in [(self.h.len(), "entries of h"), (rows, "precision rows"), (cols, "precision columns")] {
+            if got != m {
+                return Err(GpError::shape("q(u)", got, items, m, "inducing points"));
+            }
         }
-        if self.h.iter().chain(self.precision.iter()).any(|v| !v.is_finite()) {
-            return Err(GpError::non_finite("q(u) has a non-finite natural parameter"));
+        if let Some(i) = self.h.iter().position(|v| !v.is_finite()) {
+            return Err(GpError::non_finite("q(u)'s h", Place::Entry(i), self.h[i]));
+        }
+        if let Some(k) = self.precision.iter().position(|v| !v.is_finite()) {
+            return Err(GpError::non_finite("q(u)'s precision", Place::column_major(k, m), self.precision[k]));
         }
         // Every natural-gradient path from the prior keeps Λ ⪰ I (a convex combination of I and
         // I + AᵀA/σ²): a precision that is not symmetric, or not even ⪰ ½I, was not made by one.
         let p = &self.precision;
-        let asym = (0..m)
+        let (asym, (row, column)) = (0..m)
             .flat_map(|i| (0..i).map(move |j| (i, j)))
-            .map(|(i, j)| (p[(i, j)] - p[(j, i)]).abs())
-            .fold(0.0, f64::max);
+            .map(|(i, j)| ((p[(i, j)] - p[(j, i)]).abs(), (i, j)))
+            .fold((0.0, (0, 0)), |a, b| if b.0 > a.0 { b } else { a });
         let scale = p.iter().fold(1.0f64, |a, v| a.max(v.abs()));
         if asym > 1e-8 * scale {
-            return Err(GpError::invalid(format!("q(u)'s precision is not symmetric (|Λ − Λᵀ| up to {asym:e})")));
+            return Err(GpError::NotSymmetric { what: "q(u)'s precision", row, column, gap: asym });
         }
         if (p - DMatrix::identity(m, m) * 0.5).cholesky().is_none() {
-            return Err(GpError::invalid(
-                "q(u)'s precision is not ⪰ I (every natural-gradient step keeps it so): it was not written by a fit",
-            ));
+            return Err(GpError::Checkpoint(CheckpointMismatch::PrecisionNotFromFit));
         }
         Ok(())
     }
@@ -106,13 +106,10 @@ impl Svgp {
     /// finite entries.
     pub fn new(kernel: Box<dyn Kernel>, noise: NoiseVariance, z: DMatrix<f64>) -> Result<Self, GpError> {
         if !(noise.variance.is_finite() && noise.variance > 0.0) {
-            return Err(GpError::invalid(format!(
-                "noise variance must be positive and finite, got {}",
-                noise.variance
-            )));
+            return Err(GpError::parameter("noise variance", noise.variance, "be positive and finite"));
         }
         if z.nrows() == 0 {
-            return Err(GpError::invalid("no inducing points"));
+            return Err(GpError::Empty { what: "inducing points" });
         }
         validate_inputs(&z, kernel.as_ref(), "Z")?;
         let q = WhitenedQ::prior(z.nrows());
@@ -146,28 +143,20 @@ impl Svgp {
     /// Check a minibatch against the model: matching columns, finite values, equal lengths.
     pub(crate) fn check_batch(&self, x: DMatrixView<'_, f64>, y: DVectorView<'_, f64>) -> Result<(), GpError> {
         if x.nrows() != y.len() {
-            return Err(GpError::invalid(format!("minibatch X has {} rows but y has {}", x.nrows(), y.len())));
+            return Err(GpError::shape("minibatch", y.len(), "targets", x.nrows(), "rows of X"));
         }
         if x.nrows() == 0 {
-            return Err(GpError::invalid("empty minibatch"));
+            return Err(GpError::Empty { what: "rows in the minibatch" });
         }
         if x.ncols() != self.z.ncols() {
-            return Err(GpError::invalid(format!(
-                "minibatch has {} columns, inducing inputs {}",
-                x.ncols(),
-                self.z.ncols()
-            )));
+            return Err(GpError::shape("minibatch", x.ncols(), "columns", self.z.ncols(), "columns of Z"));
         }
         if let Some(i) = y.iter().position(|v| !v.is_finite()) {
-            return Err(GpError::invalid(format!("minibatch target {i} is {}", y[i])));
+            return Err(GpError::non_finite("minibatch target", Place::Row(i), y[i]));
         }
         if let Some(k) = x.iter().position(|v| !v.is_finite()) {
-            return Err(GpError::invalid(format!(
-                "minibatch row {}, column {} is {}",
-                k % x.nrows(),
-                k / x.nrows(),
-                x.iter().nth(k).unwrap()
-            )));
+            let at = Place::column_major(k, x.nrows());
+            return Err(GpError::non_finite("minibatch", at, *x.iter().nth(k).expect("k < len")));
         }
         Ok(())
     }
@@ -253,7 +242,7 @@ impl Svgp {
             Ok(())
         })?;
         if rows == 0 {
-            return Err(GpError::invalid("the bound of an empty data set"));
+            return Err(GpError::Empty { what: "rows in the data set" });
         }
         Ok((ell - kl) / rows as f64)
     }

@@ -289,7 +289,7 @@ fn bad_input_is_refused_with_a_reason() {
     let e = gp.natural_gradient_step(x.as_view(), y.as_view(), 20, 1.5).unwrap_err().to_string();
     assert!(e.contains("(0, 1]"), "{e}");
     let e = gp.batch_bound(x.as_view(), y.as_view(), 10, false).unwrap_err().to_string();
-    assert!(e.contains("fewer than the minibatch"), "{e}");
+    assert!(e.contains("cannot select 20 minibatch rows from 10 rows in the data set"), "{e}");
     assert!(
         Svgp::new(Box::new(SquaredExponential::isotropic(1.0, 1.0)), NoiseVariance::new(0.0), x.rows(0, 3).into())
             .is_err()

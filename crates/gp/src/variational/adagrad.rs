@@ -5,7 +5,7 @@
 //! drawn without replacement from a seeded permutation of the rows (a new permutation per
 //! epoch), so a fit is a deterministic function of its seed.
 
-use crate::GpError;
+use crate::{GpError, Place};
 use nalgebra::{DMatrix, DVector};
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
@@ -48,21 +48,21 @@ impl Default for AdagradOptions {
 /// A minibatch must be non-empty and index rows of the data.
 pub(crate) fn check_minibatch(rows: &[usize], n: usize) -> Result<(), GpError> {
     if rows.is_empty() {
-        return Err(GpError::invalid("empty minibatch"));
+        return Err(GpError::Empty { what: "rows in the minibatch" });
     }
     if let Some(&r) = rows.iter().find(|&&r| r >= n) {
-        return Err(GpError::invalid(format!("minibatch row {r} out of range ({n} rows)")));
+        return Err(GpError::RowOutOfRange { context: "minibatch", row: r, rows: n });
     }
     Ok(())
 }
 
 /// A parameter vector must have the model's length and finite entries.
-pub(crate) fn check_params(p: &[f64], n: usize, model: &str) -> Result<(), GpError> {
+pub(crate) fn check_params(p: &[f64], n: usize, model: &'static str) -> Result<(), GpError> {
     if p.len() != n {
-        return Err(GpError::invalid(format!("{} parameters given, the {model} has {n}", p.len())));
+        return Err(GpError::shape(model, p.len(), "parameters given", n, "in the model"));
     }
     if let Some(i) = p.iter().position(|v| !v.is_finite()) {
-        return Err(GpError::invalid(format!("parameter {i} is {}", p[i])));
+        return Err(GpError::non_finite("parameter vector", Place::Entry(i), p[i]));
     }
     Ok(())
 }
@@ -77,22 +77,21 @@ pub fn adagrad<M: StochasticObjective>(
     mut on_step: impl FnMut(usize),
 ) -> Result<(), GpError> {
     let n = x.nrows();
-    if n == 0 || n != y.len() {
-        return Err(GpError::invalid(format!("adagrad: {} input rows and {} targets", n, y.len())));
+    if n != y.len() {
+        return Err(GpError::shape("adagrad", y.len(), "targets", n, "input rows"));
     }
-    if opts.batch == 0 || opts.learning_rate.is_nan() || opts.learning_rate <= 0.0 || !opts.learning_rate.is_finite() {
-        return Err(GpError::invalid(format!(
-            "adagrad: batch {} and learning rate {} must be positive",
-            opts.batch, opts.learning_rate
-        )));
+    if n == 0 {
+        return Err(GpError::Empty { what: "training rows" });
+    }
+    if opts.batch == 0 {
+        return Err(GpError::parameter("adagrad minibatch size", 0.0, "be at least 1"));
+    }
+    if !(opts.learning_rate > 0.0 && opts.learning_rate.is_finite()) {
+        return Err(GpError::parameter("adagrad learning rate", opts.learning_rate, "be positive and finite"));
     }
     let mut theta = model.params();
     if !opts.frozen.is_empty() && opts.frozen.len() != theta.len() {
-        return Err(GpError::invalid(format!(
-            "adagrad: {} frozen flags for {} parameters",
-            opts.frozen.len(),
-            theta.len()
-        )));
+        return Err(GpError::shape("adagrad", opts.frozen.len(), "frozen flags", theta.len(), "parameters"));
     }
     let b = opts.batch.min(n);
     let mut acc = vec![0.0; theta.len()];
@@ -107,7 +106,9 @@ pub fn adagrad<M: StochasticObjective>(
         pos += b;
         let g = model.stochastic_gradient(x, y, rows, rng)?;
         if let Some(i) = g.iter().position(|v| !v.is_finite()) {
-            return Err(GpError::Optimisation(format!("adagrad step {step}: gradient entry {i} is {}", g[i])));
+            let diverged =
+                GpError::Diverged { what: "the stochastic gradient", at: Some(Place::Parameter(i)), value: g[i] };
+            return Err(GpError::AtStep { step: step as u64 + 1, source: Box::new(diverged) });
         }
         for (i, gi) in g.iter().enumerate() {
             if opts.frozen.get(i).copied().unwrap_or(false) {

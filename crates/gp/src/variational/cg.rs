@@ -7,7 +7,7 @@
 //! weighted by Π_{r=0}^{j} w_r, with w_r = e^{βr}. The estimate's expectation is therefore the
 //! CG solution at tolerance ε, while its cost is usually a few iterations past L.
 
-use crate::GpError;
+use crate::{GpError, Place};
 use nalgebra::{DMatrix, DVector};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
@@ -97,11 +97,8 @@ impl Column {
             }
         }
         if self.iterations >= opts.max_iter {
-            return Err(GpError::Optimisation(format!(
-                "CG did not reach relative residual {:.1e} within {} iterations (at {res:.2e})",
-                if self.tail.is_none() { first_tol } else { opts.eps },
-                opts.max_iter
-            )));
+            let tolerance = if self.tail.is_none() { first_tol } else { opts.eps };
+            return Err(GpError::CgNotConverged { tolerance, max_iter: opts.max_iter, residual: res });
         }
         Ok(Some(weight))
     }
@@ -118,17 +115,22 @@ pub(crate) fn solve_many(
     rng: &mut ChaCha8Rng,
 ) -> Result<(DMatrix<f64>, Vec<usize>), GpError> {
     let (n, k) = (b.nrows(), b.ncols());
-    if a.nrows() != n || a.ncols() != n {
-        return Err(GpError::invalid(format!("CG: A is {}×{} but B has {n} rows", a.nrows(), a.ncols())));
+    for (got, items) in [(a.nrows(), "rows of A"), (a.ncols(), "columns of A")] {
+        if got != n {
+            return Err(GpError::shape("CG", got, items, n, "rows of B"));
+        }
     }
-    if !(opts.eps > 0.0 && opts.eps_l >= opts.eps && opts.beta > 0.0) {
-        return Err(GpError::invalid(format!(
-            "CG: need 0 < ε ≤ ε_L and β > 0 (got ε = {}, ε_L = {}, β = {})",
-            opts.eps, opts.eps_l, opts.beta
-        )));
+    if opts.eps.is_nan() || opts.eps <= 0.0 {
+        return Err(GpError::parameter("CG tolerance ε", opts.eps, "be positive"));
     }
-    if b.iter().any(|v| !v.is_finite()) {
-        return Err(GpError::non_finite("CG: the right-hand side is not finite"));
+    if opts.eps_l.is_nan() || opts.eps_l < opts.eps {
+        return Err(GpError::parameter("CG tolerance ε_L", opts.eps_l, "be at least ε"));
+    }
+    if opts.beta.is_nan() || opts.beta <= 0.0 {
+        return Err(GpError::parameter("CG truncation rate β", opts.beta, "be positive"));
+    }
+    if let Some(k) = b.iter().position(|v| !v.is_finite()) {
+        return Err(GpError::non_finite("CG right-hand side B", Place::column_major(k, n), b[k]));
     }
     let mut est = DMatrix::zeros(n, k);
     let mut r = b.clone();
@@ -160,10 +162,7 @@ pub(crate) fn solve_many(
             let apj = ap.column(c_ap);
             let pap = p.column(j).dot(&apj);
             if pap.is_nan() || pap <= 0.0 || !pap.is_finite() {
-                return Err(GpError::Optimisation(format!(
-                    "CG: pᵀAp = {pap} at iteration {}: A ({n}×{n}) is not positive definite",
-                    col.iterations
-                )));
+                return Err(GpError::CgNotPositiveDefinite { curvature: pap, iteration: col.iterations, size: n });
             }
             let alpha = col.rr / pap;
             let pj = p.column(j).clone_owned();

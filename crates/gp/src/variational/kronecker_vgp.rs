@@ -26,7 +26,7 @@ use super::adagrad::StochasticObjective;
 use super::mean_tensor::{MeanStructure, product_except};
 use crate::kernels::{Kernel, SquaredExponential};
 use crate::linalg::{Cholesky, Jitter, JitterPolicy};
-use crate::{GpError, Prediction};
+use crate::{GpError, Place, Prediction};
 use nalgebra::{DMatrix, DVector};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -34,6 +34,8 @@ use rand_distr::{Distribution, StandardNormal};
 
 /// Largest core tensor (q₀ᵖ entries) we accept.
 const MAX_CORE: usize = 1 << 22;
+// `new`'s refusal of a larger core spells the limit out as 2^22.
+const _: () = assert!(MAX_CORE == 1 << 22);
 
 /// A Kronecker- or Tucker-structured variational GP on gridded inducing points.
 #[derive(Debug, Clone)]
@@ -95,21 +97,25 @@ impl KroneckerVgp {
         seed: u64,
     ) -> Result<Self, GpError> {
         let p = x.ncols();
-        if x.nrows() == 0 || p == 0 {
-            return Err(GpError::invalid("the gridded VGP needs at least one row and one column"));
+        if x.nrows() == 0 {
+            return Err(GpError::Empty { what: "training rows" });
+        }
+        if p == 0 {
+            return Err(GpError::Empty { what: "input columns" });
         }
         if let Some(i) = x.iter().position(|v| !v.is_finite()) {
-            return Err(GpError::invalid(format!("X entry {i} (column-major) is {}", x[i])));
+            return Err(GpError::non_finite("X", Place::column_major(i, x.nrows()), x[i]));
         }
         if m0 < 2 {
-            return Err(GpError::invalid(format!("m0 = {m0}: the grid needs at least 2 points per dimension")));
+            return Err(GpError::parameter("m0 (grid points per dimension)", m0 as f64, "be at least 2"));
         }
         let q = structure.q();
         if q == 0 || q > m0 {
-            return Err(GpError::invalid(format!("{structure:?}: need 1 ≤ q ≤ m0 = {m0}")));
+            return Err(GpError::parameter("the mean structure's q", q as f64, "be between 1 and m0"));
         }
-        if matches!(structure, MeanStructure::Tucker { .. }) && (q as f64).powi(p as i32) > MAX_CORE as f64 {
-            return Err(GpError::invalid(format!("Tucker core q0^p = {q}^{p} exceeds {MAX_CORE} entries")));
+        let core = (q as f64).powi(p as i32);
+        if matches!(structure, MeanStructure::Tucker { .. }) && core > MAX_CORE as f64 {
+            return Err(GpError::parameter("Tucker core size q0^p", core, "not exceed 2^22 entries"));
         }
         for (name, v) in [("variance", variance), ("length-scale", lengthscale), ("noise variance", noise)] {
             if !(v > 0.0 && v.is_finite()) {
@@ -399,10 +405,12 @@ impl KroneckerVgp {
         grad.push(g_logvar);
         grad.extend_from_slice(&g_ls);
         grad.push(g_noise);
-        if !value.is_finite() || grad.iter().any(|g| !g.is_finite()) {
-            return Err(GpError::Optimisation(format!(
-                "the gridded VGP bound or its gradient is not finite (bound {value}); hyperparameters: variance {var}, noise {noise}"
-            )));
+        if !value.is_finite() {
+            return Err(GpError::Diverged { what: "the gridded VGP bound", at: None, value });
+        }
+        if let Some(i) = grad.iter().position(|g| !g.is_finite()) {
+            let at = Some(Place::Parameter(i));
+            return Err(GpError::Diverged { what: "the gridded VGP gradient", at, value: grad[i] });
         }
         Ok(GridEvaluation { value, grad, jitter: dt.iter().map(|d| d.chol.jitter()).collect() })
     }
@@ -410,10 +418,10 @@ impl KroneckerVgp {
     /// Predictive mean k_{*u} α and latent variance k_** − Π_l a_l + (1/C)Σ_c Π_l d_cl.
     pub fn predict(&self, x: &DMatrix<f64>) -> Result<Prediction, GpError> {
         if x.ncols() != self.dims() {
-            return Err(GpError::invalid(format!("X has {} columns, the model {}", x.ncols(), self.dims())));
+            return Err(GpError::shape("test X", x.ncols(), "columns", self.dims(), "model dimensions"));
         }
         if let Some(i) = x.iter().position(|v| !v.is_finite()) {
-            return Err(GpError::invalid(format!("test X entry {i} (column-major) is {}", x[i])));
+            return Err(GpError::non_finite("test X", Place::column_major(i, x.nrows()), x[i]));
         }
         let rows: Vec<usize> = (0..x.nrows()).collect();
         let dt = self.dim_terms(x, &rows)?;
@@ -433,18 +441,20 @@ impl KroneckerVgp {
     }
 
     fn check_data(&self, x: &DMatrix<f64>, y: &DVector<f64>, rows: &[usize]) -> Result<(), GpError> {
-        if x.ncols() != self.dims() || x.nrows() != y.len() {
-            return Err(GpError::invalid(format!(
-                "X is {}×{} and y has {} values; the model has {} dimensions",
-                x.nrows(),
-                x.ncols(),
-                y.len(),
-                self.dims()
-            )));
+        if x.ncols() != self.dims() {
+            return Err(GpError::shape("X", x.ncols(), "columns", self.dims(), "model dimensions"));
+        }
+        if x.nrows() != y.len() {
+            return Err(GpError::shape("training data", y.len(), "targets", x.nrows(), "rows of X"));
         }
         super::adagrad::check_minibatch(rows, x.nrows())?;
-        if let Some(&r) = rows.iter().find(|&&r| !y[r].is_finite() || x.row(r).iter().any(|v| !v.is_finite())) {
-            return Err(GpError::non_finite(format!("row {r} has a non-finite input or target")));
+        for &r in rows {
+            if !y[r].is_finite() {
+                return Err(GpError::non_finite("target", Place::Row(r), y[r]));
+            }
+            if let Some(j) = x.row(r).iter().position(|v| !v.is_finite()) {
+                return Err(GpError::non_finite("X", Place::Cell { row: r, column: j }, x[(r, j)]));
+            }
         }
         Ok(())
     }

@@ -23,7 +23,7 @@ use super::cg::{self, CgOptions};
 use super::hutchinson::{ProbeKind, Probes};
 use crate::kernels::Kernel;
 use crate::linalg::{Cholesky, JitterPolicy};
-use crate::{GpError, Prediction};
+use crate::{GpError, Place, Prediction};
 use nalgebra::{DMatrix, DVector};
 use rand_chacha::ChaCha8Rng;
 
@@ -51,14 +51,14 @@ impl Rnvgp {
     /// μ = 0 and Σ = I at the start (q(u) = N(0, (K⁻¹ + I)⁻¹)).
     pub fn new(z: DMatrix<f64>, kernel: Box<dyn Kernel>, noise: f64, numerics: Numerics) -> Result<Self, GpError> {
         if z.nrows() == 0 {
-            return Err(GpError::invalid("the RNVGP needs at least one inducing input"));
+            return Err(GpError::Empty { what: "inducing inputs" });
         }
         crate::validate_inputs(&z, kernel.as_ref(), "Z")?;
         if !(noise > 0.0 && noise.is_finite()) {
             return Err(GpError::parameter("noise variance", noise, "be positive and finite"));
         }
         if let Numerics::Randomised { probes: 0, .. } = numerics {
-            return Err(GpError::invalid("randomised numerics need at least one probe vector"));
+            return Err(GpError::parameter("number of probe vectors", 0.0, "be at least 1"));
         }
         let m = z.nrows();
         Ok(Rnvgp { z, kernel, mu: DVector::zeros(m), log_sigma: DVector::zeros(m), log_noise: noise.ln(), numerics })
@@ -97,7 +97,7 @@ impl Rnvgp {
         crate::validate_data(x, y, self.kernel.as_ref())?;
         super::adagrad::check_minibatch(rows, x.nrows())?;
         if x.ncols() != self.z.ncols() {
-            return Err(GpError::invalid(format!("X has {} columns, Z {}", x.ncols(), self.z.ncols())));
+            return Err(GpError::shape("X", x.ncols(), "columns", self.z.ncols(), "columns of Z"));
         }
         Ok(())
     }
@@ -128,7 +128,7 @@ impl Rnvgp {
         value += -0.5 * self.mu.dot(&(&kuu * &self.mu)) + 0.5 * (m - ls.norm_squared()) + 0.5 * self.log_sigma.sum()
             - 0.5 * ch.logdet();
         if !value.is_finite() {
-            return Err(GpError::Optimisation(format!("the RNVGP bound is {value}")));
+            return Err(GpError::Diverged { what: "the RNVGP bound", at: None, value });
         }
         Ok(value)
     }
@@ -194,7 +194,11 @@ impl Rnvgp {
         grad.extend((0..self.kernel.n_params()).map(|j| gk_uu[j] + gk_ub[j] + gk_ff[j]));
         grad.push(g_noise);
         if let Some(i) = grad.iter().position(|g| !g.is_finite()) {
-            return Err(GpError::Optimisation(format!("RNVGP gradient entry {i} is {}", grad[i])));
+            return Err(GpError::Diverged {
+                what: "the RNVGP gradient",
+                at: Some(Place::Parameter(i)),
+                value: grad[i],
+            });
         }
         Ok(grad)
     }
