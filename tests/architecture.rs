@@ -324,3 +324,130 @@ fn epsilon_becomes_sigma_in_one_place() {
     }
     assert!(found.is_empty(), "ε → μ → σ outside NoiseScale:\n{}", found.join("\n"));
 }
+
+/// The variants of the `thiserror` enums in `text` whose every field is a `String`: errors
+/// that are only words (`Name(String)`, `Name { message: String }`), as `Enum::Variant`.
+fn string_only_variants(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let lines: Vec<&str> = text.lines().collect();
+    let mut i = 0;
+    while i < lines.len() {
+        let derive = lines[i].trim_start().starts_with("#[derive(") && lines[i].contains("thiserror::Error");
+        i += 1;
+        if !derive {
+            continue;
+        }
+        while i < lines.len() && lines[i].trim_start().starts_with("#[") {
+            i += 1;
+        }
+        let Some(name) = lines.get(i).and_then(|l| l.trim_start().strip_prefix("pub enum ")) else { continue };
+        let name = name.trim_end_matches(" {").trim().to_string();
+        // Variants sit at one indentation inside the enum; the enum ends at a closing brace
+        // without indentation. A variant's fields may span lines up to its closing brace.
+        i += 1;
+        let mut variant = String::new();
+        while i < lines.len() && lines[i] != "}" {
+            let l = lines[i];
+            // An attribute (`#[error(…)]`) may span lines: skip to its closing bracket.
+            if variant.is_empty() && l.trim_start().starts_with("#[") {
+                let mut attr = l.to_string();
+                while attr.matches('[').count() > attr.matches(']').count() && i + 1 < lines.len() {
+                    i += 1;
+                    attr.push_str(lines[i]);
+                }
+                i += 1;
+                continue;
+            }
+            let top = l.starts_with("    ") && !l.starts_with("     ");
+            let t = l.trim();
+            if variant.is_empty() && top && !t.starts_with("///") && !t.starts_with("#[") && !t.starts_with("//") {
+                variant = t.to_string();
+            } else if !variant.is_empty() && !t.starts_with("///") && !t.starts_with("#[") {
+                variant.push(' ');
+                variant.push_str(t);
+            }
+            let balanced = |o: char, c: char| variant.matches(o).count() == variant.matches(c).count();
+            if !variant.is_empty()
+                && balanced('{', '}')
+                && balanced('(', ')')
+                && (variant.ends_with(',') || variant.ends_with('}'))
+            {
+                let v = variant.trim_end_matches(',');
+                let (head, fields) = match (v.find('('), v.find('{')) {
+                    (Some(p), _) if v.ends_with(')') => (&v[..p], &v[p + 1..v.len() - 1]),
+                    (_, Some(b)) if v.ends_with('}') => (&v[..b], &v[b + 1..v.len() - 1]),
+                    _ => (v, ""),
+                };
+                let types: Vec<&str> = fields
+                    .split(',')
+                    .map(|f| f.rsplit(':').next().unwrap_or("").trim())
+                    .filter(|t| !t.is_empty())
+                    .collect();
+                // Words only: a tuple of strings, or string fields that hold prose (a message,
+                // a reason). Named strings that are data (a column, a party, an address) are not.
+                let prose = ["message", "reason", "why", "detail", "what", "text", "problem"];
+                let names: Vec<&str> = fields
+                    .split(',')
+                    .filter_map(|f| f.split(':').next())
+                    .map(str::trim)
+                    .filter(|n| !n.is_empty())
+                    .collect();
+                let tuple = v.ends_with(')');
+                if !types.is_empty()
+                    && types.iter().all(|t| *t == "String")
+                    && (tuple || names.iter().any(|n| prose.contains(n)))
+                {
+                    out.push(format!("{name}::{}", head.trim()));
+                }
+                variant.clear();
+            }
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Errors are typed (ARCHITECTURE.md, each crate's `error.rs`): a variant that is only words
+/// is one of these, each for a reason — text that comes from outside (a peer's, an optimiser's,
+/// the TOML parser's) or a name the user gave. A new one fails here until it is typed or added
+/// with its reason.
+#[test]
+fn errors_are_typed_and_the_words_only_variants_are_known() {
+    let allowed = [
+        // A peer node's own words: its reason for refusing the handshake.
+        "PeerFault::HandshakeRefused",
+        // The wire decoder's account of which field of a peer's answer is malformed.
+        "PeerFault::Undecodable",
+        // The optimiser's refusal of a starting point, which it gives as text only.
+        "GpError::StartRejected",
+        // A run that did not reach its round: the orchestrator's message about the nodes.
+        "LaunchError::Drive",
+        // A name the user gave (a node name, a kernel expression) and what is wrong with it.
+        "TlsError::BadName",
+        "ConfigError::Name",
+        "KernelSpecError::Initial",
+    ];
+    let mut found = Vec::new();
+    for dir in ["crates", "src"] {
+        let mut files = Vec::new();
+        rust_files(&root().join(dir), &mut files);
+        for f in files.iter().filter(|f| !f.components().any(|c| c.as_os_str() == "tests")) {
+            // The file up to its inline test module (a `#[cfg(test)]` item may come earlier),
+            // without comments.
+            let text = std::fs::read_to_string(f).unwrap();
+            let text = text.split("\nmod tests {").next().unwrap_or("");
+            let text: Vec<&str> = text.lines().map(|l| l.split("//").next().unwrap_or("")).collect();
+            found.extend(string_only_variants(&text.join("\n")));
+        }
+    }
+    found.sort();
+    let unknown: Vec<&String> = found.iter().filter(|v| !allowed.contains(&v.as_str())).collect();
+    assert!(
+        unknown.is_empty(),
+        "error variants that are only words: {unknown:?}; type them, or allow one with its reason"
+    );
+    let stale: Vec<&&str> = allowed.iter().filter(|a| !found.iter().any(|f| f == *a)).collect();
+    assert!(stale.is_empty(), "allowed but no longer found (remove them): {stale:?}");
+    let planted = "#[derive(Debug, thiserror::Error)]\npub enum E {\n    #[error(\"{0}\")]\n    Words(String),\n    Typed { n: usize },\n    Said {\n        message: String,\n    },\n}\n";
+    assert_eq!(string_only_variants(planted), ["E::Words", "E::Said"], "the check can fail");
+}

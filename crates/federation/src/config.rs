@@ -13,6 +13,7 @@ use dpcotrain_cotrain::PartyData;
 use dpcotrain_cotrain::Uncertainty;
 use dpcotrain_cotrain::combiner::{AnswerForm, AnswerGuard, CombinerKind, LocalModel, RefitPolicy};
 use dpcotrain_cotrain::driver::default_kernel;
+use dpcotrain_cotrain::error::Conflict;
 use dpcotrain_cotrain::readings::{BlockyTheta, Readings};
 use dpcotrain_cotrain::release_model::LengthscaleUnit;
 use dpcotrain_cotrain::settings::{AnswerDiscount, DEFAULT_ANSWER_DISCOUNT};
@@ -37,9 +38,10 @@ pub enum ConfigError {
     #[error("{}: {}{}{message}", path.display(), position.map(|(l, c)| format!("line {l}, column {c}: ")).unwrap_or_default(),
         key.as_ref().map(|k| format!("{k}: ")).unwrap_or_default())]
     Syntax { path: PathBuf, position: Option<(usize, usize)>, key: Option<String>, message: String },
-    /// A value the schema accepts but the node cannot use (named by its field in `message`).
-    #[error("{}: {message}", path.display())]
-    Invalid { path: PathBuf, message: String },
+    /// A value the schema accepts but the node cannot use: the `key` it is set under (where
+    /// one key is at fault) and the problem, typed.
+    #[error("{}: {}", path.display(), keyed(*key, problem))]
+    Setting { path: PathBuf, key: Option<&'static str>, problem: SettingProblem },
     /// A data file named by the config (the error names the file, line and column).
     #[error(transparent)]
     Data(#[from] TableError),
@@ -80,8 +82,74 @@ pub fn ignored_privacy_settings_at(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path).map(|t| ignored_privacy_settings(&t)).unwrap_or_default()
 }
 
-fn bad(path: &Path, message: String) -> ConfigError {
-    ConfigError::Invalid { path: path.to_path_buf(), message }
+/// Why a value of a config is refused (see [`ConfigError::Setting`]).
+#[derive(Debug, thiserror::Error)]
+pub enum SettingProblem {
+    /// A number outside its domain: it must `bound`.
+    #[error("must {bound}, got {value}")]
+    Value { value: f64, bound: &'static str },
+    /// Refused by the co-training layer that uses it (its typed error).
+    #[error(transparent)]
+    Cotrain(#[from] CotrainError),
+    /// Refused by the privacy layer (its typed error).
+    #[error(transparent)]
+    Privacy(#[from] dpcotrain_privacy::PrivacyError),
+    /// A target column the training file does not have.
+    #[error("[data] target = {target:?}: {source}")]
+    Target { target: String, source: TableError },
+    /// A rule of the config file itself (keys that go together, a reading the wire protocol
+    /// does not carry); the text names the keys and what to use instead.
+    #[error("{0}")]
+    Rule(&'static str),
+    #[error("peer {name:?} is this party itself")]
+    SelfPeer { name: String },
+    #[error("peer {name} address {address:?} must start with {scheme}")]
+    PeerScheme { name: String, address: String, scheme: &'static str },
+    #[error("must be two finite numbers, low < high; got [{lo}, {hi}]")]
+    Range { lo: f64, hi: f64 },
+    #[error(
+        "= {budget_epsilon} is below privacy.epsilon = {epsilon}, the cost of one release: every release would be refused"
+    )]
+    BelowOneRelease { budget_epsilon: f64, epsilon: f64 },
+    #[error("must differ from listen (\"{ops}\"): the node's port speaks mutual TLS")]
+    SameAsListen { ops: String },
+    #[error("= true is only allowed on a loopback listen address, not \"{listen}\"")]
+    NotLoopback { listen: String },
+}
+
+/// A setting's message: the key before a problem that reads after it ("privacy.delta must be
+/// below 1"), or as a prefix to a layer's own message; a rule names its keys itself.
+fn keyed(key: Option<&str>, problem: &SettingProblem) -> String {
+    use SettingProblem as P;
+    match (key, problem) {
+        (
+            Some(k),
+            P::Value { .. }
+            | P::Range { .. }
+            | P::BelowOneRelease { .. }
+            | P::SameAsListen { .. }
+            | P::NotLoopback { .. },
+        ) => {
+            format!("{k} {problem}")
+        }
+        (Some(k), P::Cotrain(_) | P::Privacy(_)) => format!("{k}: {problem}"),
+        _ => problem.to_string(),
+    }
+}
+
+/// [`ConfigError::Setting`] of the file at `path`.
+fn setting(path: &Path, key: Option<&'static str>, problem: impl Into<SettingProblem>) -> ConfigError {
+    ConfigError::Setting { path: path.to_path_buf(), key, problem: problem.into() }
+}
+
+/// A rule of the config file broken, under `key`.
+fn rule(path: &Path, key: &'static str, text: &'static str) -> ConfigError {
+    setting(path, Some(key), SettingProblem::Rule(text))
+}
+
+/// A number under `key` outside its domain.
+fn value(path: &Path, key: &'static str, value: f64, bound: &'static str) -> ConfigError {
+    setting(path, Some(key), SettingProblem::Value { value, bound })
 }
 
 /// A party's node configuration (`party.toml`). Relative paths are relative to the file.
@@ -652,7 +720,7 @@ pub fn data_from_config(cfg: &PartyConfig, path: &Path) -> Result<PartyData, Con
     // A target the file does not have is the config's mistake: name its key as well as the file.
     let target_key = |e: TableError| match e {
         e @ (TableError::UnknownTarget { .. } | TableError::TargetIndexOutOfRange { .. }) => {
-            bad(path, format!("[data] target = {:?}: {e}", cfg.data.target))
+            setting(path, Some("data.target"), SettingProblem::Target { target: cfg.data.target.clone(), source: e })
         }
         e => e.into(),
     };
@@ -671,28 +739,33 @@ pub fn party_from_config(cfg: &PartyConfig, path: &Path) -> Result<Party, Config
     let (k, noise) = default_kernel(&data);
     let readings = cfg.model.readings;
     if readings.blocky_theta == BlockyTheta::Querier {
-        return Err(bad(
+        return Err(rule(
             path,
-            "model.readings.blocky_theta = \"querier\" needs the querier's θ with every request, which the wire protocol does not carry (in-process experiments only); use \"responder\"".into(),
+            "model.readings.blocky_theta",
+            "model.readings.blocky_theta = \"querier\" needs the querier's θ with every request, which the wire protocol does not carry (in-process experiments only); use \"responder\"",
         ));
     }
     let (local, inducing) = (cfg.model.local, cfg.model.inducing);
     if let Some(m) = inducing {
         if local == LocalModel::Exact {
-            return Err(bad(path, "model.inducing applies to sparse local models (vfe, svgp, or auto above 3,000 rows), not to local = \"exact\"".to_string()));
+            return Err(rule(
+                path,
+                "model.inducing",
+                "model.inducing applies to sparse local models (vfe, svgp, or auto above 3,000 rows), not to local = \"exact\"",
+            ));
         }
         if m == 0 {
-            return Err(bad(path, "model.inducing must be at least 1".to_string()));
+            return Err(value(path, "model.inducing", 0.0, "be at least 1"));
         }
     }
     let mut party = Party::with_local_model(data, kind, uncertainty, k, noise, dp, cfg.seed, readings, local, inducing)
         .map_err(|source| ConfigError::Party { path: path.to_path_buf(), source })?;
-    party.set_answer_form(answers).map_err(|e| bad(path, format!("model.answers: {e}")))?;
-    party.set_guard(guard).map_err(|e| bad(path, format!("model.guard: {e}")))?;
+    party.set_answer_form(answers).map_err(|e| setting(path, Some("model.answers"), e))?;
+    party.set_guard(guard).map_err(|e| setting(path, Some("model.guard"), e))?;
     party.set_refit_policy(cfg.model.refit);
     party
         .set_answer_discount(cfg.model.answer_extra_variance)
-        .map_err(|e| bad(path, format!("model.answer_extra_variance: {e}")))?;
+        .map_err(|e| setting(path, Some("model.answer_extra_variance"), e))?;
     Ok(party)
 }
 
@@ -711,22 +784,23 @@ pub fn settings_from_config(cfg: &PartyConfig, path: &Path) -> Result<NodeSettin
     };
     let [signal_variance, lengthscale, noise_variance] = pv.public_theta;
     let public = PublicTheta { signal_variance, lengthscale, noise_variance, unit: pv.public_lengthscale_unit };
-    public.validate().map_err(|e| bad(path, format!("privacy.public_theta: {e}")))?;
+    public.validate().map_err(|e| setting(path, Some("privacy.public_theta"), e))?;
     let theta = match pv.theta.unwrap_or(if honest { ThetaSource::Public } else { ThetaSource::Fitted }) {
         ThetaSource::Public => ThetaPolicy::Public(public),
         ThetaSource::Fitted => ThetaPolicy::Fitted,
         ThetaSource::Select => {
             let mu = match (pv.mode, pv.theta_epsilon) {
                 (_, Some(e)) if e.is_finite() && e > 0.0 && pv.delta > 0.0 && pv.delta < 1.0 => {
-                    NoiseScale::mu_for(e, pv.delta).map_err(|err| bad(path, format!("privacy.theta_epsilon: {err}")))?
+                    NoiseScale::mu_for(e, pv.delta).map_err(|err| setting(path, Some("privacy.theta_epsilon"), err))?
                 }
                 (_, Some(e)) => {
-                    return Err(bad(path, format!("privacy.theta_epsilon must be a positive number, got {e}")));
+                    return Err(value(path, "privacy.theta_epsilon", e, "be a positive number"));
                 }
                 (PrivacyMode::Calibrated, None) => {
-                    return Err(bad(
+                    return Err(rule(
                         path,
-                        "privacy.theta = \"select\" needs privacy.theta_epsilon (the ε of the θ vote, charged to every requester)".into(),
+                        "privacy.theta_epsilon",
+                        "privacy.theta = \"select\" needs privacy.theta_epsilon (the ε of the θ vote, charged to every requester)",
                     ));
                 }
                 // DP off: the vote is exact and μ unused.
@@ -736,12 +810,16 @@ pub fn settings_from_config(cfg: &PartyConfig, path: &Path) -> Result<NodeSettin
         }
     };
     if pv.theta_epsilon.is_some() && !matches!(theta, ThetaPolicy::Selected { .. }) {
-        return Err(bad(path, "privacy.theta_epsilon is set but privacy.theta is not \"select\"".into()));
+        return Err(rule(
+            path,
+            "privacy.theta_epsilon",
+            "privacy.theta_epsilon is set but privacy.theta is not \"select\"",
+        ));
     }
     let queries = match pv.queries.unwrap_or(if honest { QuerySource::Public } else { QuerySource::Adaptive }) {
         QuerySource::Public => {
             if pv.queries_per_turn == 0 {
-                return Err(bad(path, "privacy.queries_per_turn must be at least 1".into()));
+                return Err(value(path, "privacy.queries_per_turn", 0.0, "be at least 1"));
             }
             // The length-scale unit is the release model's: queries keep the length-scale as
             // given (what the frontier measured, docs/decisions.md D32).
@@ -754,9 +832,10 @@ pub fn settings_from_config(cfg: &PartyConfig, path: &Path) -> Result<NodeSettin
     };
     let likelihood_ok = kind == CombinerKind::Noisy && unc == Uncertainty::Marginal;
     if cfg.model.answers == Some(AnswerForm::Functionals) {
-        return Err(bad(
+        return Err(rule(
             path,
-            "model.answers = \"functionals\" is an in-process reading (experiment frontier --answers functionals): the wire protocol does not carry the release likelihood it needs; use likelihood".into(),
+            "model.answers",
+            "model.answers = \"functionals\" is an in-process reading (experiment frontier --answers functionals): the wire protocol does not carry the release likelihood it needs; use likelihood",
         ));
     }
     let answers = cfg.model.answers.unwrap_or(if honest && likelihood_ok {
@@ -764,8 +843,8 @@ pub fn settings_from_config(cfg: &PartyConfig, path: &Path) -> Result<NodeSettin
     } else {
         AnswerForm::Posterior
     });
-    dpcotrain_privacy::calibrate::check_epsilon(pv.epsilon).map_err(|e| bad(path, format!("privacy.epsilon: {e}")))?;
-    dpcotrain_privacy::calibrate::check_delta(pv.delta).map_err(|e| bad(path, format!("privacy.delta: {e}")))?;
+    dpcotrain_privacy::calibrate::check_epsilon(pv.epsilon).map_err(|e| setting(path, Some("privacy.epsilon"), e))?;
+    dpcotrain_privacy::calibrate::check_delta(pv.delta).map_err(|e| setting(path, Some("privacy.delta"), e))?;
     let mode = match pv.mode {
         PrivacyMode::Off => DpMode::Off,
         PrivacyMode::Thesis => DpMode::Thesis { multiplier: THESIS_MULTIPLIER },
@@ -774,29 +853,29 @@ pub fn settings_from_config(cfg: &PartyConfig, path: &Path) -> Result<NodeSettin
             delta: pv.delta,
             mechanism: Mechanism::Analytic,
             range: LabelRange::new(pv.label_range[0], pv.label_range[1])
-                .map_err(|e| bad(path, format!("privacy.label_range: {e}")))?,
+                .map_err(|e| setting(path, Some("privacy.label_range"), e))?,
             budget_epsilon: pv.budget_epsilon.unwrap_or(pv.epsilon),
         },
     };
     if let DpMode::Calibrated { epsilon, budget_epsilon, .. } = mode
         && budget_epsilon < epsilon
     {
-        return Err(bad(
+        return Err(setting(
             path,
-            format!(
-                "privacy.budget_epsilon = {budget_epsilon} is below privacy.epsilon = {epsilon}, the cost of one release: every release would be refused"
-            ),
+            Some("privacy.budget_epsilon"),
+            SettingProblem::BelowOneRelease { budget_epsilon, epsilon },
         ));
     }
     let dp = DpConfig { mode, policy, inflate_variance: true, release, theta, queries };
-    dp.validate().map_err(|e| bad(path, format!("{e}")))?;
-    dp.check_combiner(kind, unc).map_err(|e| bad(path, format!("[model] {e}")))?;
-    answers.check(kind, unc).map_err(|e| bad(path, format!("model.answers: {e}")))?;
+    dp.validate().map_err(|e| setting(path, None, e))?;
+    dp.check_combiner(kind, unc).map_err(|e| setting(path, Some("[model]"), e))?;
+    answers.check(kind, unc).map_err(|e| setting(path, Some("model.answers"), e))?;
     let guard = cfg.model.guard;
     if guard != AnswerGuard::Off && kind != CombinerKind::Noisy {
-        return Err(bad(path, format!("model.guard = {:?} needs the noisy combiner", guard.name())));
+        let e = CotrainError::from(Conflict::GuardNeedsNoisy { combiner: kind.name() });
+        return Err(setting(path, Some("model.guard"), e));
     }
-    dp.check_guard(guard).map_err(|e| bad(path, format!("model.guard: {e}")))?;
+    dp.check_guard(guard).map_err(|e| setting(path, Some("model.guard"), e))?;
     Ok(NodeSettings { kind, uncertainty: unc, dp, answers, guard })
 }
 
@@ -843,69 +922,71 @@ impl PartyConfig {
         if let Some(ops) = &self.ops_listen
             && *ops == self.listen
         {
-            return Err(bad(
-                path,
-                format!("ops_listen must differ from listen (\"{ops}\"): the node's port speaks mutual TLS"),
-            ));
+            return Err(setting(path, Some("ops_listen"), SettingProblem::SameAsListen { ops: ops.to_string() }));
         }
         for p in &self.peers {
             check_name(&p.name, &format!("{f}: peers.name"))?;
             if p.name == self.name {
-                return Err(bad(path, format!("peer {:?} is this party itself", p.name)));
+                return Err(setting(path, Some("peers.name"), SettingProblem::SelfPeer { name: p.name.clone() }));
             }
             let scheme_ok =
                 if self.insecure { p.address.starts_with("http://") } else { p.address.starts_with("https://") };
             if !scheme_ok {
-                return Err(bad(
+                return Err(setting(
                     path,
-                    format!(
-                        "peer {} address {:?} must start with {}",
-                        p.name,
-                        p.address,
-                        if self.insecure { "http:// (insecure = true)" } else { "https:// (TLS)" }
-                    ),
+                    Some("peers.address"),
+                    SettingProblem::PeerScheme {
+                        name: p.name.clone(),
+                        address: p.address.clone(),
+                        scheme: if self.insecure { "http:// (insecure = true)" } else { "https:// (TLS)" },
+                    },
                 ));
             }
         }
         let mut names: Vec<&str> = self.peers.iter().map(|p| p.name.as_str()).collect();
         names.sort();
         if names.windows(2).any(|w| w[0] == w[1]) {
-            return Err(bad(path, "a peer is listed twice".into()));
+            return Err(rule(path, "peers.name", "a peer is listed twice"));
         }
         let pv = &self.privacy;
-        for (name, v) in
-            [("epsilon", Some(pv.epsilon)), ("delta", Some(pv.delta)), ("budget_epsilon", pv.budget_epsilon)]
-        {
+        for (key, v) in [
+            ("privacy.epsilon", Some(pv.epsilon)),
+            ("privacy.delta", Some(pv.delta)),
+            ("privacy.budget_epsilon", pv.budget_epsilon),
+        ] {
             if let Some(v) = v
                 && !(v.is_finite() && v > 0.0)
             {
-                return Err(bad(path, format!("privacy.{name} must be a positive number, got {v}")));
+                return Err(value(path, key, v, "be a positive number"));
             }
         }
         if pv.delta >= 1.0 {
-            return Err(bad(path, format!("privacy.delta must be below 1, got {}", pv.delta)));
+            return Err(value(path, "privacy.delta", pv.delta, "be below 1"));
         }
         let [lo, hi] = pv.label_range;
         if !(lo.is_finite() && hi.is_finite() && lo < hi) {
-            return Err(bad(
-                path,
-                format!("privacy.label_range must be two finite numbers, low < high; got [{lo}, {hi}]"),
-            ));
+            return Err(setting(path, Some("privacy.label_range"), SettingProblem::Range { lo, hi }));
         }
         if !self.data.y_scale.is_finite() || self.data.y_scale <= 0.0 || !self.data.y_mean.is_finite() {
-            return Err(bad(path, "data.y_scale must be positive and data.y_mean finite".into()));
+            return Err(rule(path, "data.y_scale", "data.y_scale must be positive and data.y_mean finite"));
         }
         match (&self.security, self.insecure) {
-            (Some(_), true) => return Err(bad(path, "set either [security] or insecure = true, not both".into())),
-            (None, false) => return Err(bad(
-                path,
-                "no [security] section: add one (TLS + tokens; `generate_dev = true` makes throw-away secrets) or set insecure = true for a loopback-only development node".into(),
-            )),
+            (Some(_), true) => {
+                return Err(rule(path, "security", "set either [security] or insecure = true, not both"));
+            }
+            (None, false) => {
+                return Err(rule(
+                    path,
+                    "security",
+                    "no [security] section: add one (TLS + tokens; `generate_dev = true` makes throw-away secrets) or set insecure = true for a loopback-only development node",
+                ));
+            }
             (None, true) => {
                 if !self.listen.is_loopback() {
-                    return Err(bad(
+                    return Err(setting(
                         path,
-                        format!("insecure = true is only allowed on a loopback listen address, not \"{}\"", self.listen),
+                        Some("insecure"),
+                        SettingProblem::NotLoopback { listen: self.listen.to_string() },
                     ));
                 }
             }

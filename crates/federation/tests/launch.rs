@@ -136,7 +136,7 @@ async fn bad_configs_are_typed_errors_that_name_the_file_and_field() {
     std::fs::write(&bad, text.replace("[privacy]", "[privacy]\ntheta = \"select\"")).unwrap();
     let cfg: PartyConfig = load(&bad).unwrap();
     match launch(&cfg, &bad).await {
-        Err(LaunchError::Config(e @ ConfigError::Invalid { .. })) => {
+        Err(LaunchError::Config(e @ ConfigError::Setting { key: Some("privacy.theta_epsilon"), .. })) => {
             let m = e.to_string();
             assert!(m.contains("theta.toml") && m.contains("privacy.theta_epsilon"), "{m}");
         }

@@ -29,7 +29,7 @@ pub enum PrivacyError {
     Spelling { what: &'static str, text: String, expected: &'static str },
     /// A number that must be finite was not (`what` names it and where it was).
     #[error("invalid privacy parameter: {what}")]
-    NonFinite { what: String },
+    NonFinite { what: &'static str },
     /// Something that must not be empty was: `context` had no `what`.
     #[error("invalid privacy parameter: {context}: no {what}")]
     Empty { context: &'static str, what: &'static str },
@@ -90,7 +90,7 @@ impl PrivacyError {
     }
 
     /// [`PrivacyError::NonFinite`].
-    pub fn non_finite(what: impl Into<String>) -> Self {
-        PrivacyError::NonFinite { what: what.into() }
+    pub fn non_finite(what: &'static str) -> Self {
+        PrivacyError::NonFinite { what }
     }
 }

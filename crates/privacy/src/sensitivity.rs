@@ -68,7 +68,14 @@ pub fn from_influence(
             .get(j)
             .ok_or_else(|| PrivacyError::out_of_range("sensitivity", "private row", j, influence.len()))?;
         if !v.is_finite() {
-            return Err(PrivacyError::non_finite(format!("influence of row {j} is not finite")));
+            return Err(PrivacyError::Entry {
+                context: "sensitivity",
+                name: "influence",
+                item: "row",
+                index: j,
+                value: v,
+                bound: "be finite",
+            });
         }
         if v > best.value {
             best = Sensitivity { value: v, worst_row: j };
