@@ -80,9 +80,52 @@ pub struct CheckArgs {
     pub offline: bool,
 }
 
+/// What a party config resolves to: its listen port, state and secrets folders, the files it
+/// needs, its peers, and (when its data were read) how many labels its releases clip.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct NodeCheck {
+    pub name: String,
+    pub federation_id: String,
+    pub listen_host: String,
+    pub listen_port: u16,
+    pub ops_port: Option<u16>,
+    pub state_dir: String,
+    pub security_dir: Option<String>,
+    pub secret_files: Vec<String>,
+    pub data_files: Vec<String>,
+    pub peers: Vec<PeerAddress>,
+    /// For this party's operator only (label-dependent, never sent to a peer); none offline.
+    pub labels: Option<LabelCount>,
+    /// Whether the settings carry a formal (ε, δ) guarantee, and if not, why.
+    pub guaranteed: bool,
+    pub guarantee_warning: Option<String>,
+}
+
+/// A peer's address as `node check` reads it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PeerAddress {
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+}
+
+/// A party's labels, and how many of them its releases clip to `privacy.label_range`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct LabelCount {
+    pub rows: usize,
+    pub clipped_by_release: usize,
+}
+
 /// `dpcotrain node check`: validate a party config without serving, and print what it
-/// resolves to (listen port, state and secrets folders, the files it needs, peers) as JSON.
+/// resolves to as JSON ([`NodeCheck`]).
 pub fn check(a: CheckArgs) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_value(node_check(&a)?)?);
+    Ok(())
+}
+
+/// `node check` as a library function: the config validated (and, unless `offline`, its files,
+/// secrets and data read and its local GP fitted, as `node serve` would).
+pub fn node_check(a: &CheckArgs) -> anyhow::Result<NodeCheck> {
     let cfg: PartyConfig = load(&a.config)?;
     cfg.validate(&a.config)?;
     let guarantee = settings_from_config(&cfg, &a.config)?.dp.guarantee();
@@ -111,11 +154,11 @@ pub fn check(a: CheckArgs) -> anyhow::Result<()> {
         secrets.extend([t.ca, t.cert, t.key, orchestrator_token(&dir, &cfg.name)]);
         secrets.extend(cfg.peers.iter().map(|p| pair_token(&dir, &cfg.name, &p.name)));
     }
-    let mut labels = serde_json::Value::Null;
+    let mut labels = None;
     let mut peers = Vec::new();
     for p in &cfg.peers {
         let (host, port) = port_of(&p.address, &format!("peer {} address", p.name))?;
-        peers.push(serde_json::json!({"name": p.name, "host": host, "port": port}));
+        peers.push(PeerAddress { name: p.name.clone(), host, port });
     }
     if !a.offline {
         for p in data.iter().chain(if cfg.security.as_ref().is_some_and(|s| s.generate_dev) {
@@ -144,7 +187,7 @@ pub fn check(a: CheckArgs) -> anyhow::Result<()> {
         // For this party's operator (label-dependent, never sent to a peer): how many labels the
         // release clips to the declared range; the party's own model fits them as they are.
         let clipped = party.labels_clipped();
-        labels = serde_json::json!({"rows": party.n_labels(), "clipped_by_release": clipped});
+        labels = Some(LabelCount { rows: party.n_labels(), clipped_by_release: clipped });
         if clipped > 0 {
             eprintln!(
                 "{f}: {clipped} of {} training labels lie outside privacy.label_range: its releases clip them (its own model does not)",
@@ -153,16 +196,21 @@ pub fn check(a: CheckArgs) -> anyhow::Result<()> {
         }
     }
     let s = |p: &PathBuf| p.display().to_string();
-    println!(
-        "{}",
-        serde_json::json!({"name": cfg.name, "federation_id": cfg.federation_id, "listen_host": listen_host,
-            "listen_port": listen_port, "ops_port": ops_port, "state_dir": s(&cfg.state_dir(&a.config)),
-            "security_dir": cfg.security.as_ref().map(|x| s(&rel(&a.config, &x.dir))),
-            "secret_files": secrets.iter().map(s).collect::<Vec<_>>(),
-            "data_files": data.iter().map(s).collect::<Vec<_>>(), "peers": peers, "labels": labels,
-            "guaranteed": guarantee.is_formal(), "guarantee_warning": guarantee.why_not()})
-    );
-    Ok(())
+    Ok(NodeCheck {
+        name: cfg.name.clone(),
+        federation_id: cfg.federation_id.clone(),
+        listen_host,
+        listen_port,
+        ops_port,
+        state_dir: s(&cfg.state_dir(&a.config)),
+        security_dir: cfg.security.as_ref().map(|x| s(&rel(&a.config, &x.dir))),
+        secret_files: secrets.iter().map(s).collect(),
+        data_files: data.iter().map(s).collect(),
+        peers,
+        labels,
+        guaranteed: guarantee.is_formal(),
+        guarantee_warning: guarantee.why_not().map(|w| w.to_string()),
+    })
 }
 
 #[derive(Debug, Args)]

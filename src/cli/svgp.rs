@@ -17,7 +17,6 @@ use dpcotrain_gp::{GpError, NoiseVariance, SourceError, Svgp};
 use indicatif::{ProgressBar, ProgressStyle};
 use nalgebra::{DMatrix, DVector};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -155,7 +154,88 @@ fn sample_inputs(src: &mut CsvStream, max: usize) -> anyhow::Result<DMatrix<f64>
     Ok(DMatrix::from_row_slice(vals.len() / d, d, &vals))
 }
 
+/// What `gp svgp` found: the fit's account (steps, epochs, the bound per row), its
+/// hyperparameters, the test fit if asked, and the run's time and memory.
+#[derive(Debug, Clone, Serialize)]
+pub struct SvgpFitReport {
+    pub model: &'static str,
+    pub rows: usize,
+    pub inputs: Vec<String>,
+    pub target: String,
+    pub inducing: usize,
+    pub steps: u64,
+    pub resumed_at: Option<u64>,
+    pub epochs_completed: u64,
+    /// The bound per row at the final state, over every row (one more streamed pass).
+    pub bound_per_row: f64,
+    /// The training's moving average of minibatch estimates.
+    pub bound_per_row_moving_average: Option<f64>,
+    pub standardized: bool,
+    pub kernel: std::collections::BTreeMap<String, f64>,
+    pub noise: f64,
+    pub optimal_q: bool,
+    pub test: Option<TestFit>,
+    pub fit_seconds: f64,
+    pub peak_rss_bytes: Option<u64>,
+    pub seconds: f64,
+    pub trace: Vec<(u64, f64)>,
+}
+
+/// A fit's accuracy on a labelled file.
+#[derive(Debug, Clone, Serialize)]
+pub struct TestFit {
+    pub file: String,
+    pub rows: usize,
+    pub rmse: f64,
+    pub nlpd: f64,
+}
+
+impl std::fmt::Display for SvgpFitReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "SVGP on {} rows × {} inputs, M = {}: {} steps ({} epochs completed) in {:.1} s{}",
+            self.rows,
+            self.inputs.len(),
+            self.inducing,
+            self.steps,
+            self.epochs_completed,
+            self.fit_seconds,
+            self.resumed_at.map(|s| format!(", resumed at step {s}")).unwrap_or_default()
+        )?;
+        writeln!(
+            f,
+            "bound / N at the final state, over every row ({} units): {:.5}{}",
+            if self.standardized { "standardised" } else { "data" },
+            self.bound_per_row,
+            self.bound_per_row_moving_average
+                .map(|b| format!(" (the training's moving average: {b:.5})"))
+                .unwrap_or_default()
+        )?;
+        writeln!(f, "noise variance {:.5}; kernel {}", self.noise, serde_json::json!(self.kernel))?;
+        if let Some(t) = &self.test {
+            writeln!(f, "test ({} rows): RMSE {:.5}, NLPD {:.5}", t.rows, t.rmse, t.nlpd)?;
+        }
+        Ok(())
+    }
+}
+
+/// `gp svgp`: fit, then print the report (pretty JSON with `--json`).
 pub fn run(args: SvgpArgs) -> anyhow::Result<()> {
+    let json = args.json;
+    let report = svgp_fit(args)?;
+    if json {
+        // Through a JSON value: keys print sorted, as every `--json` output here.
+        println!("{}", serde_json::to_string_pretty(&serde_json::to_value(&report)?)?);
+    } else {
+        print!("{report}");
+    }
+    Ok(())
+}
+
+/// `gp svgp` as a library function (the checkpoint and the `--output` predictions are written
+/// here too).
+pub fn svgp_fit(args: SvgpArgs) -> anyhow::Result<SvgpFitReport> {
     for (name, v) in [("lr", args.lr), ("epochs", args.epochs)] {
         if !(v.is_finite() && v > 0.0) {
             anyhow::bail!("--{name} must be a positive finite number, got {v}");
@@ -331,7 +411,7 @@ pub fn run(args: SvgpArgs) -> anyhow::Result<()> {
                 .map(|((m, v), t)| 0.5 * (2.0 * std::f64::consts::PI * v).ln() + (t - m).powi(2) / (2.0 * v))
                 .sum::<f64>()
                 / y.len() as f64;
-            Some(json!({ "file": path.display().to_string(), "rows": y.len(), "rmse": rmse, "nlpd": nlpd }))
+            Some(TestFit { file: path.display().to_string(), rows: y.len(), rmse, nlpd })
         }
         None => None,
     };
@@ -344,60 +424,25 @@ pub fn run(args: SvgpArgs) -> anyhow::Result<()> {
         }
     }
     let names = model.kernel.param_names();
-    let kernel_params: serde_json::Map<String, serde_json::Value> =
-        names.iter().cloned().zip(model.kernel.params().iter().map(|v| json!(v.exp()))).collect();
-    let out = json!({
-        "model": "svgp",
-        "rows": n,
-        "inputs": src.input_names(),
-        "target": args.target,
-        "inducing": args.inducing,
-        "steps": report.steps,
-        "resumed_at": resumed_at,
-        "epochs_completed": report.epochs_completed,
-        "bound_per_row": final_bound,
-        "bound_per_row_moving_average": report.bound_per_row,
-        "standardized": standardize,
-        "kernel": kernel_params,
-        "noise": model.noise.variance,
-        "optimal_q": args.optimal_q,
-        "test": test,
-        "fit_seconds": fit_secs,
-        "peak_rss_bytes": crate::process::peak_rss_bytes(),
-        "seconds": t0.elapsed().as_secs_f64(),
-        "trace": report.trace,
-    });
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&out)?);
-    } else {
-        println!(
-            "SVGP on {} rows × {} inputs, M = {}: {} steps ({} epochs completed) in {:.1} s{}",
-            n,
-            src.dim(),
-            args.inducing,
-            report.steps,
-            report.epochs_completed,
-            fit_secs,
-            resumed_at.map(|s| format!(", resumed at step {s}")).unwrap_or_default()
-        );
-        println!(
-            "bound / N at the final state, over every row ({} units): {final_bound:.5}{}",
-            if standardize { "standardised" } else { "data" },
-            report.bound_per_row.map(|b| format!(" (the training's moving average: {b:.5})")).unwrap_or_default()
-        );
-        println!(
-            "noise variance {:.5}; kernel {}",
-            model.noise.variance,
-            serde_json::Value::Object(out["kernel"].as_object().cloned().unwrap_or_default())
-        );
-        if let Some(t) = &out["test"].as_object() {
-            println!(
-                "test ({} rows): RMSE {:.5}, NLPD {:.5}",
-                t["rows"],
-                t["rmse"].as_f64().unwrap_or(f64::NAN),
-                t["nlpd"].as_f64().unwrap_or(f64::NAN)
-            );
-        }
-    }
-    Ok(())
+    Ok(SvgpFitReport {
+        model: "svgp",
+        rows: n,
+        inputs: src.input_names(),
+        target: args.target.clone(),
+        inducing: args.inducing,
+        steps: report.steps,
+        resumed_at,
+        epochs_completed: report.epochs_completed,
+        bound_per_row: final_bound,
+        bound_per_row_moving_average: report.bound_per_row,
+        standardized: standardize,
+        kernel: names.iter().cloned().zip(model.kernel.params().iter().map(|v| v.exp())).collect(),
+        noise: model.noise.variance,
+        optimal_q: args.optimal_q,
+        test,
+        fit_seconds: fit_secs,
+        peak_rss_bytes: crate::process::peak_rss_bytes(),
+        seconds: t0.elapsed().as_secs_f64(),
+        trace: report.trace,
+    })
 }

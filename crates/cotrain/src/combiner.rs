@@ -800,7 +800,7 @@ impl CoModel {
             return Err(fault(AnswerFault::LikelihoodNeedsPriorAndNoise));
         }
         if let Some(l) = &a.likelihood {
-            l.release.validate(l.indices.len()).map_err(|e| fault(AnswerFault::Release(e)))?;
+            l.release.validate(l.indices.len()).map_err(|e| fault(AnswerFault::Release(Box::new(e))))?;
             if l.indices.iter().any(|i| !a.indices.contains(i))
                 || b.likelihoods.iter().any(|old| old.indices.iter().any(|i| l.indices.contains(i)))
             {
@@ -1427,7 +1427,7 @@ fn functional_messages(
         let noise = &r.noise * scale + &r.map * r.map.transpose() * tau2;
         let noise = (&noise + noise.transpose()) * 0.5;
         let chol = Cholesky::factor(noise, "R (release functionals)", JitterPolicy::IF_NEEDED)
-            .map_err(|e| fail(AnswerFault::Release(e.into())))?;
+            .map_err(|e| fail(AnswerFault::Release(Box::new(e.into()))))?;
         let a = chol.solve(&r.map); // R'⁻¹ L, k × q
         let precision = r.map.transpose() * &a;
         let mut precision = (&precision + precision.transpose()) * 0.5;
@@ -1436,7 +1436,7 @@ fn functional_messages(
         }
         let info = a.transpose() * w;
         let pc = Cholesky::factor(precision, "Lᵀ R'⁻¹ L (release functionals)", JitterPolicy::IF_NEEDED)
-            .map_err(|e| fail(AnswerFault::Release(e.into())))?;
+            .map_err(|e| fail(AnswerFault::Release(Box::new(e.into()))))?;
         let m = pc.solve_vec(&info);
         let n = pc.inverse();
         for (s, &ps) in pos.iter().enumerate() {

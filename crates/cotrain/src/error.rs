@@ -185,7 +185,7 @@ pub enum AnswerFault {
     FunctionalNeedsLikelihood,
     /// The release likelihood's matrices are not a valid release (the privacy layer's check).
     #[error("release likelihood: {0}")]
-    Release(dpcotrain_privacy::PrivacyError),
+    Release(Box<dpcotrain_privacy::PrivacyError>),
 }
 
 /// The ways a [`answer::PredictRequest`] can be wrong, checked before anything is computed or
@@ -218,7 +218,7 @@ pub enum OwnError {
     Conflict(#[from] Conflict),
     /// Data this party cannot use (each variant names the data set, party or column).
     #[error("invalid setting or data: {0}")]
-    Data(#[from] DataError),
+    Data(Box<DataError>),
     /// A quantity of this party's own model that came out non-finite (`what` names it).
     #[error("invalid setting or data: {what} are not finite")]
     NonFinite { what: &'static str },
@@ -233,7 +233,7 @@ pub enum OwnError {
     ModelChanged { base: u64, now: u64 },
     /// A saved state this party refuses to restore (another party's, edited, or inconsistent).
     #[error("saved state refused: saved state of party {party:?}: {refusal}")]
-    State { party: String, refusal: StateRefusal },
+    State { party: String, refusal: Box<StateRefusal> },
     /// A step the code never reaches while its invariants hold: a bug, reported instead of a
     /// panic. Nothing was released.
     #[error("internal: {0}")]
@@ -272,7 +272,7 @@ impl CotrainError {
 
     /// [`OwnError::State`].
     pub fn state(party: &str, refusal: StateRefusal) -> Self {
-        CotrainError::Own(OwnError::State { party: party.to_string(), refusal })
+        CotrainError::Own(OwnError::State { party: party.to_string(), refusal: Box::new(refusal) })
     }
 }
 
@@ -284,7 +284,7 @@ impl From<Conflict> for CotrainError {
 
 impl From<DataError> for CotrainError {
     fn from(e: DataError) -> Self {
-        CotrainError::Own(OwnError::Data(e))
+        CotrainError::Own(OwnError::Data(Box::new(e)))
     }
 }
 

@@ -41,13 +41,13 @@ pub enum ConfigError {
     /// A value the schema accepts but the node cannot use: the `key` it is set under (where
     /// one key is at fault) and the problem, typed.
     #[error("{}: {}", path.display(), keyed(*key, problem))]
-    Setting { path: PathBuf, key: Option<&'static str>, problem: SettingProblem },
+    Setting { path: PathBuf, key: Option<&'static str>, problem: Box<SettingProblem> },
     /// A data file named by the config (the error names the file, line and column).
     #[error(transparent)]
     Data(#[from] TableError),
     /// The party could not be built from valid settings and data.
     #[error("{}: {source}", path.display())]
-    Party { path: PathBuf, source: CotrainError },
+    Party { path: PathBuf, source: Box<CotrainError> },
     #[error(
         "{what} {name:?}: use 1-63 letters, digits, '-' or '_' (and not {ORCHESTRATOR:?} or \"ca\"): it names certificates and files"
     )]
@@ -139,7 +139,7 @@ fn keyed(key: Option<&str>, problem: &SettingProblem) -> String {
 
 /// [`ConfigError::Setting`] of the file at `path`.
 fn setting(path: &Path, key: Option<&'static str>, problem: impl Into<SettingProblem>) -> ConfigError {
-    ConfigError::Setting { path: path.to_path_buf(), key, problem: problem.into() }
+    ConfigError::Setting { path: path.to_path_buf(), key, problem: Box::new(problem.into()) }
 }
 
 /// A rule of the config file broken, under `key`.
@@ -759,7 +759,7 @@ pub fn party_from_config(cfg: &PartyConfig, path: &Path) -> Result<Party, Config
         }
     }
     let mut party = Party::with_local_model(data, kind, uncertainty, k, noise, dp, cfg.seed, readings, local, inducing)
-        .map_err(|source| ConfigError::Party { path: path.to_path_buf(), source })?;
+        .map_err(|source| ConfigError::Party { path: path.to_path_buf(), source: Box::new(source) })?;
     party.set_answer_form(answers).map_err(|e| setting(path, Some("model.answers"), e))?;
     party.set_guard(guard).map_err(|e| setting(path, Some("model.guard"), e))?;
     party.set_refit_policy(cfg.model.refit);

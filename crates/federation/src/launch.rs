@@ -40,7 +40,7 @@ pub enum LaunchError {
     #[error(transparent)]
     Party(#[from] CotrainError),
     #[error("cannot resume from {}: {source}", state.display())]
-    Resume { state: PathBuf, source: CotrainError },
+    Resume { state: PathBuf, source: Box<CotrainError> },
     #[error("cannot listen on {addr}{}: {source}", if *ops { " (ops_listen)" } else { "" })]
     Bind { addr: String, ops: bool, source: std::io::Error },
     #[error("{}: {message}", config.display())]
@@ -172,7 +172,9 @@ pub async fn launch(cfg: &PartyConfig, path: &Path) -> Result<Launched, LaunchEr
         let (_, alone) = evaluate_with_errors(&mut party)?;
         let resumed = match store.load()? {
             Some(st) => {
-                party.restore(&st).map_err(|source| LaunchError::Resume { state: store.path().clone(), source })?;
+                party
+                    .restore(&st)
+                    .map_err(|source| LaunchError::Resume { state: store.path().clone(), source: Box::new(source) })?;
                 Some((st.turns.len(), st.rho_spent()))
             }
             None => None,

@@ -72,15 +72,15 @@ fn rho_charged(p: &Arc<Mutex<Party>>, requester: &str) -> (usize, f64) {
     p.lock().unwrap().ledger(requester).map_or((0, 0.0), |l| (l.releases.len(), l.rho_spent()))
 }
 
-/// B's disk fills while it saves its answer to A: B withholds it (INTERNAL), A's turn is not
-/// taken (nothing recorded). Once the disk takes writes again, the same round is taken; B
-/// charged the exchange once, and A ends exactly where a run without the fault ends.
-
 /// A turn not taken because its peer answered DATA_LOSS: the code travels typed, not in words.
 fn data_loss(err: &CotrainError) -> bool {
     matches!(err, CotrainError::TurnNotTaken { reasons, .. }
         if reasons.iter().any(|r| r.code == dpcotrain_cotrain::RemoteCode::DataLoss))
 }
+
+/// B's disk fills while it saves its answer to A: B withholds it (INTERNAL), A's turn is not
+/// taken (nothing recorded). Once the disk takes writes again, the same round is taken; B
+/// charged the exchange once, and A ends exactly where a run without the fault ends.
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_that_cannot_save_leaves_the_turn_not_taken_and_the_retry_takes_it() {
