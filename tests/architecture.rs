@@ -325,44 +325,141 @@ fn epsilon_becomes_sigma_in_one_place() {
     assert!(found.is_empty(), "ε → μ → σ outside NoiseScale:\n{}", found.join("\n"));
 }
 
-/// The variants of the `thiserror` enums in `text` whose every field is a `String`: errors
-/// that are only words (`Name(String)`, `Name { message: String }`), as `Enum::Variant`.
-fn string_only_variants(text: &str) -> Vec<String> {
+/// A line without its `//` comment; a `//` inside a string literal (`"https://…"`) stays.
+fn without_comment(line: &str) -> &str {
+    let (mut in_string, mut escaped) = (false, false);
+    let b = line.as_bytes();
+    for k in 0..b.len() {
+        match b[k] {
+            _ if escaped => escaped = false,
+            b'\\' if in_string => escaped = true,
+            b'"' => in_string = !in_string,
+            b'/' if !in_string && b.get(k + 1) == Some(&b'/') => return &line[..k],
+            _ => {}
+        }
+    }
+    line
+}
+
+/// A field type that holds text.
+fn is_text(t: &str) -> bool {
+    let t = t.replace(' ', "");
+    ["String", "Box<str>", "Arc<str>", "Rc<str>", "&'staticstr", "Cow<'static,str>", "Cow<'_,str>"]
+        .contains(&t.as_str())
+}
+
+/// How an error type (a variant of a `thiserror` enum, or a `thiserror` struct) holds text.
+#[derive(Debug, PartialEq)]
+enum Words {
+    /// Nothing but text: `Name(String)`, or text fields that hold prose (a message, a reason).
+    Only,
+    /// Prose next to typed context: `{ path: PathBuf, message: String }`.
+    WithContext,
+}
+
+/// The names a field holding prose goes by.
+const PROSE: [&str; 10] =
+    ["message", "msg", "reason", "why", "detail", "what", "problem", "error", "cause", "description"];
+
+/// How the fields `fields` (the text between a variant's brackets) hold text, if they do.
+fn words_in(fields: &str, tuple: bool) -> Option<Words> {
+    let fields: Vec<(&str, &str)> = fields
+        .split(',')
+        .map(str::trim)
+        .filter(|f| !f.is_empty())
+        .map(|f| {
+            let f = f.trim_start_matches("pub ").trim_start_matches("pub(crate) ");
+            match f.split_once(':') {
+                Some((n, t)) if !tuple => (n.trim(), t.trim()),
+                _ => ("", f.trim()),
+            }
+        })
+        .collect();
+    // Prose: text in a tuple, or a text field named as prose. A `&'static str` field is a label
+    // the code chose from a fixed set ("what": "training rows"), not prose.
+    let prose = |(n, t): &(&str, &str)| is_text(t) && (tuple || (PROSE.contains(n) && !t.starts_with('&')));
+    let n_prose = fields.iter().filter(|f| prose(f)).count();
+    match n_prose {
+        0 => None,
+        k if k == fields.len() => Some(Words::Only),
+        _ => Some(Words::WithContext),
+    }
+}
+
+/// The error types in `text` (Rust source, comments included) that hold prose: each variant of
+/// a `thiserror` enum and each `thiserror` struct, as `Type::Variant` or `Type`, with how.
+fn words_in_errors(text: &str) -> Vec<(String, Words)> {
+    let lines: Vec<&str> = text.lines().map(without_comment).collect();
     let mut out = Vec::new();
-    let lines: Vec<&str> = text.lines().collect();
     let mut i = 0;
     while i < lines.len() {
-        let derive = lines[i].trim_start().starts_with("#[derive(") && lines[i].contains("thiserror::Error");
+        // An error type: a `thiserror` derive, or a derived type whose name ends in `Error`.
+        let derive = lines[i].trim_start().starts_with("#[derive(");
+        let thiserror = lines[i].contains("thiserror::Error");
         i += 1;
         if !derive {
             continue;
         }
-        while i < lines.len() && lines[i].trim_start().starts_with("#[") {
+        // Attributes (one may span lines) and blank lines (doc comments, stripped) up to the item.
+        while i < lines.len() && (lines[i].trim().is_empty() || lines[i].trim_start().starts_with("#[")) {
+            let mut depth = lines[i].matches('[').count() as i64 - lines[i].matches(']').count() as i64;
+            while depth > 0 && i + 1 < lines.len() {
+                i += 1;
+                depth += lines[i].matches('[').count() as i64 - lines[i].matches(']').count() as i64;
+            }
             i += 1;
         }
-        let Some(name) = lines.get(i).and_then(|l| l.trim_start().strip_prefix("pub enum ")) else { continue };
-        let name = name.trim_end_matches(" {").trim().to_string();
-        // Variants sit at one indentation inside the enum; the enum ends at a closing brace
-        // without indentation. A variant's fields may span lines up to its closing brace.
+        let Some(item) = lines.get(i).map(|l| l.trim()) else { break };
+        let item = item.trim_start_matches("pub(crate) ").trim_start_matches("pub(super) ").trim_start_matches("pub ");
+        let indent = lines[i].len() - lines[i].trim_start().len();
+        let is_error = |rest: &str| {
+            thiserror
+                || rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect::<String>().ends_with("Error")
+        };
+        if let Some(rest) = item.strip_prefix("struct ").filter(|r| is_error(r)) {
+            // `struct Name(pub String);` or `struct Name { … }` on one or more lines.
+            let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            let mut body = rest[name.len()..].to_string();
+            let open = |b: &str| b.matches('{').count() > b.matches('}').count();
+            while (open(&body) || !(body.trim_end().ends_with(';') || body.trim_end().ends_with('}')))
+                && i + 1 < lines.len()
+            {
+                i += 1;
+                body.push(' ');
+                body.push_str(lines[i].trim());
+            }
+            let body = body.trim().trim_end_matches(';');
+            let found = match body.chars().next() {
+                Some('(') => words_in(&body[1..body.rfind(')').unwrap_or(body.len())], true),
+                Some('{') => words_in(&body[1..body.rfind('}').unwrap_or(body.len())], false),
+                _ => None,
+            };
+            out.extend(found.map(|w| (name, w)));
+            i += 1;
+            continue;
+        }
+        let Some(rest) = item.strip_prefix("enum ").filter(|r| is_error(r)) else { continue };
+        let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+        // Variants sit one level inside the enum, which ends at a `}` at the enum's indentation.
+        let (inner, end) = (" ".repeat(indent + 4), format!("{}}}", " ".repeat(indent)));
         i += 1;
         let mut variant = String::new();
-        while i < lines.len() && lines[i] != "}" {
+        while i < lines.len() && lines[i].trim_end() != end {
             let l = lines[i];
-            // An attribute (`#[error(…)]`) may span lines: skip to its closing bracket.
-            if variant.is_empty() && l.trim_start().starts_with("#[") {
-                let mut attr = l.to_string();
-                while attr.matches('[').count() > attr.matches(']').count() && i + 1 < lines.len() {
+            let t = l.trim();
+            if variant.is_empty() && t.starts_with("#[") {
+                let mut depth = l.matches('[').count() as i64 - l.matches(']').count() as i64;
+                while depth > 0 && i + 1 < lines.len() {
                     i += 1;
-                    attr.push_str(lines[i]);
+                    depth += lines[i].matches('[').count() as i64 - lines[i].matches(']').count() as i64;
                 }
                 i += 1;
                 continue;
             }
-            let top = l.starts_with("    ") && !l.starts_with("     ");
-            let t = l.trim();
-            if variant.is_empty() && top && !t.starts_with("///") && !t.starts_with("#[") && !t.starts_with("//") {
+            let top = l.starts_with(&inner) && !l[inner.len()..].starts_with(' ');
+            if variant.is_empty() && top && !t.is_empty() {
                 variant = t.to_string();
-            } else if !variant.is_empty() && !t.starts_with("///") && !t.starts_with("#[") {
+            } else if !variant.is_empty() && !t.starts_with("#[") {
                 variant.push(' ');
                 variant.push_str(t);
             }
@@ -373,31 +470,13 @@ fn string_only_variants(text: &str) -> Vec<String> {
                 && (variant.ends_with(',') || variant.ends_with('}'))
             {
                 let v = variant.trim_end_matches(',');
-                let (head, fields) = match (v.find('('), v.find('{')) {
-                    (Some(p), _) if v.ends_with(')') => (&v[..p], &v[p + 1..v.len() - 1]),
-                    (_, Some(b)) if v.ends_with('}') => (&v[..b], &v[b + 1..v.len() - 1]),
-                    _ => (v, ""),
+                let found = match (v.find('('), v.find('{')) {
+                    (Some(p), _) if v.ends_with(')') => Some((&v[..p], words_in(&v[p + 1..v.len() - 1], true))),
+                    (_, Some(b)) if v.ends_with('}') => Some((&v[..b], words_in(&v[b + 1..v.len() - 1], false))),
+                    _ => None,
                 };
-                let types: Vec<&str> = fields
-                    .split(',')
-                    .map(|f| f.rsplit(':').next().unwrap_or("").trim())
-                    .filter(|t| !t.is_empty())
-                    .collect();
-                // Words only: a tuple of strings, or string fields that hold prose (a message,
-                // a reason). Named strings that are data (a column, a party, an address) are not.
-                let prose = ["message", "reason", "why", "detail", "what", "text", "problem"];
-                let names: Vec<&str> = fields
-                    .split(',')
-                    .filter_map(|f| f.split(':').next())
-                    .map(str::trim)
-                    .filter(|n| !n.is_empty())
-                    .collect();
-                let tuple = v.ends_with(')');
-                if !types.is_empty()
-                    && types.iter().all(|t| *t == "String")
-                    && (tuple || names.iter().any(|n| prose.contains(n)))
-                {
-                    out.push(format!("{name}::{}", head.trim()));
+                if let Some((head, Some(w))) = found {
+                    out.push((format!("{name}::{}", head.trim()), w));
                 }
                 variant.clear();
             }
@@ -407,13 +486,14 @@ fn string_only_variants(text: &str) -> Vec<String> {
     out
 }
 
-/// Errors are typed (ARCHITECTURE.md, each crate's `error.rs`): a variant that is only words
-/// is one of these, each for a reason — text that comes from outside (a peer's, an optimiser's,
-/// the TOML parser's) or a name the user gave. A new one fails here until it is typed or added
-/// with its reason.
+/// Errors are typed (ARCHITECTURE.md, each crate's `error.rs`). An error that holds prose is
+/// one of these, each for a reason; a new one fails here until it is typed or added with its
+/// reason, and one that is gone must leave the list.
 #[test]
-fn errors_are_typed_and_the_words_only_variants_are_known() {
-    let allowed = [
+fn errors_are_typed_and_the_ones_with_words_are_known() {
+    // Nothing but words: text that comes from outside (a peer's, the optimiser's, the
+    // orchestrator's), a name the user gave, or a fixed rule of the config file.
+    let only = [
         // A peer node's own words: its reason for refusing the handshake.
         "PeerFault::HandshakeRefused",
         // The wire decoder's account of which field of a peer's answer is malformed.
@@ -422,32 +502,91 @@ fn errors_are_typed_and_the_words_only_variants_are_known() {
         "GpError::StartRejected",
         // A run that did not reach its round: the orchestrator's message about the nodes.
         "LaunchError::Drive",
-        // A name the user gave (a node name, a kernel expression) and what is wrong with it.
+        // A node name the user gave (the message says what a name may hold).
         "TlsError::BadName",
+        // A fixed rule of the config file (a `&'static str` that names its keys), under the
+        // key `ConfigError::Setting` carries.
+        "SettingProblem::Rule",
+    ];
+    // Words next to typed context (the file, the peer's code): the text is a foreign error's
+    // or the peer's own.
+    let with_context = [
+        // The state directory's file and what the OS or the JSON parser said about it.
+        "StoreError::Io",
+        "StoreError::Corrupt",
+        "StoreError::Tampered",
+        // The config file, and what the token or orchestrator setup said.
+        "LaunchError::Auth",
+        "LaunchError::Orchestrator",
+        // The config file, its line and column, and the TOML parser's message.
+        "ConfigError::Syntax",
+        // A PEM or key file and what is wrong with its content; what rcgen could not build.
+        "TlsError::BadFile",
+        "TlsError::Generate",
+        // A CSV row with another number of fields, and the CSV reader's account of it.
+        "TableError::RaggedRow",
+        // A name or kernel expression the user gave, and what is wrong with it.
         "ConfigError::Name",
         "KernelSpecError::Initial",
+        // The peer's status code (typed) and its own message; the transport's account of a
+        // channel it could not build.
+        "PeerFault::Status",
+        "PeerFault::Channel",
     ];
     let mut found = Vec::new();
     for dir in ["crates", "src"] {
         let mut files = Vec::new();
         rust_files(&root().join(dir), &mut files);
         for f in files.iter().filter(|f| !f.components().any(|c| c.as_os_str() == "tests")) {
-            // The file up to its inline test module (a `#[cfg(test)]` item may come earlier),
-            // without comments.
             let text = std::fs::read_to_string(f).unwrap();
-            let text = text.split("\nmod tests {").next().unwrap_or("");
-            let text: Vec<&str> = text.lines().map(|l| l.split("//").next().unwrap_or("")).collect();
-            found.extend(string_only_variants(&text.join("\n")));
+            // Up to the file's inline test module (a `#[cfg(test)]` item may come earlier).
+            found.extend(words_in_errors(text.split("\nmod tests {").next().unwrap_or("")));
         }
     }
-    found.sort();
-    let unknown: Vec<&String> = found.iter().filter(|v| !allowed.contains(&v.as_str())).collect();
-    assert!(
-        unknown.is_empty(),
-        "error variants that are only words: {unknown:?}; type them, or allow one with its reason"
+    found.sort_by(|a, b| a.0.cmp(&b.0));
+    for (kind, list) in [(Words::Only, &only[..]), (Words::WithContext, &with_context[..])] {
+        let of_kind: Vec<&String> = found.iter().filter(|(_, w)| *w == kind).map(|(n, _)| n).collect();
+        let unknown: Vec<&&String> = of_kind.iter().filter(|n| !list.contains(&n.as_str())).collect();
+        assert!(
+            unknown.is_empty(),
+            "{kind:?}: errors that hold words: {unknown:?}; type them, or list one with its reason"
+        );
+        let stale: Vec<&&str> = list.iter().filter(|a| !of_kind.iter().any(|n| n == *a)).collect();
+        assert!(stale.is_empty(), "{kind:?}: listed but no longer found (remove them): {stale:?}");
+    }
+}
+
+#[test]
+fn the_words_check_can_fail() {
+    let planted = r#"
+#[derive(Debug, thiserror::Error)]
+/// A doc line.
+pub(crate) enum E {
+    #[error("see https://example.org/{0}")]
+    Words(String),
+    Typed { n: usize },
+    Said {
+        message: String,
+    },
+    Boxed(Box<str>),
+    Filed { path: PathBuf, msg: String }, // a comment
+    Named { column: String },
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Bare(pub String);
+"#;
+    let found = words_in_errors(planted);
+    let names: Vec<(&str, &Words)> = found.iter().map(|(n, w)| (n.as_str(), w)).collect();
+    assert_eq!(
+        names,
+        [
+            ("E::Words", &Words::Only),
+            ("E::Said", &Words::Only),
+            ("E::Boxed", &Words::Only),
+            ("E::Filed", &Words::WithContext),
+            ("Bare", &Words::Only)
+        ]
     );
-    let stale: Vec<&&str> = allowed.iter().filter(|a| !found.iter().any(|f| f == *a)).collect();
-    assert!(stale.is_empty(), "allowed but no longer found (remove them): {stale:?}");
-    let planted = "#[derive(Debug, thiserror::Error)]\npub enum E {\n    #[error(\"{0}\")]\n    Words(String),\n    Typed { n: usize },\n    Said {\n        message: String,\n    },\n}\n";
-    assert_eq!(string_only_variants(planted), ["E::Words", "E::Said"], "the check can fail");
 }

@@ -671,6 +671,8 @@ impl std::fmt::Display for FitReport {
     }
 }
 
+/// Why training stopped, in words, from [`TrainReport::termination`] (the optimiser's
+/// `Termination` as Debug text).
 pub(crate) fn stop_reason(termination: &str) -> &'static str {
     match termination {
         "Converged(ProjectedGradient)" => "converged, projected gradient within pgtol",

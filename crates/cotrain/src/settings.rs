@@ -451,7 +451,10 @@ impl<'de> serde::Deserialize<'de> for AnswerDiscount {
         let parsed = match Raw::deserialize(d)? {
             Raw::Number(v) => {
                 let d = AnswerDiscount::Fixed(v);
-                d.validate().map(|()| d).map_err(|e| e.to_string())
+                // The same words as a string spelling gets (`FromStr`).
+                d.validate().map(|()| d).map_err(|_| {
+                    format!("{v} is not a variance ≥ 0 or own:K (K ≥ 0 times the party's own noise variance)")
+                })
             }
             Raw::Text(t) => t.parse(),
         };

@@ -154,7 +154,7 @@ pub enum TableError {
         "{}: need at least {min} data row{}, found {found}",
         file_label(.path, .what), plural_s(*.min)
     )]
-    TooFewRows { path: PathBuf, what: String, min: usize, found: usize },
+    TooFewRows { path: PathBuf, what: &'static str, min: usize, found: usize },
 
     /// The target is neither a column name nor a valid 0-based index.
     #[error(
@@ -440,11 +440,11 @@ impl Table {
     /// Check that the table has at least `min` data rows. `what` describes the file in the
     /// message, e.g. `"training data"`; may be empty:
     /// `train.csv (training data): need at least 2 data rows, found 1`.
-    pub fn require_rows(&self, min: usize, what: &str) -> Result<(), TableError> {
+    pub fn require_rows(&self, min: usize, what: &'static str) -> Result<(), TableError> {
         if self.data.nrows() >= min {
             return Ok(());
         }
-        Err(TableError::TooFewRows { path: self.path.clone(), what: what.to_owned(), min, found: self.data.nrows() })
+        Err(TableError::TooFewRows { path: self.path.clone(), what, min, found: self.data.nrows() })
     }
 
     /// Index of the column named `spec`, else `spec` read as a 0-based index.

@@ -1,7 +1,7 @@
 //! The numerical core's errors, typed: each variant carries the numbers it is about (a
 //! parameter and its bound, two sizes that disagree, the place of a non-finite value, the step
 //! a fit failed at), so that a caller matches on fields rather than reading a message. The
-//! messages are those the core has always printed, or nearly.
+//! messages name the same things as before; some are worded anew.
 
 use crate::linalg::LinalgError;
 use crate::optimize::OptimError;

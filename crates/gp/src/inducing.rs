@@ -96,7 +96,7 @@ pub fn greedy_variance(
 /// 1 ≤ M ≤ N: at least one of `what`, and no more than the rows.
 fn check_count(m: usize, n: usize, what: &'static str) -> Result<(), GpError> {
     if m == 0 {
-        return Err(GpError::parameter("number of inducing points", 0.0, "be at least 1"));
+        return Err(GpError::Empty { what });
     }
     if m > n {
         return Err(GpError::TooMany { what, asked: m, available: n, from: "training rows" });

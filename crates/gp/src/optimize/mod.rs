@@ -318,8 +318,8 @@ pub enum OptimError {
         /// Its upper bound.
         upper: f64,
     },
-    /// An option is out of range.
-    InvalidOptions(String),
+    /// An option outside its domain: `name` was `value` and must `bound`.
+    InvalidOptions { name: &'static str, value: f64, bound: &'static str },
 }
 
 impl fmt::Display for OptimError {
@@ -333,7 +333,9 @@ impl fmt::Display for OptimError {
                 "invalid bounds for variable {index}: lower = {lower}, upper = {upper} \
                  (need lower <= upper, no NaN, lower < +inf, upper > -inf)"
             ),
-            OptimError::InvalidOptions(msg) => write!(f, "invalid options: {msg}"),
+            OptimError::InvalidOptions { name, value, bound } => {
+                write!(f, "invalid options: {name} must {bound}, got {value}")
+            }
         }
     }
 }
@@ -587,13 +589,13 @@ fn validate(x0: &[f64], lower: &[f64], upper: &[f64], opts: &LbfgsOptions) -> Re
         }
     }
     if opts.max_line_search == 0 {
-        return Err(OptimError::InvalidOptions("max_line_search must be at least 1".into()));
+        return Err(OptimError::InvalidOptions { name: "max_line_search", value: 0.0, bound: "be at least 1" });
     }
     if opts.pgtol.is_nan() || opts.pgtol < 0.0 {
-        return Err(OptimError::InvalidOptions(format!("pgtol must be >= 0, got {}", opts.pgtol)));
+        return Err(OptimError::InvalidOptions { name: "pgtol", value: opts.pgtol, bound: "be >= 0" });
     }
     if opts.ftol.is_nan() || opts.ftol < 0.0 {
-        return Err(OptimError::InvalidOptions(format!("ftol must be >= 0, got {}", opts.ftol)));
+        return Err(OptimError::InvalidOptions { name: "ftol", value: opts.ftol, bound: "be >= 0" });
     }
     Ok(())
 }
@@ -976,7 +978,7 @@ mod tests {
             LbfgsOptions { ftol: -1.0, ..opts.clone() },
         ] {
             let r = minimize(rosenbrock, &[0.0; 2], &[-1.0; 2], &[1.0; 2], &bad);
-            assert!(matches!(r, Err(OptimError::InvalidOptions(_))), "{r:?}");
+            assert!(matches!(r, Err(OptimError::InvalidOptions { .. })), "{r:?}");
         }
         let msg = OptimError::InvalidBounds { index: 3, lower: 2.0, upper: 1.0 }.to_string();
         assert!(msg.contains("variable 3"), "{msg}");
