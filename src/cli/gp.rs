@@ -334,15 +334,8 @@ fn parse_prior_mean(s: &str) -> Result<PriorMean, String> {
 
 /// `gp fit`: fit, then print the report (JSON with `--json`).
 pub fn run(args: FitArgs) -> anyhow::Result<()> {
-    let json = args.json;
-    let report = fit(args)?;
-    if json {
-        // Through a JSON value: its keys (and every nested object's) print in sorted order.
-        println!("{}", serde_json::to_string(&serde_json::to_value(&report)?)?);
-    } else {
-        print!("{report}");
-    }
-    Ok(())
+    let out = super::Output::json_if(args.json);
+    super::print_report(&fit(args)?, out)
 }
 
 /// `gp fit` as a library function: the fitted model's [`FitReport`] (the `--output` CSV of

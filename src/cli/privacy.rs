@@ -142,19 +142,9 @@ pub fn composition(a: &ComposeArgs) -> anyhow::Result<Composition> {
     })
 }
 
-/// Print a report: JSON (keys sorted, as every `--json` output here) or its `Display`.
-fn print<R: Serialize + std::fmt::Display>(report: &R, json: bool) -> anyhow::Result<()> {
-    if json {
-        println!("{}", serde_json::to_value(report)?);
-    } else {
-        print!("{report}");
-    }
-    Ok(())
-}
-
 pub fn run(cmd: PrivacyCommand) -> anyhow::Result<()> {
     match cmd {
-        PrivacyCommand::Calibrate(a) => print(&calibration(&a)?, a.json),
-        PrivacyCommand::Compose(a) => print(&composition(&a)?, a.json),
+        PrivacyCommand::Calibrate(a) => super::print_report(&calibration(&a)?, super::Output::json_if(a.json)),
+        PrivacyCommand::Compose(a) => super::print_report(&composition(&a)?, super::Output::json_if(a.json)),
     }
 }

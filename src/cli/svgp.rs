@@ -222,15 +222,8 @@ impl std::fmt::Display for SvgpFitReport {
 
 /// `gp svgp`: fit, then print the report (pretty JSON with `--json`).
 pub fn run(args: SvgpArgs) -> anyhow::Result<()> {
-    let json = args.json;
-    let report = svgp_fit(args)?;
-    if json {
-        // Through a JSON value: keys print sorted, as every `--json` output here.
-        println!("{}", serde_json::to_string_pretty(&serde_json::to_value(&report)?)?);
-    } else {
-        print!("{report}");
-    }
-    Ok(())
+    let out = if args.json { super::Output::PrettyJson } else { super::Output::Human };
+    super::print_report(&svgp_fit(args)?, out)
 }
 
 /// `gp svgp` as a library function (the checkpoint and the `--output` predictions are written
