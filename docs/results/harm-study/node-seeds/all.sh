@@ -1,7 +1,8 @@
 #!/bin/sh
-# Every figure of docs/results.md's "The eighth pass" and "The ninth pass" in one command (about
-# 30 minutes on 2 cores): run.sh under each FIT, the re-fit counterfactual, the true-label floor
-# (floor.sh), the per-answer value rule at four thresholds and with own θ, and the summaries, rewritten in
+# Every figure of docs/results.md's "The eighth pass", "The ninth pass" and "The tenth pass" in one
+# command (about 40 minutes on 2 cores): run.sh under each FIT, the re-fit counterfactual, the
+# true-label floor (floor.sh), the per-answer value rule at four thresholds and with own θ, fewer
+# queries, the narrower label range alone and with the value rule, and the summaries, rewritten in
 # place (compare with git diff), then the table of mean alone RMSE per FIT.
 #   sh docs/results/harm-study/node-seeds/all.sh OUT_DIR
 set -e
@@ -20,4 +21,14 @@ for K in 0.03 0.1 0.2 0.3; do
 done
 FIT=fixed-4 EXTRA="--answer-min-value 0.1 --refit-theta own" sh $HERE/run.sh $OUT/min-value-0.1-own
 python3 $HERE/summarise.py $OUT/min-value-0.1-own fixed-4 > $HERE/summary-fixed-4-min-value-0.1-refit-own.txt
+for Q in 10 5; do
+  FIT=fixed-4 EXTRA="--queries $Q" sh $HERE/run.sh $OUT/queries-$Q
+  python3 $HERE/summarise.py $OUT/queries-$Q fixed-4 > $HERE/summary-fixed-4-queries-$Q.txt
+done
+FIT=fixed-4 EXTRA="--label-range=-2,2" sh $HERE/run.sh $OUT/label-range-2
+python3 $HERE/summarise.py $OUT/label-range-2 fixed-4 > $HERE/summary-fixed-4-label-range-2.txt
+for K in 0.2 0.3; do
+  FIT=fixed-4 EXTRA="--label-range=-2,2 --answer-min-value $K" sh $HERE/run.sh $OUT/label-range-2-min-value-$K
+  python3 $HERE/summarise.py $OUT/label-range-2-min-value-$K fixed-4 > $HERE/summary-fixed-4-label-range-2-min-value-$K.txt
+done
 python3 $HERE/alone.py $OUT/main
