@@ -27,8 +27,10 @@ for Q in 10 5; do
 done
 FIT=fixed-4 EXTRA="--label-range=-2,2" sh $HERE/run.sh $OUT/label-range-2
 python3 $HERE/summarise.py $OUT/label-range-2 fixed-4 > $HERE/summary-fixed-4-label-range-2.txt
-for K in 0.2 0.3; do
+for K in 0.2 0.25 0.3; do
   FIT=fixed-4 EXTRA="--label-range=-2,2 --answer-min-value $K" sh $HERE/run.sh $OUT/label-range-2-min-value-$K
   python3 $HERE/summarise.py $OUT/label-range-2-min-value-$K fixed-4 > $HERE/summary-fixed-4-label-range-2-min-value-$K.txt
 done
+FIT=fixed-4 EXTRA="--label-range=-1.5,1.5 --answer-min-value 0.3" sh $HERE/run.sh $OUT/label-range-1.5-min-value-0.3
+python3 $HERE/summarise.py $OUT/label-range-1.5-min-value-0.3 fixed-4 > $HERE/summary-fixed-4-label-range-1.5-min-value-0.3.txt
 python3 $HERE/alone.py $OUT/main
