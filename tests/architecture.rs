@@ -386,6 +386,17 @@ fn words_in(fields: &str, tuple: bool) -> Option<Words> {
     }
 }
 
+/// The line after the attribute that starts at line `i` (one may span lines up to its `]`).
+fn past_attribute(lines: &[&str], mut i: usize) -> usize {
+    let depth = |l: &str| l.matches('[').count() as i64 - l.matches(']').count() as i64;
+    let mut open = depth(lines[i]);
+    while open > 0 && i + 1 < lines.len() {
+        i += 1;
+        open += depth(lines[i]);
+    }
+    i + 1
+}
+
 /// The error types in `text` (Rust source, comments included) that hold prose: each variant of
 /// a `thiserror` enum and each `thiserror` struct, as `Type::Variant` or `Type`, with how.
 fn words_in_errors(text: &str) -> Vec<(String, Words)> {
@@ -402,12 +413,7 @@ fn words_in_errors(text: &str) -> Vec<(String, Words)> {
         }
         // Attributes (one may span lines) and blank lines (doc comments, stripped) up to the item.
         while i < lines.len() && (lines[i].trim().is_empty() || lines[i].trim_start().starts_with("#[")) {
-            let mut depth = lines[i].matches('[').count() as i64 - lines[i].matches(']').count() as i64;
-            while depth > 0 && i + 1 < lines.len() {
-                i += 1;
-                depth += lines[i].matches('[').count() as i64 - lines[i].matches(']').count() as i64;
-            }
-            i += 1;
+            i = past_attribute(&lines, i);
         }
         let Some(item) = lines.get(i).map(|l| l.trim()) else { break };
         let item = item.trim_start_matches("pub(crate) ").trim_start_matches("pub(super) ").trim_start_matches("pub ");
@@ -448,12 +454,7 @@ fn words_in_errors(text: &str) -> Vec<(String, Words)> {
             let l = lines[i];
             let t = l.trim();
             if variant.is_empty() && t.starts_with("#[") {
-                let mut depth = l.matches('[').count() as i64 - l.matches(']').count() as i64;
-                while depth > 0 && i + 1 < lines.len() {
-                    i += 1;
-                    depth += lines[i].matches('[').count() as i64 - lines[i].matches(']').count() as i64;
-                }
-                i += 1;
+                i = past_attribute(&lines, i);
                 continue;
             }
             let top = l.starts_with(&inner) && !l[inner.len()..].starts_with(' ');

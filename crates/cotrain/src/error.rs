@@ -428,43 +428,14 @@ pub enum DataError {
     RejectionSampling { party: usize, accepted: usize, needed: usize, draws: usize, r: f64 },
     /// A table file this party cannot read (the table's own error names file, line and column).
     #[error(transparent)]
-    Table(Shared<crate::table::TableError>),
+    Table(dpcotrain_gp::SourceError),
 }
 
 impl From<crate::table::TableError> for DataError {
+    /// Shared as the numerical core shares a source's error ([`dpcotrain_gp::SourceError`]: it
+    /// holds an `io::Error`, which is not `Clone`); `downcast_ref` gives the `TableError` back.
     fn from(e: crate::table::TableError) -> Self {
-        DataError::Table(Shared(std::sync::Arc::new(e)))
-    }
-}
-
-/// An error that is not `Clone` (it holds an `io::Error`), shared by the clones of the error
-/// that carries it; two are equal when they are the same error.
-#[derive(Debug)]
-pub struct Shared<E>(pub std::sync::Arc<E>);
-
-impl<E> Clone for Shared<E> {
-    fn clone(&self) -> Self {
-        Shared(self.0.clone())
-    }
-}
-
-impl<E> PartialEq for Shared<E> {
-    fn eq(&self, other: &Self) -> bool {
-        std::sync::Arc::ptr_eq(&self.0, &other.0)
-    }
-}
-
-impl<E> Eq for Shared<E> {}
-
-impl<E: std::fmt::Display> std::fmt::Display for Shared<E> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-impl<E: std::error::Error> std::error::Error for Shared<E> {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.0.source()
+        DataError::Table(dpcotrain_gp::SourceError::new(e))
     }
 }
 
