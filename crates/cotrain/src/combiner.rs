@@ -141,6 +141,33 @@ pub struct LooCheck {
 /// no information: such a row is kept (the model's shape does not change) but weighs nothing.
 pub(crate) const UNINFORMATIVE_NOISE: f64 = 1e8;
 
+/// Which variance of an answer the per-answer value rule ([`CoModel::answer_min_value`])
+/// weighs against the querier's own latent variance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ValueBasis {
+    /// As the querier reads it: the peer's variance (its DP noise included) and the querier's
+    /// own discount (D30: 30 × its σ²) and scaling on top.
+    #[default]
+    Read,
+    /// As released: the peer's variance with its DP noise, before the querier's discount. The
+    /// discount scales with the querier's own σ², so against it a party with noisy labels
+    /// (whose latent variance is small beside its σ²) would set every answer aside, DP or not
+    /// (docs/results.md, "The eleventh pass").
+    Released,
+}
+
+crate::named_enum!(ValueBasis, "value rule basis", [Read, Released]);
+
+impl ValueBasis {
+    /// The spelling of the lab's `--answer-min-value-basis`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ValueBasis::Read => "read",
+            ValueBasis::Released => "released",
+        }
+    }
+}
+
 /// Everything received from one peer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PeerBlock {
@@ -302,6 +329,8 @@ pub struct CoModel {
     /// risks what its reported variance does not cover. Reads only this party's own fit (exact
     /// local model). None: off (the harm study's switch, issue 56).
     pub(crate) answer_min_value: Option<f64>,
+    /// Which variance of an answer [`CoModel::answer_min_value`] compares with.
+    pub(crate) answer_min_value_basis: ValueBasis,
     /// Re-fits so far (replayed on restore, so the policy's choices repeat).
     refits: usize,
     /// The L-BFGS curvature the last re-fit's warm run and restart ended with: the next
@@ -536,6 +565,7 @@ impl CoModel {
             decline_noise_ratio: None,
             declined_answers: 0,
             answer_min_value: None,
+            answer_min_value_basis: ValueBasis::Read,
             refits: 0,
             refit_curvature: Default::default(),
             refit_evaluations: 0,
@@ -881,6 +911,10 @@ impl CoModel {
             off += nb;
         }
         self.psd_clipped += clipped;
+        // The answers' variances as released, for the value rule's `Released` basis.
+        let released: Option<Vec<f64>> = (self.answer_min_value.is_some()
+            && self.answer_min_value_basis == ValueBasis::Released)
+            .then(|| (0..q).map(|i| v[(i, i)]).collect());
         // The functional messages carry the tempering and the discount already (in R).
         let functional = self.answer_form == AnswerForm::Functionals;
         if self.answer_var_scale != 1.0 && !functional {
@@ -920,7 +954,8 @@ impl CoModel {
             let own = self.predict_private(&xq, false)?;
             let prior = self.kernel.diag(xq.rows(0, q));
             for i in 0..q {
-                if own.var[i] < k * v[(i, i)] {
+                let basis = released.as_ref().map_or(v[(i, i)], |r| r[i]);
+                if own.var[i] < k * basis {
                     v[(i, i)] += UNINFORMATIVE_NOISE * prior[i];
                 }
             }

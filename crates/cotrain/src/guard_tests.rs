@@ -276,3 +276,34 @@ fn the_value_rule_gives_no_weight_where_the_querier_is_already_sure() {
     let some = fitted(Some(k), 0.5);
     assert!((&some - &private).amax() > 1e-6 && (&some - &all).amax() > 1e-6, "K = {k}: some answers count");
 }
+
+/// The value rule's basis (`ValueBasis`): with a discount of 1 on top of every answer, a K at
+/// which the discounted ("read") variance sets every answer aside keeps them when the rule
+/// weighs the variance as released (the answer's own 0.01 here), and the two bases agree when
+/// the discount is zero.
+#[test]
+fn the_value_rule_weighs_the_released_variance_when_asked() {
+    use crate::combiner::{RefitTheta, ValueBasis};
+    const K: f64 = 0.05;
+    let (_, _, pool) = data();
+    let fitted = |basis: ValueBasis, extra: f64| {
+        let mut m = model(AnswerGuard::Off);
+        m.answer_min_value = Some(K);
+        m.answer_min_value_basis = basis;
+        m.answer_extra_var = extra;
+        m.refit_theta = RefitTheta::Own;
+        m.absorb(&answer((0..30).step_by(2).collect(), 0.5)).unwrap();
+        m.refit().unwrap();
+        m.predict(&pool, false).unwrap().mean
+    };
+    let private = private_only_prediction(&model(AnswerGuard::Off), &pool);
+    // The own latent variance at the answered entities lies below K × (0.01 + 1), above K × 0.01.
+    let xq = DMatrix::from_fn(15, 1, |i, _| pool[(2 * i, 0)]);
+    let own = model(AnswerGuard::Off).predict_private(&xq, false).unwrap().var;
+    assert!(own.max() < K * 1.01 && own.min() > K * 0.01, "{own}");
+    let read = fitted(ValueBasis::Read, 1.0);
+    let released = fitted(ValueBasis::Released, 1.0);
+    assert!((&read - &private).amax() < 1e-6, "read: the discount sets every answer aside");
+    assert!((&released - &private).amax() > 1e-4, "released: the answers count (at the discounted weight)");
+    assert_eq!(fitted(ValueBasis::Read, 0.0), fitted(ValueBasis::Released, 0.0), "no discount: the same rule");
+}

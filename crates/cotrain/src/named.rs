@@ -119,7 +119,7 @@ macro_rules! serde_via_str {
 mod tests {
     use super::Named;
     use crate::answer::Uncertainty;
-    use crate::combiner::{AnswerForm, AnswerGuard, CombinerKind, RefitTheta};
+    use crate::combiner::{AnswerForm, AnswerGuard, CombinerKind, RefitTheta, ValueBasis};
     use crate::party::ReleasePolicy;
 
     fn round_trips<T>()
@@ -149,6 +149,7 @@ mod tests {
         round_trips::<AnswerGuard>();
         round_trips::<ReleasePolicy>();
         round_trips::<RefitTheta>();
+        round_trips::<ValueBasis>();
         assert_eq!(
             "hybird".parse::<CombinerKind>().unwrap_err().to_string(),
             "combiner \"hybird\" is not blocky, noisy or hybrid"

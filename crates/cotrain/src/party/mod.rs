@@ -742,6 +742,7 @@ impl Party {
         self.model.decline_noise_ratio = r.decline_ratio;
         self.model.answer_var_scale = r.var_scale;
         self.model.answer_min_value = r.min_value;
+        self.model.answer_min_value_basis = r.min_value_basis;
         // Not a version bump: the version seeds the per-query noise paths, and the reading
         // changes nothing released. A cached posterior is dropped instead.
         self.model.forget_posterior();

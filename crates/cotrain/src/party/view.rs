@@ -7,7 +7,7 @@
 //! operator and evaluation, never a peer.
 
 use crate::answer::Uncertainty;
-use crate::combiner::{CoModel, CombinerKind, LocalModel, LooCheck, PeerBlock, RefitTheta};
+use crate::combiner::{CoModel, CombinerKind, LocalModel, LooCheck, PeerBlock, RefitTheta, ValueBasis};
 use crate::settings::AnswerDiscount;
 
 /// A party's model seen from outside: its settings, version, fitted noise and the answers it
@@ -134,6 +134,8 @@ pub struct AnswerReading {
     pub var_scale: f64,
     /// The per-answer value rule ([`CoModel::answer_min_value`]; None: off).
     pub min_value: Option<f64>,
+    /// Which variance of an answer the value rule weighs ([`CoModel::answer_min_value_basis`]).
+    pub min_value_basis: ValueBasis,
 }
 
 impl Default for AnswerReading {
@@ -147,6 +149,7 @@ impl Default for AnswerReading {
             decline_ratio: None,
             var_scale: 1.0,
             min_value: None,
+            min_value_basis: ValueBasis::Read,
         }
     }
 }

@@ -12,7 +12,7 @@ use clap::Args;
 use dpcotrain_cotrain::PublicTheta;
 use dpcotrain_cotrain::Scenario;
 use dpcotrain_cotrain::ccpp::RealData;
-use dpcotrain_cotrain::combiner::{AnswerForm, AnswerGuard, RefitTheta};
+use dpcotrain_cotrain::combiner::{AnswerForm, AnswerGuard, RefitTheta, ValueBasis};
 use dpcotrain_cotrain::release_model::LengthscaleUnit;
 use dpcotrain_federation::config::{PartyConfig, data_from_config, load};
 use dpcotrain_privacy::CapRule;
@@ -122,6 +122,10 @@ pub struct FrontierArgs {
     /// own variance there by less than K/(1+K) (0: off): issue 56's per-answer value rule.
     #[arg(long, default_value_t = 0.0, value_name = "K")]
     pub answer_min_value: f64,
+    /// Which variance of an answer --answer-min-value weighs: read (the querier's discount
+    /// included) or released (the peer's variance with its DP noise, before the discount).
+    #[arg(long, default_value = "read")]
+    pub answer_min_value_basis: ValueBasis,
     /// The public θ of the release model under --thetas public (and the vote's default under
     /// --thetas select), as
     /// SIGNAL_VARIANCE,LENGTHSCALE,NOISE_VARIANCE (standardised scale; queries keep 1,1,0.1).
@@ -267,6 +271,7 @@ fn config(a: &FrontierArgs) -> anyhow::Result<FrontierConfig> {
             }
             (a.answer_min_value > 0.0).then_some(a.answer_min_value)
         },
+        answer_min_value_basis: a.answer_min_value_basis,
         views,
         release_theta: match a.release_theta[..] {
             [signal_variance, lengthscale, noise_variance] => {
@@ -389,6 +394,9 @@ fn protocol_settings(cfg: &FrontierConfig) -> String {
     }
     if let Some(k) = cfg.answer_min_value {
         v["answer_min_value"] = k.into();
+        if cfg.answer_min_value_basis != ValueBasis::Read {
+            v["answer_min_value_basis"] = cfg.answer_min_value_basis.name().into();
+        }
     }
     v.to_string()
 }

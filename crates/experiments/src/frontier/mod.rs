@@ -18,7 +18,7 @@ use dpcotrain_cotrain::PartyData;
 use dpcotrain_cotrain::Scenario;
 use dpcotrain_cotrain::Uncertainty;
 use dpcotrain_cotrain::ccpp::{CcppConfig, RealData, ccpp};
-use dpcotrain_cotrain::combiner::{AnswerForm, AnswerGuard, CombinerKind, PeerBlock, RefitTheta};
+use dpcotrain_cotrain::combiner::{AnswerForm, AnswerGuard, CombinerKind, PeerBlock, RefitTheta, ValueBasis};
 use dpcotrain_cotrain::driver::build_parties_with;
 use dpcotrain_cotrain::error::{Conflict, DataError};
 use dpcotrain_cotrain::party::{AnswerReading, DpConfig, DpMode, ReleasePolicy, lock_party};
@@ -188,6 +188,8 @@ pub struct FrontierConfig {
     pub decline_ratio: Option<f64>,
     /// The per-answer value rule (`CoModel::answer_min_value`; None: off).
     pub answer_min_value: Option<f64>,
+    /// Which variance of an answer the value rule weighs.
+    pub answer_min_value_basis: ValueBasis,
     /// The user's own views for [`FrontierData::Views`] (every party's data as its node reads it).
     pub views: Option<Scenario>,
     /// The public θ of the release model under θ policy `public` (queries keep the default).
@@ -301,6 +303,7 @@ impl FrontierConfig {
             answer_temper: 1.0,
             decline_ratio: None,
             answer_min_value: None,
+            answer_min_value_basis: ValueBasis::Read,
             views: None,
             release_theta: dpcotrain_cotrain::release_model::DEFAULT_RELEASE_THETA,
         }
@@ -760,6 +763,7 @@ fn configured_parties(
             check_z: cfg.answer_check,
             decline_ratio: cfg.decline_ratio,
             min_value: cfg.answer_min_value,
+            min_value_basis: cfg.answer_min_value_basis,
             var_scale: cfg.answer_temper,
             ..AnswerReading::default()
         };

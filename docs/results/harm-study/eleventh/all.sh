@@ -1,0 +1,33 @@
+#!/bin/sh
+# Every figure of docs/results.md's "The eleventh pass" in one command (about 20 minutes on 2 cores):
+# on the two data sets of prep.py (never used before this pass), 4 view splits (specs.sh), masked, n_obs 100 and 400,
+# 10 splits x 5 node seeds, fixed-4 starts, eps = 1: the product's defaults, the narrower label range, the tenth
+# pass's candidate (label range +-2 with the value rule K = 0.3), the value rule weighed on the released variance
+# (K = 0.3 and 0.1), the true-label floor, and on star the two counterfactuals (own theta; the decline rule);
+# each summary and verdict rewritten in place (compare with git diff). Run from the repository root with the lab
+# binary built (cargo build --release -p dpcotrain-lab):
+#   sh docs/results/harm-study/eleventh/all.sh OUT_DIR
+set -e
+OUT=${1:?usage: all.sh OUT_DIR}
+HERE=docs/results/harm-study/eleventh
+NS=docs/results/harm-study/node-seeds
+. $HERE/specs.sh
+run() {  # run NAME EXTRA: the four view splits under EXTRA, then summarise.py's table and verdict.py's check
+  FIT=fixed-4 EXTRA="$2" sh $NS/run.sh $OUT/$1
+  python3 $NS/summarise.py $OUT/$1 fixed-4 > $HERE/summary-$1.txt
+  python3 $HERE/verdict.py $OUT/$1 fixed-4 $OUT/floor $OUT/default > $HERE/verdict-$1.txt
+}
+FIT=fixed-4 sh $NS/floor.sh $OUT/floor > $HERE/summary-floor.txt
+run default ""  # first: every verdict takes its no-DP gains from it
+run label-range-2 "--label-range=-2,2"
+run label-range-2-min-value-0.3 "--label-range=-2,2 --answer-min-value 0.3"
+for K in 0.3 0.1; do
+  run label-range-2-min-value-$K-released "--label-range=-2,2 --answer-min-value $K --answer-min-value-basis released"
+done
+D=$HERE/data
+SPECS="$D/star.csv treadssk,small,aide,totexpk girl,freelunk,white;$D/star.csv treadssk,aide,girl,white small,totexpk,freelunk"
+for c in "refit-own --refit-theta own" "decline-1 --decline-ratio 1"; do  # the view splits are numbered star-v1, v2 here (v3, v4 above)
+  set -- $c; name=star-$1; shift
+  FIT=fixed-4 EXTRA="$*" sh $NS/run.sh $OUT/$name
+  python3 $NS/summarise.py $OUT/$name fixed-4 > $HERE/summary-$name.txt
+done
