@@ -11,7 +11,7 @@
 //! computed in-process.
 
 use crate::cli::data::write_views;
-use crate::cli::party_figures::{baseline_lines, party_json, verdict};
+use crate::cli::party_figures::{PartyFigures, baseline_lines, verdict};
 use anyhow::Context;
 use clap::Args;
 use dpcotrain_cotrain::AnswerDiscount;
@@ -30,10 +30,10 @@ use dpcotrain_federation::config::{
 use dpcotrain_federation::durable::write_report as write_atomic;
 use dpcotrain_federation::launch::launch;
 use dpcotrain_federation::launch::{drive, orchestrator};
-use dpcotrain_federation::serve;
+use dpcotrain_federation::{pb, serve};
 use dpcotrain_report::{Figure, LineChart, Marker, Series};
 use dpcotrain_report::{minus, signed};
-use serde_json::{Value, json};
+use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -110,6 +110,71 @@ impl DemoArgs {
             ReleasePolicy::Batches
         })
     }
+}
+
+/// One party's figures after the demo, with the references it is read against: the pool
+/// indices it asked, the same protocol without DP (and the paired SE of that change), the share
+/// of its non-private gain recovered, the verdict over its test points and the largest DP noise
+/// sd of its releases.
+#[derive(Debug, Clone, Serialize)]
+pub struct DemoParty {
+    #[serde(flatten)]
+    pub figures: PartyFigures,
+    pub queried: Vec<u64>,
+    pub rmse_no_dp: f64,
+    pub rmse_no_dp_change_se: Option<f64>,
+    pub gain_recovered: Option<f64>,
+    pub n_test: usize,
+    pub verdict: String,
+    pub noise_sd: Option<f64>,
+}
+
+impl DemoParty {
+    /// A party's status read against its run without DP (`reference`), over `n_test` test points.
+    fn new(st: &pb::StatusResponse, queried: Vec<u64>, reference: &PartyOutcome, n_test: usize) -> Self {
+        let figures = PartyFigures::from(st);
+        let (alone, after) = (figures.rmse_before.unwrap_or(f64::NAN), figures.rmse_after.unwrap_or(f64::NAN));
+        DemoParty {
+            queried,
+            rmse_no_dp: reference.after.rmse,
+            rmse_no_dp_change_se: reference.rmse_change_se,
+            gain_recovered: share_recovered(alone, after, reference.after.rmse, reference.rmse_change_se),
+            n_test,
+            verdict: verdict(alone, after, figures.rmse_change_se, Some(n_test)),
+            noise_sd: largest_noise_sd(&figures),
+            figures,
+        }
+    }
+}
+
+/// What the demo found (run.json; `--json` prints it): its settings, each party's figures,
+/// the centralised and Yu oracles, the exchanges refused, and where its federation folder is.
+/// Its `Display` is the table a person reads.
+#[derive(Debug, Clone, Serialize)]
+pub struct DemoReport {
+    pub dataset: String,
+    pub combiner: CombinerKind,
+    pub uncertainty: Uncertainty,
+    pub dp: PrivacyMode,
+    pub epsilon: f64,
+    pub delta: f64,
+    pub budget_epsilon: f64,
+    pub policy: ReleasePolicy,
+    pub rounds: u32,
+    pub seed: u64,
+    pub n_obs: usize,
+    /// Everything released is covered by the (ε, δ): calibrated DP under the batches policy.
+    pub guaranteed: bool,
+    pub oracle_rmse: f64,
+    pub yu_oracle_rmse: f64,
+    pub parties: Vec<DemoParty>,
+    pub refused: Vec<String>,
+    pub wall_seconds: f64,
+    /// The federation folder: configs, data views, certificates and ledgers.
+    pub federation: String,
+    pub queries: usize,
+    /// `--answer-extra-variance` as given ("own:30").
+    pub answer_extra_variance: String,
 }
 
 fn check(a: &DemoArgs) -> anyhow::Result<()> {
@@ -231,8 +296,10 @@ fn write_federation(a: &DemoArgs, sc: &Scenario, target: &str, dir: &Path) -> an
     Ok(names)
 }
 
-pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
-    check(&a)?;
+/// Run the demo: write the federation folder, serve its nodes on loopback, drive the rounds
+/// and compute the references. The report, and the scenario its data views came from.
+pub async fn demo(a: &DemoArgs) -> anyhow::Result<(DemoReport, Scenario)> {
+    check(a)?;
     let t0 = Instant::now();
     let (kind, unc) = (a.combiner, a.uncertainty);
     if a.dp == PrivacyMode::Calibrated {
@@ -245,7 +312,7 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
     }
     std::fs::create_dir_all(&fed_dir).with_context(|| format!("cannot create {}", fed_dir.display()))?;
     eprintln!("[1/4] data: {} split into two private views (masked), {} labelled rows each", a.dataset, a.n_obs);
-    let (sc, target) = scenario(&a)?;
+    let (sc, target) = scenario(a)?;
     let pool = sc.parties.first().map_or(0, |p| p.pool_size());
     let asked = if a.policy() == ReleasePolicy::Batches { a.queries } else { a.rounds as usize };
     if asked > pool {
@@ -255,7 +322,7 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
             "lower it (a round with nothing left to ask changes nothing)"
         );
     }
-    let names = write_federation(&a, &sc, target, &fed_dir)?;
+    let names = write_federation(a, &sc, target, &fed_dir)?;
 
     eprintln!("[2/4] starting {} nodes on loopback (mutual TLS, throw-away certificates)…", names.len());
     let mut stops = Vec::new();
@@ -313,58 +380,71 @@ pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
     let refusals = result?;
 
     eprintln!("[4/4] references: the same protocol without DP, and centralised oracles (not private)…");
-    let (oracle, yu) = references(&a, &sc, kind, unc)?;
-    let no_dp = no_dp_reference(&a, &sc, kind, unc)?;
+    let (oracle, yu) = references(a, &sc, kind, unc)?;
+    let no_dp = no_dp_reference(a, &sc, kind, unc)?;
 
-    let mut parties = Vec::new();
-    for (i, st) in statuses.iter().enumerate() {
-        let mut p = party_json(st);
-        let n_test = sc.parties[i].x_test.nrows();
-        let reference = &no_dp[i];
-        p["queried"] = json!(queried[i]);
-        p["rmse_no_dp"] = json!(reference.after.rmse);
-        p["rmse_no_dp_change_se"] = json!(reference.rmse_change_se);
-        let (alone, after) =
-            (p["rmse_before"].as_f64().unwrap_or(f64::NAN), p["rmse_after"].as_f64().unwrap_or(f64::NAN));
-        p["gain_recovered"] = json!(share_recovered(alone, after, reference.after.rmse, reference.rmse_change_se));
-        p["n_test"] = json!(n_test);
-        p["verdict"] = json!(verdict(alone, after, p["rmse_change_se"].as_f64(), Some(n_test)));
-        p["noise_sd"] = json!(largest_noise_sd(&p));
-        parties.push(p);
-    }
+    let parties = statuses
+        .iter()
+        .zip(queried)
+        .zip(&no_dp)
+        .zip(&sc.parties)
+        .map(|(((st, queried), reference), data)| DemoParty::new(st, queried, reference, data.x_test.nrows()))
+        .collect();
     let wall = t0.elapsed().as_secs_f64();
     // A formal guarantee for everything released needs label-free θ: the honest policy.
     let guaranteed = a.dp == PrivacyMode::Calibrated && a.policy() == ReleasePolicy::Batches;
-    let report = json!({
-        "dataset": a.dataset, "combiner": a.combiner, "uncertainty": a.uncertainty, "dp": a.dp,
-        "epsilon": a.epsilon, "delta": a.delta, "budget_epsilon": a.budget_epsilon.unwrap_or(a.epsilon),
-        "policy": a.policy(), "rounds": a.rounds, "seed": a.seed, "n_obs": a.n_obs,
-        "guaranteed": guaranteed, "oracle_rmse": oracle, "yu_oracle_rmse": yu, "parties": parties, "refused": refusals,
-        "wall_seconds": wall, "federation": fed_dir.display().to_string(),
-        "queries": a.queries, "answer_extra_variance": a.answer_extra_variance.to_string(),
-    });
+    let report = DemoReport {
+        dataset: a.dataset.clone(),
+        combiner: a.combiner,
+        uncertainty: a.uncertainty,
+        dp: a.dp,
+        epsilon: a.epsilon,
+        delta: a.delta,
+        budget_epsilon: a.budget_epsilon.unwrap_or(a.epsilon),
+        policy: a.policy(),
+        rounds: a.rounds,
+        seed: a.seed,
+        n_obs: a.n_obs,
+        guaranteed,
+        oracle_rmse: oracle,
+        yu_oracle_rmse: yu,
+        parties,
+        refused: refusals,
+        wall_seconds: wall,
+        federation: fed_dir.display().to_string(),
+        queries: a.queries,
+        answer_extra_variance: a.answer_extra_variance.to_string(),
+    };
+    Ok((report, sc))
+}
+
+pub async fn run(a: DemoArgs) -> anyhow::Result<()> {
+    let (report, sc) = demo(&a).await?;
     write_report(&a, &sc, &report)?;
     // Warnings first: a reader must not take the table for a private result.
     if a.dp == PrivacyMode::Thesis {
         eprintln!("warning: thesis mode reproduces Thomas 2017's noise scale and gives NO formal privacy guarantee");
-    } else if a.dp == PrivacyMode::Calibrated && !guaranteed {
+    } else if a.dp == PrivacyMode::Calibrated && !report.guaranteed {
         eprintln!(
             "warning: policy {} releases with the label-fitted θ: the (ε, δ) covers the means given θ only; θ and the released variances leak labels, uncounted (use the default policy batches)",
             a.policy()
         );
     }
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        super::print_report(&report, super::Output::PrettyJson)?;
     } else {
-        print_table(&report);
+        super::print_report(&report, super::Output::Human)?;
         println!("\nreport: {}  (report.md, rmse.svg, queried.svg, run.json)", a.out.display());
-        println!("configs, certificates and ledgers of this run: {}", fed_dir.display());
+        println!("configs, certificates and ledgers of this run: {}", report.federation);
     }
-    if !refusals.is_empty() {
-        for why in &refusals {
+    if !report.refused.is_empty() {
+        for why in &report.refused {
             eprintln!("failed: {why}");
         }
-        anyhow::bail!("{} exchanges failed or were refused (listed above): the run is incomplete", refusals.len());
+        anyhow::bail!(
+            "{} exchanges failed or were refused (listed above): the run is incomplete",
+            report.refused.len()
+        );
     }
     Ok(())
 }
@@ -438,10 +518,9 @@ fn rounds_text(n: u32) -> String {
 
 /// What the two reference lines are: neither is private, neither is something the protocol
 /// could compute; they bound what pooling would give.
-fn oracle_note(r: &Value) -> String {
-    let yu = r["yu_oracle_rmse"].as_f64().unwrap_or(f64::NAN);
-    let central = r["oracle_rmse"].as_f64().unwrap_or(f64::NAN);
-    let pooled = if r["dataset"].as_str() == Some("ccpp") {
+fn oracle_note(r: &DemoReport) -> String {
+    let (yu, central) = (r.yu_oracle_rmse, r.oracle_rmse);
+    let pooled = if r.dataset == "ccpp" {
         "one GP with an ARD squared-exponential kernel fitted to every column and every party's labels at once"
     } else {
         "here (the simulated data: a party's labelled entities have no other-view covariates to pool) the Yu oracle"
@@ -456,26 +535,21 @@ fn oracle_note(r: &Value) -> String {
 }
 
 /// The largest noise sd of this party's releases of label values (label units), if it released
-/// anything (a θ vote's σ is in votes, not labels, and is left out).
-fn largest_noise_sd(p: &Value) -> Option<f64> {
-    p["privacy_spent"]
-        .as_array()?
-        .iter()
-        .flat_map(|s| s["release_log"].as_array().cloned().unwrap_or_default())
-        .filter(|r| r["id"].as_str() != Some(THETA_SELECTION_ID))
-        .filter_map(|r| r["sigma"].as_f64())
+/// anything (a θ vote's σ is in votes, not labels, and is left out; so is a non-finite σ, which
+/// run.json could only write as null).
+fn largest_noise_sd(p: &PartyFigures) -> Option<f64> {
+    p.releases()
+        .filter(|r| r.id != THETA_SELECTION_ID)
+        .map(|r| r.sigma)
+        .filter(|sd| sd.is_finite())
         .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))))
 }
 
 /// Each party's verdict, then the largest DP noise sd against the label range (if anything was
 /// released): the lines the table and report.md print.
-fn verdict_lines(r: &Value) -> Vec<String> {
-    let parties = r["parties"].as_array().cloned().unwrap_or_default();
-    let mut out: Vec<String> = parties
-        .iter()
-        .map(|p| format!("{}: {}", p["party"].as_str().unwrap_or(""), p["verdict"].as_str().unwrap_or("")))
-        .collect();
-    if let Some(sd) = parties.iter().filter_map(|p| p["noise_sd"].as_f64()).reduce(f64::max) {
+fn verdict_lines(r: &DemoReport) -> Vec<String> {
+    let mut out: Vec<String> = r.parties.iter().map(|p| format!("{}: {}", p.figures.party, p.verdict)).collect();
+    if let Some(sd) = r.parties.iter().filter_map(|p| p.noise_sd).reduce(f64::max) {
         out.push(format!(
             "DP noise: sd up to {sd:.3} per released mean, against a label range of 6 (labels clipped to [−3, 3])"
         ));
@@ -484,23 +558,14 @@ fn verdict_lines(r: &Value) -> Vec<String> {
 }
 
 /// ε spent, as the table shows it; never "0" for a run without a guarantee.
-fn eps_spent(r: &Value, p: &Value) -> String {
-    match r["dp"].as_str() {
-        Some("off") => return "no privacy (DP off)".into(),
-        Some("thesis") => return "no guarantee (thesis mode)".into(),
-        _ => {}
+fn eps_spent(r: &DemoReport, p: &PartyFigures) -> String {
+    match r.dp {
+        PrivacyMode::Off => return "no privacy (DP off)".into(),
+        PrivacyMode::Thesis => return "no guarantee (thesis mode)".into(),
+        PrivacyMode::Calibrated => {}
     }
-    let v: Vec<String> = p["privacy_spent"]
-        .as_array()
-        .map(|s| {
-            s.iter()
-                .map(|x| {
-                    format!("{:.3} (to {})", x["epsilon"].as_f64().unwrap_or(0.0), x["peer"].as_str().unwrap_or("?"))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    match (v.is_empty(), r["guaranteed"].as_bool() == Some(true)) {
+    let v: Vec<String> = p.privacy_spent.iter().map(|x| format!("{:.3} (to {})", x.epsilon, x.peer)).collect();
+    match (v.is_empty(), r.guaranteed) {
         (true, _) => "0 (nothing released)".into(),
         (false, true) => v.join(", "),
         (false, false) => format!("{} (means given θ only)", v.join(", ")),
@@ -509,19 +574,17 @@ fn eps_spent(r: &Value, p: &Value) -> String {
 
 /// The share of its non-private gain each party recovered (or why there is none to recover),
 /// and why when it is small; one line per party, never a pooled figure.
-pub fn recovered_lines(r: &Value) -> Vec<String> {
-    let dp = r["dp"].as_str().unwrap_or("");
-    let eps = r["epsilon"].as_f64().unwrap_or(f64::NAN);
-    let delta = r["delta"].as_f64().unwrap_or(f64::NAN);
-    let at = if dp == "calibrated" { format!("at ε = {eps} (δ = {delta:e})") } else { format!("(DP {dp})") };
+pub fn recovered_lines(r: &DemoReport) -> Vec<String> {
+    let (dp, eps, delta) = (r.dp, r.epsilon, r.delta);
+    let at =
+        if dp == PrivacyMode::Calibrated { format!("at ε = {eps} (δ = {delta:e})") } else { format!("(DP {dp})") };
     let mut out = vec![format!("gain recovered {at}, per party:")];
     let mut small = false;
-    for p in r["parties"].as_array().into_iter().flatten() {
-        let name = p["party"].as_str().unwrap_or("?");
-        let alone = p["rmse_before"].as_f64().unwrap_or(f64::NAN);
-        let no_dp = p["rmse_no_dp"].as_f64().unwrap_or(f64::NAN);
-        let se = p["rmse_no_dp_change_se"].as_f64();
-        out.push(match p["gain_recovered"].as_f64() {
+    for p in &r.parties {
+        let name = &p.figures.party;
+        let alone = p.figures.rmse_before.unwrap_or(f64::NAN);
+        let (no_dp, se) = (p.rmse_no_dp, p.rmse_no_dp_change_se);
+        out.push(match p.gain_recovered {
             Some(x) => {
                 small |= x < 0.25;
                 format!(
@@ -536,9 +599,9 @@ pub fn recovered_lines(r: &Value) -> Vec<String> {
             ),
         });
     }
-    let sd = r["parties"].as_array().into_iter().flatten().filter_map(|p| p["noise_sd"].as_f64()).reduce(f64::max);
-    if let (true, "calibrated", Some(sd)) = (small, dp, sd) {
-        out.push(why_small(r["policy"].as_str().unwrap_or(""), eps, sd));
+    let sd = r.parties.iter().filter_map(|p| p.noise_sd).reduce(f64::max);
+    if let (true, PrivacyMode::Calibrated, Some(sd)) = (small, dp, sd) {
+        out.push(why_small(r.policy, eps, sd));
     }
     out
 }
@@ -546,14 +609,14 @@ pub fn recovered_lines(r: &Value) -> Vec<String> {
 /// Why a party recovered little of its gain, from this run's policy and noise: under `batches`
 /// the noise a finite release needs at this ε, against the labels' scale; under the earlier
 /// function-space policies the GP-prior noise that erases the gain (docs/privacy-model.md, "Earlier settings").
-fn why_small(policy: &str, eps: f64, sd: f64) -> String {
+fn why_small(policy: ReleasePolicy, eps: f64, sd: f64) -> String {
     let scale = if sd > 6.0 {
         format!("{}× the whole clipped label range of 6", minus(sd / 6.0, 1))
     } else {
         "on labels of sd 1".to_string()
     };
     match policy {
-        "batches" => format!(
+        ReleasePolicy::Batches => format!(
             "  where a share is small: the answers carry the noise ε = {eps} needs, sd up to {sd:.3} per released \
              mean ({scale}); the noise sd falls as 1/ε, and the release's sensitivity falls with more labelled rows \
              per party (the frontier, docs/results.md)"
@@ -568,92 +631,96 @@ fn why_small(policy: &str, eps: f64, sd: f64) -> String {
 }
 
 /// "labels clipped by the releases: P1 3 of 400, P2 0 of 400" (calibrated DP only).
-fn clipped_line(r: &Value) -> Option<String> {
-    (r["dp"].as_str() == Some("calibrated")).then_some(())?;
-    let v: Vec<String> = r["parties"]
-        .as_array()?
+fn clipped_line(r: &DemoReport) -> Option<String> {
+    (r.dp == PrivacyMode::Calibrated).then_some(())?;
+    let v: Vec<String> = r
+        .parties
         .iter()
         .map(|p| {
-            format!(
-                "{} {} of {}",
-                p["party"].as_str().unwrap_or("?"),
-                p["labels_clipped"].as_u64().map_or("?".into(), |c| c.to_string()),
-                r["n_obs"]
-            )
+            let clipped = p.figures.labels_clipped.map_or("?".into(), |c| c.to_string());
+            format!("{} {clipped} of {}", p.figures.party, r.n_obs)
         })
         .collect();
     Some(format!("labels clipped by the releases (their own models fit them as they are): {}", v.join(", ")))
 }
 
-fn print_table(r: &Value) {
-    println!(
-        "\n{:<8} {:>10} {:>12} {:>18} {:>14} {:>16}  ε spent on its labels",
-        "party", "mean only", "RMSE alone", "RMSE co-trained", "without DP", "central oracle"
-    );
-    for p in r["parties"].as_array().into_iter().flatten() {
-        println!(
-            "{:<8} {:>10.4} {:>12.4} {:>18.4} {:>14.4} {:>16.4}  {}",
-            p["party"].as_str().unwrap_or(""),
-            p["rmse_mean_baseline"].as_f64().unwrap_or(f64::NAN),
-            p["rmse_before"].as_f64().unwrap_or(f64::NAN),
-            p["rmse_after"].as_f64().unwrap_or(f64::NAN),
-            p["rmse_no_dp"].as_f64().unwrap_or(f64::NAN),
-            r["oracle_rmse"].as_f64().unwrap_or(f64::NAN),
-            eps_spent(r, p)
-        );
+/// The table a person reads: each party's RMSE against the mean, without DP and the central
+/// oracle, the ε spent on its labels; then the share of its gain recovered, the verdicts, and
+/// the run's settings.
+impl std::fmt::Display for DemoReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "\n{:<8} {:>10} {:>12} {:>18} {:>14} {:>16}  ε spent on its labels",
+            "party", "mean only", "RMSE alone", "RMSE co-trained", "without DP", "central oracle"
+        )?;
+        for p in &self.parties {
+            let q = &p.figures;
+            writeln!(
+                f,
+                "{:<8} {:>10.4} {:>12.4} {:>18.4} {:>14.4} {:>16.4}  {}",
+                q.party,
+                q.rmse_mean_baseline.unwrap_or(f64::NAN),
+                q.rmse_before.unwrap_or(f64::NAN),
+                q.rmse_after.unwrap_or(f64::NAN),
+                p.rmse_no_dp,
+                self.oracle_rmse,
+                eps_spent(self, q)
+            )?;
+        }
+        writeln!(f, "(mean only: test RMSE of predicting the public mean of y, the baseline that needs no label)")?;
+        writeln!(f)?;
+        for line in recovered_lines(self) {
+            writeln!(f, "{line}")?;
+        }
+        writeln!(f)?;
+        for line in verdict_lines(self)
+            .into_iter()
+            .chain(baseline_lines(self.parties.iter().map(|p| &p.figures)))
+            .chain(clipped_line(self))
+        {
+            writeln!(f, "{line}")?;
+        }
+        // ε and δ as run.json spells them.
+        let privacy = match self.dp {
+            PrivacyMode::Off => "no privacy (DP off)".to_string(),
+            PrivacyMode::Thesis => "thesis mode: Thomas 2017's noise, NO formal guarantee".to_string(),
+            PrivacyMode::Calibrated => format!(
+                "DP calibrated, ε = {} per release, δ = {}, policy {}",
+                super::json_number(self.epsilon),
+                super::json_number(self.delta),
+                self.policy
+            ),
+        };
+        writeln!(
+            f,
+            "\n{} round{}, {} + {}, {privacy}, {:.1} s",
+            self.rounds,
+            if self.rounds == 1 { "" } else { "s" },
+            self.combiner,
+            self.uncertainty,
+            self.wall_seconds
+        )
     }
-    println!("(mean only: test RMSE of predicting the public mean of y, the baseline that needs no label)");
-    println!();
-    for line in recovered_lines(r) {
-        println!("{line}");
-    }
-    println!();
-    for line in verdict_lines(r)
-        .into_iter()
-        .chain(baseline_lines(r["parties"].as_array().map_or(&[][..], |v| v)))
-        .chain(clipped_line(r))
-    {
-        println!("{line}");
-    }
-    let privacy = match r["dp"].as_str().unwrap_or("") {
-        "off" => "no privacy (DP off)".to_string(),
-        "thesis" => "thesis mode: Thomas 2017's noise, NO formal guarantee".to_string(),
-        _ => format!(
-            "DP calibrated, ε = {} per release, δ = {}, policy {}",
-            r["epsilon"],
-            r["delta"],
-            r["policy"].as_str().unwrap_or("")
-        ),
-    };
-    println!(
-        "\n{} round{}, {} + {}, {privacy}, {:.1} s",
-        r["rounds"],
-        if r["rounds"].as_u64() == Some(1) { "" } else { "s" },
-        r["combiner"].as_str().unwrap_or(""),
-        r["uncertainty"].as_str().unwrap_or(""),
-        r["wall_seconds"].as_f64().unwrap_or(0.0)
-    );
 }
 
-fn write_report(a: &DemoArgs, sc: &Scenario, r: &Value) -> anyhow::Result<()> {
+fn write_report(a: &DemoArgs, sc: &Scenario, r: &DemoReport) -> anyhow::Result<()> {
     std::fs::create_dir_all(&a.out).with_context(|| format!("cannot create {}", a.out.display()))?;
-    let parties = r["parties"].as_array().cloned().unwrap_or_default();
+    let parties = &r.parties;
     // RMSE per round (round 0 = the private-only model): one panel per party with its own
     // y-range, so a change of a few hundredths is visible, with the no-DP result and the oracle
     // as reference lines.
-    let oracle = r["oracle_rmse"].as_f64().unwrap_or(f64::NAN);
+    let oracle = r.oracle_rmse;
     let mut fig = Figure::new("Test RMSE per round (round 0: private data only)");
     for (i, p) in parties.iter().enumerate() {
-        let mut pts = vec![(0.0, p["rmse_before"].as_f64().unwrap_or(f64::NAN))];
-        for (k, v) in p["rmse_per_round"].as_array().into_iter().flatten().enumerate() {
-            pts.push(((k + 1) as f64, v.as_f64().unwrap_or(f64::NAN)));
-        }
-        let name = p["party"].as_str().unwrap_or("?");
-        let no_dp = p["rmse_no_dp"].as_f64().unwrap_or(f64::NAN);
+        let mut pts = vec![(0.0, p.figures.rmse_before.unwrap_or(f64::NAN))];
+        pts.extend(p.figures.rmse_per_round.iter().enumerate().map(|(k, &v)| ((k + 1) as f64, v)));
+        let name = &p.figures.party;
+        let no_dp = p.rmse_no_dp;
         // The last round carries ±2 paired SE of the change from alone: where the bar reaches
         // round 0's level, the change is no result (and the y range always shows the bar).
         let mut bars = vec![f64::NAN; pts.len()];
-        if let (Some(last), Some(se)) = (bars.last_mut(), p["rmse_change_se"].as_f64()) {
+        if let (Some(last), Some(se)) = (bars.last_mut(), p.figures.rmse_change_se) {
             *last = 2.0 * se;
         }
         let chart = LineChart::new(format!("party {name}"), "round", "test RMSE (standardised y)")
@@ -675,14 +742,8 @@ fn write_report(a: &DemoArgs, sc: &Scenario, r: &Value) -> anyhow::Result<()> {
         let d = &sc.parties[i];
         let (cx, cy) = (0, if d.dim() > 1 { 1 } else { 0 });
         let pool: Vec<(f64, f64)> = (0..d.pool_size()).map(|j| (d.x_pool[(j, cx)], d.x_pool[(j, cy)])).collect();
-        let asked: Vec<(f64, f64)> = p["queried"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|v| v.as_u64())
-            .filter(|&j| (j as usize) < d.pool_size())
-            .map(|j| pool[j as usize])
-            .collect();
+        let asked: Vec<(f64, f64)> =
+            p.queried.iter().copied().filter(|&j| (j as usize) < d.pool_size()).map(|j| pool[j as usize]).collect();
         let own: Vec<(f64, f64)> = (0..d.x_train.nrows()).map(|j| (d.x_train[(j, cx)], d.x_train[(j, cy)])).collect();
         let panel = LineChart::new(
             format!("party {}", d.name),
@@ -695,7 +756,8 @@ fn write_report(a: &DemoArgs, sc: &Scenario, r: &Value) -> anyhow::Result<()> {
         fig = fig.with_panel(panel);
     }
     write_atomic(&a.out.join("queried.svg"), &fig.to_svg())?;
-    write_atomic(&a.out.join("run.json"), &serde_json::to_string_pretty(r)?)?;
+    // Through a `Value`, so every object's keys are sorted (as `--json` prints them).
+    write_atomic(&a.out.join("run.json"), &serde_json::to_string_pretty(&serde_json::to_value(r)?)?)?;
 
     let mut md = String::new();
     md += "# dpcotrain demo report\n\n";
@@ -712,22 +774,23 @@ fn write_report(a: &DemoArgs, sc: &Scenario, r: &Value) -> anyhow::Result<()> {
         a.delta,
         a.policy(),
         a.budget_epsilon.unwrap_or(a.epsilon),
-        r["wall_seconds"].as_f64().unwrap_or(0.0)
+        r.wall_seconds
     );
     if a.dp == PrivacyMode::Thesis {
         md += "> **Thesis mode gives no formal privacy guarantee**: its noise scale is Thomas 2017's, not calibrated.\n\n";
     }
     md += "| party | predict the public mean | test RMSE alone | after co-training | same protocol without DP | centralised oracle | ε spent on its labels |\n|---|---:|---:|---:|---:|---:|---|\n";
-    for p in &parties {
+    for p in parties {
+        let q = &p.figures;
         md += &format!(
             "| {} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} | {} |\n",
-            p["party"].as_str().unwrap_or(""),
-            p["rmse_mean_baseline"].as_f64().unwrap_or(f64::NAN),
-            p["rmse_before"].as_f64().unwrap_or(f64::NAN),
-            p["rmse_after"].as_f64().unwrap_or(f64::NAN),
-            p["rmse_no_dp"].as_f64().unwrap_or(f64::NAN),
+            q.party,
+            q.rmse_mean_baseline.unwrap_or(f64::NAN),
+            q.rmse_before.unwrap_or(f64::NAN),
+            q.rmse_after.unwrap_or(f64::NAN),
+            p.rmse_no_dp,
             oracle,
-            eps_spent(r, p)
+            eps_spent(r, q)
         );
     }
     md += "\n";
@@ -735,10 +798,8 @@ fn write_report(a: &DemoArgs, sc: &Scenario, r: &Value) -> anyhow::Result<()> {
         md += &format!("{line}\n");
     }
     md += "\n";
-    for line in verdict_lines(r)
-        .into_iter()
-        .chain(baseline_lines(r["parties"].as_array().map_or(&[][..], |v| v)))
-        .chain(clipped_line(r))
+    for line in
+        verdict_lines(r).into_iter().chain(baseline_lines(parties.iter().map(|p| &p.figures))).chain(clipped_line(r))
     {
         md += &format!("- {line}\n");
     }
@@ -748,7 +809,7 @@ fn write_report(a: &DemoArgs, sc: &Scenario, r: &Value) -> anyhow::Result<()> {
         "`run.json` holds every number above. The nodes' configs, data views, throw-away certificates and \
          durable ledgers are in `{}`: serve them yourself with `dpcotrain node serve --config …` and drive \
          them with `dpcotrain run --config …/federation.toml`.\n",
-        r["federation"].as_str().unwrap_or("")
+        r.federation
     );
     write_atomic(&a.out.join("report.md"), &md)?;
     Ok(())
@@ -758,27 +819,94 @@ fn write_report(a: &DemoArgs, sc: &Scenario, r: &Value) -> anyhow::Result<()> {
 mod tests {
     use super::*;
 
-    fn run(policy: &str, sd: f64, after: f64) -> Value {
-        json!({"dp": "calibrated", "epsilon": 1.0, "delta": 1e-5, "policy": policy, "parties": [
-            {"party": "P1", "rmse_before": 0.6, "rmse_after": after, "rmse_no_dp": 0.4,
-             "rmse_no_dp_change_se": 0.01, "noise_sd": sd,
-             "gain_recovered": share_recovered(0.6, after, 0.4, Some(0.01))}]})
+    /// A calibrated run at ε = 1 under `policy` with one party, P1: 0.6 alone, `after`
+    /// co-trained, 0.4 without DP (2 SE = 0.02), its releases' noise sd up to `sd`.
+    fn run(policy: ReleasePolicy, sd: f64, after: f64) -> DemoReport {
+        let figures = PartyFigures {
+            party: "P1".into(),
+            rmse_before: Some(0.6),
+            rmse_after: Some(after),
+            rmse_mean_baseline: Some(1.0),
+            labels_clipped: Some(3),
+            ..PartyFigures::default()
+        };
+        DemoReport {
+            dataset: "ccpp".into(),
+            combiner: CombinerKind::Noisy,
+            uncertainty: Uncertainty::Marginal,
+            dp: PrivacyMode::Calibrated,
+            epsilon: 1.0,
+            delta: 1e-5,
+            budget_epsilon: 1.0,
+            policy,
+            rounds: 1,
+            seed: 1,
+            n_obs: 400,
+            guaranteed: policy == ReleasePolicy::Batches,
+            oracle_rmse: 0.3,
+            yu_oracle_rmse: 0.35,
+            parties: vec![DemoParty {
+                figures,
+                queried: vec![4, 2],
+                rmse_no_dp: 0.4,
+                rmse_no_dp_change_se: Some(0.01),
+                gain_recovered: share_recovered(0.6, after, 0.4, Some(0.01)),
+                n_test: 100,
+                verdict: verdict(0.6, after, None, Some(100)),
+                noise_sd: Some(sd),
+            }],
+            refused: Vec::new(),
+            wall_seconds: 1.3,
+            federation: "out/federation".into(),
+            queries: 25,
+            answer_extra_variance: AnswerDiscount::OwnNoise(30.0).to_string(),
+        }
     }
 
     #[test]
     fn why_small_follows_the_policy_and_the_noise() {
         // batches, small share: the finite release's noise at this ε, on the labels' scale.
-        let b = recovered_lines(&run("batches", 0.957, 0.58)).join("\n");
+        let b = recovered_lines(&run(ReleasePolicy::Batches, 0.957, 0.58)).join("\n");
         assert!(b.contains("10% of its non-private gain") && b.contains("(on labels of sd 1)"), "{b}");
         assert!(b.contains("falls as 1/ε") && !b.contains("RKHS"), "{b}");
         // release-once: docs/privacy-model.md's account (the function-space noise erases the gain), never
         // "more labelled rows shrink it".
-        let r = recovered_lines(&run("release-once", 28.461, 0.595)).join("\n");
+        let r = recovered_lines(&run(ReleasePolicy::ReleaseOnce, 28.461, 0.595)).join("\n");
         assert!(r.contains("RKHS sensitivity") && r.contains("4.7× the whole clipped label range"), "{r}");
         assert!(!r.contains("labelled rows") && r.contains("policy batches"), "{r}");
         // A large share needs no explanation; a negative share prints with U+2212.
-        assert_eq!(recovered_lines(&run("batches", 0.5, 0.45)).len(), 2);
-        let neg = recovered_lines(&run("batches", 0.5, 0.7)).join("\n");
+        assert_eq!(recovered_lines(&run(ReleasePolicy::Batches, 0.5, 0.45)).len(), 2);
+        let neg = recovered_lines(&run(ReleasePolicy::Batches, 0.5, 0.7)).join("\n");
         assert!(neg.contains("−50% of its non-private gain"), "{neg}");
+    }
+
+    /// run.json and `--json`: a party's own keys and its status's, flattened into one object,
+    /// every object's keys sorted; the settings spelt as on the command line.
+    #[test]
+    fn the_report_json_keeps_its_keys() {
+        let v = serde_json::to_value(run(ReleasePolicy::Batches, 0.5, 0.45)).unwrap();
+        let keys = |v: &serde_json::Value| v.as_object().map(|o| o.keys().cloned().collect::<Vec<_>>()).unwrap();
+        let top = ["answer_extra_variance", "budget_epsilon", "combiner", "dataset", "delta", "dp", "epsilon"];
+        assert_eq!(keys(&v)[..top.len()], top);
+        assert_eq!(keys(&v).len(), 20);
+        let party = keys(&v["parties"][0]);
+        let mut sorted = party.clone();
+        sorted.sort();
+        assert_eq!(party, sorted);
+        for k in ["rmse_before", "privacy_spent_total", "federation_id", "queried", "gain_recovered", "noise_sd"] {
+            assert!(party.iter().any(|p| p == k), "{k} missing from {party:?}");
+        }
+        assert_eq!(party.len(), 21);
+        assert_eq!(v["combiner"], "noisy");
+        assert_eq!(v["uncertainty"], "marginal");
+        assert_eq!(v["dp"], "calibrated");
+        assert_eq!(v["policy"], "batches");
+        assert_eq!(v["answer_extra_variance"], "own:30");
+        assert_eq!(v["parties"][0]["labels_clipped"], 3);
+        assert_eq!(v["parties"][0]["rmse_change_se"], serde_json::Value::Null);
+        // The table prints ε and δ as the JSON spells them.
+        let table = run(ReleasePolicy::Batches, 0.5, 0.45).to_string();
+        assert!(table.contains("DP calibrated, ε = 1.0 per release, δ = 0.00001, policy batches, 1.3 s"), "{table}");
+        assert!(table.contains("labels clipped by the releases (their own models fit them as they are): P1 3 of 400"));
     }
 }

@@ -602,11 +602,6 @@ pub fn fit(args: FitArgs) -> anyhow::Result<FitReport> {
     })
 }
 
-/// A number as JSON spells it (shortest round-trip form; `null` for a non-finite one).
-fn json_number(v: f64) -> serde_json::Value {
-    serde_json::json!(v)
-}
-
 impl std::fmt::Display for FitReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(f, "model       {}  (kernel {})", self.model, self.kernel)?;
@@ -657,7 +652,7 @@ impl std::fmt::Display for FitReport {
         if let (Some(m), Some(v)) = (&self.mean, &self.var) {
             writeln!(f, "mean,var")?;
             for (a, b) in m.iter().zip(v) {
-                writeln!(f, "{},{}", json_number(*a), json_number(*b))?;
+                writeln!(f, "{},{}", super::json_number(*a), super::json_number(*b))?;
             }
         }
         Ok(())

@@ -40,3 +40,8 @@ pub fn print_report<R: serde::Serialize + std::fmt::Display>(report: &R, out: Ou
     }
     Ok(())
 }
+
+/// A number as JSON spells it (shortest round-trip form; `null` for a non-finite one).
+pub fn json_number(v: f64) -> serde_json::Value {
+    serde_json::json!(v)
+}

@@ -1,11 +1,11 @@
 //! `dpcotrain run`: drive co-training rounds across running nodes (federation.toml), and the
 //! orchestration loop the demo shares.
 
-use crate::cli::party_figures::party_json;
+use crate::cli::party_figures::{NOT_GUARANTEED_NOTE, PartyFigures, baseline_lines, verdict};
 use clap::Args;
 use dpcotrain_federation::config::{FederationConfig, load};
 use dpcotrain_federation::launch::{Drove, drive, orchestrator};
-use dpcotrain_federation::orchestrator::Orchestrator;
+use serde::Serialize;
 use std::path::PathBuf;
 
 #[derive(Debug, Args)]
@@ -23,20 +23,16 @@ pub struct RunArgs {
 /// Rounds done so far, counted as `status` counts them ("rounds done"): "every node had done
 /// 3 rounds", or "A had done 3 rounds, B 4". Rounds are numbered from 1 everywhere a person
 /// reads them (the progress bar, these lines, `status`); JSON keeps counts.
-fn positions(orch: &Orchestrator, position: &[u32]) -> String {
+fn positions(nodes: &[String], position: &[u32]) -> String {
     let rounds = |r: u32| if r == 1 { "1 round".to_string() } else { format!("{r} rounds") };
     if position.windows(2).all(|w| w[0] == w[1]) {
         return format!("every node had done {}", rounds(position.first().copied().unwrap_or(0)));
     }
-    orch.nodes
+    nodes
         .iter()
         .zip(position)
         .enumerate()
-        .map(
-            |(i, (n, &r))| {
-                if i == 0 { format!("{} had done {}", n.name, rounds(r)) } else { format!("{} {r}", n.name) }
-            },
-        )
+        .map(|(i, (n, &r))| if i == 0 { format!("{n} had done {}", rounds(r)) } else { format!("{n} {r}") })
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -46,7 +42,32 @@ fn ran_rounds(start: u32, target: u32) -> String {
     if start + 1 == target { format!("round {target}") } else { format!("rounds {} to {target}", start + 1) }
 }
 
-pub async fn run(a: RunArgs) -> anyhow::Result<()> {
+/// What `run` did: the target, where the nodes stood, the rounds run, each party's figures
+/// afterwards, and the exchanges refused or not sent. `--json` prints it as JSON; otherwise its
+/// `Display` is the table a person reads.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunReport {
+    pub federation_id: String,
+    /// The total number of rounds to reach.
+    pub rounds: u32,
+    /// The first round run (the lowest position, at most the target).
+    pub started_at_round: u32,
+    /// Rounds each node had done when the run began (node order).
+    pub position_before: Vec<u32>,
+    pub rounds_run: usize,
+    pub parties: Vec<PartyFigures>,
+    /// Exchanges that failed or were refused (`"round 3, A ← B: …"`).
+    pub refused: Vec<String>,
+    /// Peer requests not sent: the peer's budget for the querier was already spent.
+    pub skipped: Vec<String>,
+    /// The nodes' names (node order), for the lines that say where each stood.
+    #[serde(skip)]
+    pub nodes: Vec<String>,
+}
+
+/// Drive the federation to the target round (continuing an interrupted run) and read every
+/// node's status afterwards.
+pub async fn run_report(a: &RunArgs) -> anyhow::Result<RunReport> {
     let cfg: FederationConfig = load(&a.config)?;
     let target = a.rounds.unwrap_or(cfg.rounds);
     let orch = orchestrator(&cfg, &a.config)?;
@@ -73,103 +94,103 @@ pub async fn run(a: RunArgs) -> anyhow::Result<()> {
     .await?;
     bar.finish_and_clear();
     let Drove { position, start, per_round, failures } = drove;
-    let mut rows = Vec::new();
+    let mut parties = Vec::new();
     for i in 0..per_round.len() {
-        rows.push(party_json(&orch.status(i).await.map_err(anyhow::Error::msg)?));
+        parties.push(PartyFigures::from(&orch.status(i).await.map_err(anyhow::Error::msg)?));
     }
-    let ran = per_round.first().map_or(0, Vec::len);
-    if a.json {
-        println!(
-            "{}",
-            serde_json::json!({"federation_id": cfg.federation_id, "rounds": target, "started_at_round": start,
-                               "position_before": position, "rounds_run": ran,
-                               "parties": rows, "refused": failures, "skipped": skipped})
-        );
-    } else {
-        if ran == 0 {
-            println!("nothing to do: {} (target {target})", positions(&orch, &position));
+    Ok(RunReport {
+        federation_id: cfg.federation_id,
+        rounds: target,
+        started_at_round: start,
+        position_before: position,
+        rounds_run: per_round.first().map_or(0, Vec::len),
+        parties,
+        refused: failures,
+        skipped,
+        nodes: orch.nodes.iter().map(|n| n.name.clone()).collect(),
+    })
+}
+
+impl std::fmt::Display for RunReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (target, position) = (self.rounds, &self.position_before);
+        if self.rounds_run == 0 {
+            writeln!(f, "nothing to do: {} (target {target})", positions(&self.nodes, position))?;
         } else if position.iter().any(|&r| r > 0) {
-            println!("continued an earlier run: {}; ran {}", positions(&orch, &position), ran_rounds(start, target));
+            writeln!(
+                f,
+                "continued an earlier run: {}; ran {}",
+                positions(&self.nodes, position),
+                ran_rounds(self.started_at_round, target)
+            )?;
         }
-        println!(
+        writeln!(
+            f,
             "{:<10} {:>12} {:>12} {:>12}  privacy spent on its labels (ε per requester; all requesters together)",
             "party", "mean only", "RMSE alone", "RMSE after"
-        );
-        let release_mark = |s: &serde_json::Value| {
-            let log = s["release_log"].as_array().map(Vec::as_slice).unwrap_or_default();
-            crate::cli::party_figures::epsilon_mark(log.iter().map(|r| r["guaranteed"].as_bool() == Some(true)))
-        };
+        )?;
+        let cell = |v: Option<f64>| v.map_or_else(|| "—".to_string(), |x| format!("{x:.4}"));
         let mut any_unguaranteed = false;
-        let cell = |v: &serde_json::Value| v.as_f64().map_or_else(|| "—".to_string(), |x| format!("{x:.4}"));
-        for r in &rows {
-            let spent: Vec<String> = r["privacy_spent"]
-                .as_array()
-                .map(|v| {
-                    v.iter()
-                        .map(|s| {
-                            format!(
-                                "{}: {:.3}{}",
-                                s["peer"].as_str().unwrap_or("?"),
-                                s["epsilon"].as_f64().unwrap_or(0.0),
-                                release_mark(s)
-                            )
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            let total = r["privacy_spent_total"]["epsilon"].as_f64().unwrap_or(0.0);
-            let spends = r["privacy_spent"].as_array().map(Vec::as_slice).unwrap_or_default();
-            let total_mark = crate::cli::party_figures::epsilon_mark(spends.iter().map(|s| release_mark(s).is_empty()));
+        for p in &self.parties {
+            let spent: Vec<String> =
+                p.privacy_spent.iter().map(|s| format!("{}: {:.3}{}", s.peer, s.epsilon, s.mark())).collect();
+            let total_mark = p.mark();
             any_unguaranteed |= !total_mark.is_empty();
-            println!(
+            writeln!(
+                f,
                 "{:<10} {:>12} {:>12} {:>12}  {}",
-                r["party"].as_str().unwrap_or(""),
-                cell(&r["rmse_mean_baseline"]),
-                cell(&r["rmse_before"]),
-                cell(&r["rmse_after"]),
+                p.party,
+                cell(p.rmse_mean_baseline),
+                cell(p.rmse_before),
+                cell(p.rmse_after),
                 if spent.is_empty() {
                     "none".to_string()
                 } else {
-                    format!("{}; together {total:.3}{total_mark}", spent.join(", "))
+                    format!("{}; together {:.3}{total_mark}", spent.join(", "), p.privacy_spent_total.epsilon)
                 }
-            );
+            )?;
         }
-        println!("(mean only: test RMSE of predicting the public mean of y, the baseline that needs no label)");
+        writeln!(f, "(mean only: test RMSE of predicting the public mean of y, the baseline that needs no label)")?;
         if any_unguaranteed {
-            println!("{}", crate::cli::party_figures::NOT_GUARANTEED_NOTE);
+            writeln!(f, "{NOT_GUARANTEED_NOTE}")?;
         }
-        println!(
+        writeln!(
+            f,
             "(together: the ε of all requesters' releases combined — what colluding requesters could learn together)"
-        );
-        for r in &rows {
-            let (Some(alone), Some(after)) = (r["rmse_before"].as_f64(), r["rmse_after"].as_f64()) else {
-                println!(
+        )?;
+        for p in &self.parties {
+            let (Some(alone), Some(after)) = (p.rmse_before, p.rmse_after) else {
+                writeln!(
+                    f,
                     "{}: test figures not shared (computed on its private labels; privacy.share_test_metrics in its party.toml)",
-                    r["party"].as_str().unwrap_or("")
-                );
+                    p.party
+                )?;
                 continue;
             };
-            println!(
-                "{}: {}",
-                r["party"].as_str().unwrap_or(""),
-                crate::cli::party_figures::verdict(alone, after, r["rmse_change_se"].as_f64(), None)
-            );
+            writeln!(f, "{}: {}", p.party, verdict(alone, after, p.rmse_change_se, None))?;
         }
-        for line in crate::cli::party_figures::baseline_lines(&rows) {
-            println!("{line}");
+        for line in baseline_lines(&self.parties) {
+            writeln!(f, "{line}")?;
         }
-        if !skipped.is_empty() {
-            println!(
+        if !self.skipped.is_empty() {
+            writeln!(
+                f,
                 "{} peer requests not sent: each peer's budget for the querier was already spent (its one release was made)",
-                skipped.len()
-            );
+                self.skipped.len()
+            )?;
         }
+        Ok(())
     }
-    if !failures.is_empty() {
-        for why in &failures {
+}
+
+pub async fn run(a: RunArgs) -> anyhow::Result<()> {
+    let report = run_report(&a).await?;
+    super::print_report(&report, super::Output::json_if(a.json))?;
+    if !report.refused.is_empty() {
+        for why in &report.refused {
             eprintln!("failed: {why}");
         }
-        anyhow::bail!("{} of the run's exchanges failed or were refused (listed above)", failures.len());
+        anyhow::bail!("{} of the run's exchanges failed or were refused (listed above)", report.refused.len());
     }
     Ok(())
 }

@@ -1,11 +1,10 @@
 //! `dpcotrain status`: a running node's model version, rounds and privacy spent.
 
-use crate::cli::party_figures::party_json;
+use crate::cli::party_figures::{NOT_GUARANTEED_NOTE, PartyFigures};
 use clap::Args;
 use dpcotrain_federation::config::{FederationConfig, load};
 use dpcotrain_federation::launch::orchestrator;
 use dpcotrain_federation::orchestrator::{Orchestrator, orchestrator_retry};
-use dpcotrain_federation::pb;
 use std::path::PathBuf;
 
 #[derive(Debug, Args)]
@@ -22,8 +21,8 @@ pub struct StatusArgs {
 }
 
 /// A warning when the model alone or now is no better than the constant baseline `b`.
-fn below_baseline(st: &pb::StatusResponse, b: f64) -> String {
-    match (st.test_rmse_alone, st.test_rmse) {
+fn below_baseline(p: &PartyFigures, b: f64) -> String {
+    match (p.rmse_before, p.rmse_after) {
         (Some(a), Some(n)) if a >= b && n >= b => " — alone and now no better than this constant".into(),
         (Some(a), _) if a >= b => " — alone no better than this constant".into(),
         (_, Some(n)) if n >= b => " — now no better than this constant".into(),
@@ -33,98 +32,95 @@ fn below_baseline(st: &pb::StatusResponse, b: f64) -> String {
 
 /// A node's status for a person: position, RMSE with the paired SE of the change, RMSE per
 /// round, and the privacy spent per requester with its releases.
-fn status_table(st: &pb::StatusResponse) -> String {
-    use std::fmt::Write as _;
-    let mut o = String::new();
-    let _ = writeln!(o, "party {} (federation {:?})", st.party, st.federation_id);
-    let _ = writeln!(o, "  rounds done     {}   (model version {})", st.rounds_done, st.model_version);
-    if st.restricted {
-        let _ = writeln!(o, "  (restricted view: you are a peer; you see your own spend only)");
-    } else {
-        let num = |v: Option<f64>, signed: bool| match v {
-            Some(x) if signed => dpcotrain_report::numbers::signed(x, 4),
-            Some(x) => format!("{x:.4}"),
-            None => "—".to_string(),
-        };
-        let change = st.test_rmse.zip(st.test_rmse_alone).map(|(now, alone)| now - alone);
-        if st.test_rmse.is_none() {
-            let _ = writeln!(
+impl std::fmt::Display for PartyFigures {
+    fn fmt(&self, o: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(o, "party {} (federation {:?})", self.party, self.federation_id)?;
+        writeln!(o, "  rounds done     {}   (model version {})", self.rounds, self.model_version)?;
+        if self.restricted {
+            writeln!(o, "  (restricted view: you are a peer; you see your own spend only)")?;
+        } else {
+            let num = |v: Option<f64>, signed: bool| match v {
+                Some(x) if signed => dpcotrain_report::numbers::signed(x, 4),
+                Some(x) => format!("{x:.4}"),
+                None => "—".to_string(),
+            };
+            let change = self.rmse_after.zip(self.rmse_before).map(|(now, alone)| now - alone);
+            if self.rmse_after.is_none() {
+                writeln!(
+                    o,
+                    "  test figures    not shared: they are computed on the node's private labels (its party.toml shares them with privacy.share_test_metrics = true)"
+                )?;
+            }
+            writeln!(
                 o,
-                "  test figures    not shared: they are computed on the node's private labels (its party.toml shares them with privacy.share_test_metrics = true)"
-            );
+                "  test RMSE       {} alone → {} now  (change {}, SE {})",
+                num(self.rmse_before, false),
+                num(self.rmse_after, false),
+                num(change, true),
+                num(self.rmse_change_se, false)
+            )?;
+            if let Some(b) = self.rmse_mean_baseline {
+                writeln!(
+                    o,
+                    "  mean baseline   {b:.4}  (predicting the public mean of y: no label needed){}",
+                    below_baseline(self, b)
+                )?;
+            }
+            if let Some(c) = self.labels_clipped {
+                writeln!(
+                    o,
+                    "  labels clipped  {c} by the release (to the declared label range; its own model fits them as they are)"
+                )?;
+            }
+            if !self.rmse_per_round.is_empty() {
+                let v: Vec<String> = self.rmse_per_round.iter().map(|r| format!("{r:.4}")).collect();
+                writeln!(o, "  RMSE per round  {}", v.join(" "))?;
+            }
+            if self.answers_set_aside {
+                writeln!(
+                    o,
+                    "  answers         set aside by the guard (they made its own rows' leave-one-out error worse): the model is the private-only one"
+                )?;
+            }
         }
-        let _ = writeln!(
-            o,
-            "  test RMSE       {} alone → {} now  (change {}, SE {})",
-            num(st.test_rmse_alone, false),
-            num(st.test_rmse, false),
-            num(change, true),
-            num(st.rmse_change_se, false)
-        );
-        if let Some(b) = st.test_rmse_mean_baseline {
-            let _ = writeln!(
-                o,
-                "  mean baseline   {b:.4}  (predicting the public mean of y: no label needed){}",
-                below_baseline(st, b)
-            );
+        if self.privacy_spent.is_empty() {
+            writeln!(o, "  privacy spent   nothing released")?;
+        } else {
+            writeln!(o, "  privacy spent on its labels:")?;
+            writeln!(o, "    {:<12} {:>8} {:>10} {:>10} {:>9}", "requester", "ε", "ρ", "ρ budget", "releases")?;
+            for s in &self.privacy_spent {
+                writeln!(
+                    o,
+                    "    {:<12} {:>8.4} {:>10.3e} {:>10.3e} {:>9}{}",
+                    s.peer,
+                    s.epsilon,
+                    s.rho,
+                    s.rho_budget,
+                    s.releases,
+                    s.mark()
+                )?;
+            }
+            let all = self.mark();
+            let total = &self.privacy_spent_total;
+            writeln!(o, "    all requesters together: ε {:.4} (ρ {:.3e}){all}", total.epsilon, total.rho)?;
+            if !all.is_empty() {
+                writeln!(o, "    {NOT_GUARANTEED_NOTE}")?;
+            }
+            // The DP θ vote (theta = "select") is one entry of every requester's ledger.
+            if let Some(r) = self.releases().find(|r| r.id == dpcotrain_cotrain::party::THETA_SELECTION_ID) {
+                writeln!(
+                    o,
+                    "    of which the θ vote (theta = select): ρ {:.3e} per requester (σ {:.2} votes)",
+                    r.rho, r.sigma
+                )?;
+            }
         }
-        if let Some(c) = st.labels_clipped {
-            let _ = writeln!(
-                o,
-                "  labels clipped  {c} by the release (to the declared label range; its own model fits them as they are)"
-            );
-        }
-        if !st.rmse_per_round.is_empty() {
-            let v: Vec<String> = st.rmse_per_round.iter().map(|r| format!("{r:.4}")).collect();
-            let _ = writeln!(o, "  RMSE per round  {}", v.join(" "));
-        }
-        if st.answers_set_aside {
-            let _ = writeln!(
-                o,
-                "  answers         set aside by the guard (they made its own rows' leave-one-out error worse): the model is the private-only one"
-            );
-        }
+        Ok(())
     }
-    if st.spend.is_empty() {
-        let _ = writeln!(o, "  privacy spent   nothing released");
-    } else {
-        let _ = writeln!(o, "  privacy spent on its labels:");
-        let _ = writeln!(o, "    {:<12} {:>8} {:>10} {:>10} {:>9}", "requester", "ε", "ρ", "ρ budget", "releases");
-        let mark =
-            |s: &pb::PeerSpend| crate::cli::party_figures::epsilon_mark(s.release_log.iter().map(|r| r.guaranteed));
-        for s in &st.spend {
-            let _ = writeln!(
-                o,
-                "    {:<12} {:>8.4} {:>10.3e} {:>10.3e} {:>9}{}",
-                s.peer,
-                s.epsilon,
-                s.rho,
-                s.rho_budget,
-                s.releases,
-                mark(s)
-            );
-        }
-        let all =
-            crate::cli::party_figures::epsilon_mark(st.spend.iter().flat_map(|s| &s.release_log).map(|r| r.guaranteed));
-        let _ = writeln!(o, "    all requesters together: ε {:.4} (ρ {:.3e}){all}", st.epsilon_total, st.rho_total);
-        if !all.is_empty() {
-            let _ = writeln!(o, "    {}", crate::cli::party_figures::NOT_GUARANTEED_NOTE);
-        }
-        // The DP θ vote (theta = "select") is one entry of every requester's ledger.
-        if let Some(r) =
-            st.spend.iter().flat_map(|s| &s.release_log).find(|r| r.id == dpcotrain_cotrain::party::THETA_SELECTION_ID)
-        {
-            let _ = writeln!(
-                o,
-                "    of which the θ vote (theta = select): ρ {:.3e} per requester (σ {:.2} votes)",
-                r.rho, r.sigma
-            );
-        }
-    }
-    o
 }
 
-pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
+/// The node's status, checked against the federation.toml when one is given.
+pub async fn party_status(a: &StatusArgs) -> anyhow::Result<PartyFigures> {
     let (orch, i) = match &a.config {
         Some(p) => {
             let cfg: FederationConfig = load(p)?;
@@ -165,10 +161,9 @@ pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
             );
         }
     }
-    if a.json {
-        println!("{}", party_json(&st));
-    } else {
-        print!("{}", status_table(&st));
-    }
-    Ok(())
+    Ok(PartyFigures::from(&st))
+}
+
+pub async fn status(a: StatusArgs) -> anyhow::Result<()> {
+    super::print_report(&party_status(&a).await?, super::Output::json_if(a.json))
 }
