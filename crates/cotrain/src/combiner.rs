@@ -705,8 +705,9 @@ impl CoModel {
             self.version += 1;
             return Ok(r.objective);
         }
-        // D17: 3 seeded restarts for the private fit (`fit_starts = best-of-4`, the default);
-        // `fit_starts = single` is one run from the GPy default start s² = ℓ = σ² = 1.
+        // D17/D38: 3 restarts for the private fit, drawn from one fixed stream (`fit_starts =
+        // fixed-4`, the default) or the party's seed (`best-of-4`); `fit_starts = single` is one
+        // run from the GPy default start s² = ℓ = σ² = 1.
         let restarts = match self.readings.fit_starts {
             FitStarts::Single => {
                 let mut p = self.params();

@@ -10,7 +10,7 @@
 //! | `thesis_noise` | `per-requester-path` | `fresh-per-query` | the thesis DP noise (§4.4.1) |
 //! | `hybrid` | `joint` | `yu` | where Hybrid puts the noise (eqs 4.9–4.10; Yu et al. 2007) |
 //! | `shared_variance` | `latent` | `y` | which variance an answer carries (§4.2.3) |
-//! | `fit_starts` | `best-of-4` | `single` | starts of the private-only fit (App. C) |
+//! | `fit_starts` | `fixed-4` (D38) | `single`, `best-of-K` | starts of the private-only fit (App. C) |
 //! | `selection_variance` | `clamped` | `raw` | the variance uncertainty sampling ranks (§4.2.1) |
 
 use crate::CotrainError;
@@ -163,12 +163,12 @@ pub enum FitStarts {
     /// One L-BFGS run from the GPy default start s² = ℓ = σ² = 1.
     Single,
     /// The best of K runs: the default start (s² = Var(y), ℓ = 1, σ² = 0.1·Var(y); D17) and K − 1
-    /// seeded random restarts. Default K = 4. The restarts are drawn from the party's seed, so
-    /// the private fit (every "alone" figure) depends on it.
+    /// seeded random restarts. The restarts are drawn from the party's seed, so the private fit
+    /// (every "alone" figure) depends on it: the default until D38.
     BestOf(usize),
     /// The best of K runs from the default start and K − 1 restarts drawn from one fixed stream
     /// ([`PRIVATE_FIT_SEED`]), whatever the party's seed: the private fit depends on the data
-    /// alone (issue 56).
+    /// alone. Default K = 4 (D38).
     Fixed(usize),
 }
 
@@ -176,8 +176,10 @@ pub enum FitStarts {
 pub const PRIVATE_FIT_SEED: u64 = 0x5EED_A10E;
 
 impl Default for FitStarts {
+    /// Four starts, the restarts from the fixed stream (D38): a party's "alone" baseline is the
+    /// same whatever its seed.
     fn default() -> Self {
-        FitStarts::BestOf(4)
+        FitStarts::Fixed(4)
     }
 }
 
@@ -376,6 +378,11 @@ mod tests {
             assert!(bad.parse::<FitStarts>().unwrap_err().contains("single, best-of-K or fixed-K"), "{bad}");
         }
         assert_eq!(FitStarts::default().restarts(), 3, "the default is the D17 private fit: 3 restarts");
+        assert_eq!(
+            FitStarts::default().seed(7),
+            PRIVATE_FIT_SEED,
+            "D38: the restarts do not come from the party's seed"
+        );
         assert!(Readings::default().is_default() && !Readings::thesis().is_default());
     }
 

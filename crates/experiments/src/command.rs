@@ -134,7 +134,8 @@ pub struct GridArgs {
     /// The variance an answer carries: latent (default) or y (latent + the responder's σ²).
     #[arg(long, value_name = "WHICH")]
     pub shared_variance: Option<SharedVariance>,
-    /// Starts of the private-only fit: best-of-4 (default) or single (GPy start s² = ℓ = σ² = 1).
+    /// Starts of the private-only fit: fixed-4 (default, D38), best-of-K (restarts from the
+    /// party's seed: the default before D38), fixed-K or single (GPy start s² = ℓ = σ² = 1).
     #[arg(long, value_name = "STARTS")]
     pub fit_starts: Option<FitStarts>,
     /// The variance uncertainty sampling ranks: clamped (default) or raw.

@@ -56,10 +56,10 @@ pub struct FrontierArgs {
     /// as before node seeds existed. Rows of node seeds above 0 carry `node_seed`.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub node_seeds: u64,
-    /// How each party's private-only fit starts: best-of-K (K − 1 restarts drawn from the
-    /// node's seed; the default best-of-4), fixed-K (restarts drawn from one fixed stream: the
-    /// fit depends on the data alone) or single.
-    #[arg(long, default_value = "best-of-4", value_name = "STARTS")]
+    /// How each party's private-only fit starts: fixed-K (K − 1 restarts drawn from one fixed
+    /// stream: the fit depends on the data alone; the default fixed-4, D38), best-of-K (drawn
+    /// from the node's seed: the default before D38) or single.
+    #[arg(long, default_value = "fixed-4", value_name = "STARTS")]
     pub fit_starts: dpcotrain_cotrain::readings::FitStarts,
     /// ε of the one release each party makes to each peer.
     #[arg(long, value_delimiter = ',', default_value = "0.25,0.5,1,2,4,8", value_parser = dpcotrain_privacy::calibrate::parse_epsilon, allow_negative_numbers = true)]
