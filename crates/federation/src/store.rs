@@ -1387,4 +1387,59 @@ mod tests {
         assert!(e.contains("ledger.key is missing"), "{e}");
         let _ = fs::remove_dir_all(&d);
     }
+
+    /// A state directory saved before refusals carried a code (issue 57), its turns' `refused`
+    /// as `[peer, text]` pairs, opens and loads through the store: the MAC holds over the bytes
+    /// as they were written, the earlier "not asked:" text reads as `NotAsked` and any other as
+    /// `Recorded`, an edit of the old bytes is still refused, and the node goes on saving.
+    #[test]
+    fn a_state_saved_with_text_refusals_loads_with_typed_codes() {
+        use dpcotrain_cotrain::RemoteCode;
+        use dpcotrain_cotrain::party::TurnRecord;
+        let d = tmpdir("text-refusals");
+        let mut st = state("A");
+        st.turns.push(TurnRecord {
+            round: 0,
+            index: Some(4),
+            answers: vec![],
+            refused: vec![],
+            objective: None,
+            test_rmse: None,
+            guard: None,
+        });
+        let s = StateStore::open(&d).unwrap();
+        s.save(&st).unwrap();
+        drop(s);
+        // The snapshot as the earlier version wrote it: the text pairs, under the node's own key.
+        let key = mac_key(&d, false).unwrap().expect("the first save wrote the key");
+        let text = fs::read_to_string(d.join("state.json")).unwrap();
+        let env: Envelope = serde_json::from_str(&text).unwrap();
+        let mut v: serde_json::Value = serde_json::from_str(env.state.get()).unwrap();
+        v["turns"][0]["refused"] = serde_json::json!([
+            ["B", "not asked: the requester's budget at B is spent"],
+            ["C", "peer C: status Unavailable: connection refused"]
+        ]);
+        let raw = serde_json::value::to_raw_value(&v).unwrap();
+        let mut old =
+            Envelope { state: &raw, seq: env.seq, heads: env.heads, witnessed: env.witnessed, mac: String::new() };
+        old.mac = snapshot_mac(&key, &old);
+        fs::write(d.join("state.json"), serde_json::to_vec(&old).unwrap()).unwrap();
+        let s = StateStore::open(&d).unwrap();
+        let got = s.load().unwrap().expect("the old state loads");
+        let codes: Vec<(&str, RemoteCode)> = got.turns[0].refused.iter().map(|r| (r.peer.as_str(), r.code)).collect();
+        assert_eq!(codes, [("B", RemoteCode::NotAsked), ("C", RemoteCode::Recorded)]);
+        assert_eq!(got.turns[0].refused[1].message, "peer C: status Unavailable: connection refused");
+        // Tampering with the old form is still caught: the MAC covers the pairs.
+        let tampered =
+            fs::read_to_string(d.join("state.json")).unwrap().replace("connection refused", "connection reset");
+        fs::write(d.join("state.json"), &tampered).unwrap();
+        assert!(s.load().is_err(), "an edited old state is refused");
+        fs::write(d.join("state.json"), serde_json::to_vec(&old).unwrap()).unwrap();
+        // The next save writes the typed form, and it loads the same.
+        let mut next = got.clone();
+        next.model_version += 1;
+        s.save(&next).unwrap();
+        assert_eq!(s.load().unwrap(), Some(next));
+        let _ = fs::remove_dir_all(&d);
+    }
 }
