@@ -3,7 +3,7 @@
 # on the two data sets of prep.py (never used before this pass), 4 view splits (specs.sh), masked, n_obs 100 and 400,
 # 10 splits x 5 node seeds, fixed-4 starts, eps = 1: the product's defaults, the narrower label range, the tenth
 # pass's candidate (label range +-2 with the value rule K = 0.3), the value rule weighed on the released variance
-# (K = 0.3 and 0.1), the release model's noise variance 1, the θ vote, the true-label floor, on star four counterfactuals (own theta; the decline rule; the answer check; tempering), and the private
+# (K = 0.3 and 0.1), the release model's noise variance 1, the θ vote, the true-label floor, on star five counterfactuals (own theta; the decline rule; the answer check; tempering; the posterior reading), and the private
 # fit under four start rules (D38);
 # each summary and verdict rewritten in place (compare with git diff). Run from the repository root with the lab
 # binary built (cargo build --release -p dpcotrain-lab):
@@ -29,7 +29,7 @@ run release-theta-noise-1 "--release-theta 1,1,1"
 THETAS=select; export THETAS; run theta-vote ""; unset THETAS
 D=$HERE/data
 SPECS="$D/star.csv treadssk,small,aide,totexpk girl,freelunk,white;$D/star.csv treadssk,aide,girl,white small,totexpk,freelunk"
-for c in "refit-own --refit-theta own" "decline-1 --decline-ratio 1" "check-2 --answer-check 2" "temper-3 --answer-temper 3"; do  # the view splits are numbered star-v1, v2 here (v3, v4 above)
+for c in "refit-own --refit-theta own" "decline-1 --decline-ratio 1" "check-2 --answer-check 2" "temper-3 --answer-temper 3" "answers-posterior --answers posterior"; do  # the view splits are numbered star-v1, v2 here (v3, v4 above)
   set -- $c; name=star-$1; shift
   FIT=fixed-4 EXTRA="$*" sh $NS/run.sh $OUT/$name
   python3 $NS/summarise.py $OUT/$name fixed-4 > $HERE/summary-$name.txt
