@@ -644,7 +644,8 @@ fn svgp_reports_test_rmse_and_refuses_bad_columns() {
 }
 
 /// One fitting path: a node's private-only model ("alone") is `gp fit
-/// --model exact --restarts 3 --prior-mean 0` on its train.csv. The node's files are in the
+/// --model exact --restarts 3 --seed 1592631566 --prior-mean 0` on its train.csv (the seed of
+/// the fixed stream its restarts come from, D38). The node's files are in the
 /// public standardisation of y, so its GP's prior mean is the public mean (0); `gp fit`'s
 /// default centres y at the training mean, which on a masked (regional) sample such as party
 /// A's is far from the test set's, so far from its rows the two predictions differ.
@@ -683,6 +684,8 @@ fn gp_fit_with_prior_mean_zero_is_the_nodes_private_fit() {
             "PE",
             "--restarts",
             "3",
+            "--seed",
+            &dpcotrain_cotrain::readings::PRIVATE_FIT_SEED.to_string(),
             "--prior-mean",
             prior_mean,
             "--predict",

@@ -100,7 +100,7 @@ fn readme_quotes_the_demo() {
     let (_, sim) = demo(&["--dataset", "simulated"]);
     for quoted in [
         format!(
-            "its noise erases most of the gain — P1 {} and P2 {}, where the honest default reaches {} and {})",
+            "its noise erases most of P1's gain — P1 {} and P2 {}, where the honest default reaches {} and {})",
             change(&once, 0),
             change(&once, 1),
             f3(&r, 0, "rmse_after"),

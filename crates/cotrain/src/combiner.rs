@@ -149,21 +149,23 @@ pub enum ValueBasis {
     /// own discount (D30: 30 × its σ²) and scaling on top.
     #[default]
     Read,
-    /// As released: the peer's variance with its DP noise, before the querier's discount. The
-    /// discount scales with the querier's own σ², so against it a party with noisy labels
-    /// (whose latent variance is small beside its σ²) would set every answer aside, DP or not
-    /// (docs/results.md, "The eleventh pass").
-    Released,
+    /// Before the querier's discount and scaling: each answer's variance as its reading gives it
+    /// (the peer's variance with its DP noise; under the likelihood reading, the message's, the
+    /// peer's prior divided out). The discount scales with the querier's own σ², so against it
+    /// a party with noisy labels (whose latent variance is small beside its σ²) would set every
+    /// answer aside, DP or not (docs/results.md, "The eleventh pass"). Not defined for the
+    /// functional reading, whose messages carry the discount.
+    Undiscounted,
 }
 
-crate::named_enum!(ValueBasis, "value rule basis", [Read, Released]);
+crate::named_enum!(ValueBasis, "value rule basis", [Read, Undiscounted]);
 
 impl ValueBasis {
     /// The spelling of the lab's `--answer-min-value-basis`.
     pub fn name(self) -> &'static str {
         match self {
             ValueBasis::Read => "read",
-            ValueBasis::Released => "released",
+            ValueBasis::Undiscounted => "undiscounted",
         }
     }
 }
@@ -912,10 +914,13 @@ impl CoModel {
             off += nb;
         }
         self.psd_clipped += clipped;
-        // The answers' variances as released, for the value rule's `Released` basis.
-        let released: Option<Vec<f64>> = (self.answer_min_value.is_some()
-            && self.answer_min_value_basis == ValueBasis::Released)
+        // The answers' variances before the discount, for the value rule's `Undiscounted` basis.
+        let undiscounted: Option<Vec<f64>> = (self.answer_min_value.is_some()
+            && self.answer_min_value_basis == ValueBasis::Undiscounted)
             .then(|| (0..q).map(|i| v[(i, i)]).collect());
+        if undiscounted.is_some() && self.answer_form == AnswerForm::Functionals {
+            return Err(Conflict::UndiscountedNeedsPointAnswers.into());
+        }
         // The functional messages carry the tempering and the discount already (in R).
         let functional = self.answer_form == AnswerForm::Functionals;
         if self.answer_var_scale != 1.0 && !functional {
@@ -955,7 +960,7 @@ impl CoModel {
             let own = self.predict_private(&xq, false)?;
             let prior = self.kernel.diag(xq.rows(0, q));
             for i in 0..q {
-                let basis = released.as_ref().map_or(v[(i, i)], |r| r[i]);
+                let basis = undiscounted.as_ref().map_or(v[(i, i)], |r| r[i]);
                 if own.var[i] < k * basis {
                     v[(i, i)] += UNINFORMATIVE_NOISE * prior[i];
                 }

@@ -352,6 +352,12 @@ pub enum Conflict {
     ReadingNeedsNoisyMarginal { reading: &'static str, combiner: &'static str, uncertainty: &'static str },
     #[error("the likelihood reading of answers needs marginal uncertainty")]
     LikelihoodNeedsMarginal,
+    /// The functional reading folds the querier's discount into each message, so there is no
+    /// undiscounted variance for the value rule to weigh.
+    #[error(
+        "the value rule's undiscounted basis needs a point reading of answers (likelihood or posterior), not functionals"
+    )]
+    UndiscountedNeedsPointAnswers,
     /// The `combiner` works with the full private covariance block, which a sparse model lacks.
     #[error(
         "the {combiner} combiner needs the exact GP path (it works with the full private covariance block); with a sparse (VFE) local model use the noisy combiner"
@@ -466,7 +472,7 @@ pub enum StateRefusal {
         groups: usize,
     },
     #[error(
-        "replaying round {round} gives objective {replayed:?}, the saved run had {saved:?}: data or configuration changed"
+        "replaying round {round} gives objective {replayed:?}, the saved run had {saved:?}: data or configuration changed (a state saved before 2026-12-07 was fitted with [model.readings] fit_starts = \"best-of-4\", the default then: set it to resume that state; docs/decisions.md D38)"
     )]
     Replay { round: usize, replayed: Option<f64>, saved: Option<f64> },
     #[error("replay reached model version {replayed}, saved {saved}")]

@@ -279,10 +279,10 @@ fn the_value_rule_gives_no_weight_where_the_querier_is_already_sure() {
 
 /// The value rule's basis (`ValueBasis`): with a discount of 1 on top of every answer, a K at
 /// which the discounted ("read") variance sets every answer aside keeps them when the rule
-/// weighs the variance as released (the answer's own 0.01 here), and the two bases agree when
-/// the discount is zero.
+/// weighs the variance before the discount (the answer's own 0.01 here), and the two bases
+/// agree when the discount is zero.
 #[test]
-fn the_value_rule_weighs_the_released_variance_when_asked() {
+fn the_value_rule_weighs_the_undiscounted_variance_when_asked() {
     use crate::combiner::{RefitTheta, ValueBasis};
     const K: f64 = 0.05;
     let (_, _, pool) = data();
@@ -302,8 +302,8 @@ fn the_value_rule_weighs_the_released_variance_when_asked() {
     let own = model(AnswerGuard::Off).predict_private(&xq, false).unwrap().var;
     assert!(own.max() < K * 1.01 && own.min() > K * 0.01, "{own}");
     let read = fitted(ValueBasis::Read, 1.0);
-    let released = fitted(ValueBasis::Released, 1.0);
+    let undiscounted = fitted(ValueBasis::Undiscounted, 1.0);
     assert!((&read - &private).amax() < 1e-6, "read: the discount sets every answer aside");
-    assert!((&released - &private).amax() > 1e-4, "released: the answers count (at the discounted weight)");
-    assert_eq!(fitted(ValueBasis::Read, 0.0), fitted(ValueBasis::Released, 0.0), "no discount: the same rule");
+    assert!((&undiscounted - &private).amax() > 1e-4, "undiscounted: the answers count (at the discounted weight)");
+    assert_eq!(fitted(ValueBasis::Read, 0.0), fitted(ValueBasis::Undiscounted, 0.0), "no discount: the same rule");
 }

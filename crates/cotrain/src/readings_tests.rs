@@ -198,8 +198,8 @@ fn fit_starts_single_is_one_run_from_the_gpy_start() {
         theta.push(p.model.noise.variance.ln());
         theta
     };
-    // On small samples the readings reach different optima (the small-n bias of the best-of-4
-    // fit, docs/results.md); the same seed and reading give the same fit.
+    // On small samples the readings reach different optima (the small-n bias of the default
+    // fit's four starts, docs/results.md); the same seed and reading give the same fit.
     let differ = (0..12)
         .filter(|&s| fit(s, Readings::default()).iter().zip(&fit(s, single)).any(|(a, b)| (a - b).abs() > 1e-3))
         .count();

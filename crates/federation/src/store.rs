@@ -1433,7 +1433,7 @@ mod tests {
         let tampered =
             fs::read_to_string(d.join("state.json")).unwrap().replace("connection refused", "connection reset");
         fs::write(d.join("state.json"), &tampered).unwrap();
-        assert!(s.load().is_err(), "an edited old state is refused");
+        assert!(matches!(s.load(), Err(StoreError::Tampered { .. })), "an edited old state is refused as tampered");
         fs::write(d.join("state.json"), serde_json::to_vec(&old).unwrap()).unwrap();
         // The next save writes the typed form, and it loads the same.
         let mut next = got.clone();

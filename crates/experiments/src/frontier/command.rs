@@ -123,7 +123,8 @@ pub struct FrontierArgs {
     #[arg(long, default_value_t = 0.0, value_name = "K")]
     pub answer_min_value: f64,
     /// Which variance of an answer --answer-min-value weighs: read (the querier's discount
-    /// included) or released (the peer's variance with its DP noise, before the discount).
+    /// included) or undiscounted (as the reading gives it, the DP noise included, before the
+    /// querier's discount and scaling; not with --answers functionals).
     #[arg(long, default_value = "read")]
     pub answer_min_value_basis: ValueBasis,
     /// The public θ of the release model under --thetas public (and the vote's default under
@@ -383,7 +384,9 @@ fn protocol_settings(cfg: &FrontierConfig) -> String {
     if cfg.answer_temper != 1.0 {
         v["answer_temper"] = cfg.answer_temper.into();
     }
-    if cfg.fit_starts != dpcotrain_cotrain::readings::FitStarts::default() {
+    // Recorded away from best-of-4, the default when the key was added (not today's, D38): a
+    // folder without it was run with best-of-4, and a default run now records fixed-4.
+    if cfg.fit_starts != dpcotrain_cotrain::readings::FitStarts::BestOf(4) {
         v["fit_starts"] = cfg.fit_starts.to_string().into();
     }
     if cfg.release_theta.unit != LengthscaleUnit::Absolute {
@@ -646,4 +649,25 @@ fn write_report(dir: &Path, cfg: &FrontierConfig, cells: &[FrontierCell], secs: 
 
 fn slug(s: &str) -> String {
     s.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dpcotrain_cotrain::readings::FitStarts;
+
+    /// A folder's settings record the private fit's starts unless they are best-of-4, the
+    /// default when the key was added: an older folder (no key) is not taken for a run at
+    /// today's default (D38), and a default run says fixed-4.
+    #[test]
+    fn the_settings_tell_a_folder_of_the_old_default_from_one_of_today() {
+        let mut cfg = FrontierConfig::full();
+        assert_eq!(cfg.fit_starts, FitStarts::Fixed(4));
+        let today = protocol_settings(&cfg);
+        assert!(today.contains(r#""fit_starts":"fixed-4""#), "{today}");
+        cfg.fit_starts = FitStarts::BestOf(4);
+        let before = protocol_settings(&cfg);
+        assert!(!before.contains("fit_starts"), "{before}");
+        assert_ne!(today, before);
+    }
 }

@@ -2,7 +2,7 @@
 # Every figure of docs/results.md's "The eleventh pass" in one command (about 35 minutes on 2 cores):
 # on the two data sets of prep.py (never used before this pass), 4 view splits (specs.sh), masked, n_obs 100 and 400,
 # 10 splits x 5 node seeds, fixed-4 starts, eps = 1: the product's defaults, the narrower label range, the tenth
-# pass's candidate (label range +-2 with the value rule K = 0.3), the value rule weighed on the released variance
+# pass's candidate (label range +-2 with the value rule K = 0.3), the value rule weighed on the undiscounted variance
 # (K = 0.3 and 0.1), the release model's noise variance 1, the θ vote, the true-label floor, on star five counterfactuals (own theta; the decline rule; the answer check; tempering; the posterior reading), and the private
 # fit under four start rules (D38);
 # each summary and verdict rewritten in place (compare with git diff). Run from the repository root with the lab
@@ -10,6 +10,7 @@
 #   sh docs/results/harm-study/eleventh/all.sh OUT_DIR
 set -e
 OUT=${1:?usage: all.sh OUT_DIR}
+unset THETAS EXTRA  # the runs below set what they need
 HERE=docs/results/harm-study/eleventh
 NS=docs/results/harm-study/node-seeds
 . $HERE/specs.sh
@@ -23,7 +24,7 @@ run default ""  # first: every verdict takes its no-DP gains from it
 run label-range-2 "--label-range=-2,2"
 run label-range-2-min-value-0.3 "--label-range=-2,2 --answer-min-value 0.3"
 for K in 0.3 0.1; do
-  run label-range-2-min-value-$K-released "--label-range=-2,2 --answer-min-value $K --answer-min-value-basis released"
+  run label-range-2-min-value-$K-undiscounted "--label-range=-2,2 --answer-min-value $K --answer-min-value-basis undiscounted"
 done
 run release-theta-noise-1 "--release-theta 1,1,1"
 THETAS=select; export THETAS; run theta-vote ""; unset THETAS
@@ -43,3 +44,7 @@ for F in best-of-4 fixed-8 fixed-16; do
 done
 ln -sfn ../default/fixed-4 $OUT/fits/fixed-4
 python3 $NS/alone.py $OUT/fits best-of-4 fixed-4 fixed-8 fixed-16 > $HERE/alone.txt
+# Star's first split at n = 100, party A, split by split; each party's fitted noise variance.
+python3 $HERE/splits.py $OUT/default/fixed-4/star-v3 100 A > $HERE/splits-star-v3-100-A.txt
+python3 $HERE/splits.py $OUT/default/fixed-4/star-v3 100 B > $HERE/splits-star-v3-100-B.txt
+sh $HERE/noise.sh $OUT/noise > $HERE/noise.txt

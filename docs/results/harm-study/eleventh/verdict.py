@@ -54,14 +54,22 @@ for node in nodes:
     ok &= good
     print(f'{node:>4} {n:>5} {h0:>9} {h1:>10} {f if f is not None else "?":>5}  {"PASS" if good else "FAIL"}')
 print('no-DP gain per party-run (mean ± SE over runs) and the share kept at eps = 1 per node seed')
-groups = defaultdict(list)  # (data set, nobs) -> (node, name, party, gain no DP, gain dp)
+groups = defaultdict(list)  # (data set, nobs) -> (node, name, party, gain no DP, gain dp, split)
+missing = 0
 for (name, nobs, seed, node, party), c in runs.items():
     a = c['alone']['rmse']
-    r = ref[(name, nobs, seed, node, party)]
-    groups[(name.rsplit('-v', 1)[0], nobs)].append((node, name, party, r['alone']['rmse'] - r['no-dp']['rmse'], a - c['dp']['rmse']))
+    r = ref.get((name, nobs, seed, node, party))
+    if r is None:
+        missing += 1
+        continue
+    assert abs(r['alone']['rmse'] - a) <= 1e-3 * a, f'{name} {nobs} {seed} {node} {party}: alone differs from the reference'
+    groups[(name.rsplit('-v', 1)[0], nobs)].append((node, name, party, r['alone']['rmse'] - r['no-dp']['rmse'], a - c['dp']['rmse'], seed))
 for (data, nobs), v in sorted(groups.items()):
-    g = [x[3] for x in v if x[0] == nodes[0]]  # the no-DP gain of one node seed's runs (the alone fit and
-    m = sum(g) / len(g)                        # the no-DP cell are the same at every node seed up to 0.1%)
+    per_run = defaultdict(list)  # (view split, party, split) -> no-DP gain per node seed, averaged below
+    for x in v:
+        per_run[(x[1], x[2], x[5])].append(x[3])
+    g = [sum(u) / len(u) for u in per_run.values()]
+    m = sum(g) / len(g)
     se = math.sqrt(sum((x - m) ** 2 for x in g) / (len(g) - 1) / len(g))
     need = 0.5 if nobs <= 100 else 0.8
     shares = []
@@ -84,4 +92,7 @@ for (data, nobs), v in sorted(groups.items()):
                 s0, s1 = sum(x[3] for x in w), sum(x[4] for x in w)
                 ks.append(f'{100 * s1 / s0:.0f}%' if s0 > 0 else '–')
             print(f'    {name} {party}: gain {g0:+.4f}, kept {" ".join(ks)}')
+if missing:
+    ok = False
+    print(f'{missing} party-runs have no reference run: FAIL')
 print('all criteria:', 'PASS' if ok else 'FAIL')

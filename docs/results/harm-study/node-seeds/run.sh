@@ -3,7 +3,8 @@
 # masked, n_obs 100 and 400, 10 splits x 5 node seeds, eps = 1, the product's defaults otherwise;
 # two view splits per data set (contiguous halves; alternating columns), fixed before any run.
 # FIT picks how each party's private-only fit starts: best-of-4 (restarts drawn from the node's
-# seed, the default before D38) or fixed-4 (restarts from one fixed stream, the default since). Run from the repository root
+# seed, the default before D38, and this script's when FIT is unset, so the eighth pass's figures
+# reprint) or fixed-4 (restarts from one fixed stream, the product's default since). Run from the repository root
 # with the lab binary built (cargo build --release -p dpcotrain-lab):
 #   FIT=fixed-4 sh docs/results/harm-study/node-seeds/run.sh OUT_DIR
 # EXTRA adds frontier flags (e.g. EXTRA="--refit-theta own": the counterfactual of the pass); THETAS=select
