@@ -156,7 +156,8 @@ pub struct FrontierArgs {
     #[arg(long, value_name = "FILE", conflicts_with_all = ["out", "json"])]
     pub trace: Option<PathBuf>,
     /// With --trace: what the re-read of each run knows from the true pool labels
-    /// (answer-error, level or own-calibration; docs/results.md).
+    /// (answer-error, level or own-calibration), or public-mean (every answer's mean set to the
+    /// public mean of y, a counterfactual that needs no labels; docs/results.md).
     #[arg(long, default_value = "answer-error", requires = "trace")]
     pub trace_oracle: TraceOracle,
 }

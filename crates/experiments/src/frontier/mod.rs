@@ -523,6 +523,10 @@ pub enum TraceOracle {
     /// Every message variance divided by the querier's true own calibration at the queried
     /// points (its squared error there, less σ², over its latent variance).
     OwnCalibration,
+    /// Every answer's mean set to the public mean of y (0 on the standardised scale), its
+    /// variance kept: what the same pseudo-rows give with no information from the peer. Needs
+    /// no pool labels and releases nothing; a counterfactual of the eleventh pass.
+    PublicMean,
 }
 
 impl TraceOracle {
@@ -531,11 +535,12 @@ impl TraceOracle {
             TraceOracle::AnswerError => "answer-error",
             TraceOracle::Level => "level",
             TraceOracle::OwnCalibration => "own-calibration",
+            TraceOracle::PublicMean => "public-mean",
         }
     }
 }
 
-dpcotrain_cotrain::named_enum!(TraceOracle, "trace oracle", [AnswerError, Level, OwnCalibration]);
+dpcotrain_cotrain::named_enum!(TraceOracle, "trace oracle", [AnswerError, Level, OwnCalibration, PublicMean]);
 
 /// One party's run seen from inside (`experiment frontier --trace`): the harm study's
 /// diagnostics. Label-dependent: an experiment's view, never a node's.
@@ -638,6 +643,15 @@ fn reread(
                 &data.x_test,
             )?
         }
+        TraceOracle::PublicMean => p.reread_answers(
+            |blocks| {
+                for b in blocks {
+                    b.means.iter_mut().for_each(|m| *m = 0.0);
+                }
+            },
+            None,
+            &data.x_test,
+        )?,
     };
     Ok((mean, value))
 }
@@ -1151,7 +1165,9 @@ mod tests {
             (t.test.iter().map(|p| (p[0] - p[k]).powi(2)).sum::<f64>() / t.test.len() as f64).sqrt()
         };
         for (cell, dp) in [("no-dp", None), ("dp", Some((1.0, FrontierMechanism::FiniteCap)))] {
-            for oracle in [TraceOracle::AnswerError, TraceOracle::Level, TraceOracle::OwnCalibration] {
+            for oracle in
+                [TraceOracle::AnswerError, TraceOracle::Level, TraceOracle::OwnCalibration, TraceOracle::PublicMean]
+            {
                 let traces = trace_run(&cfg, &job, dp, oracle).unwrap();
                 assert_eq!(traces.len(), 2);
                 for t in &traces {
@@ -1164,7 +1180,7 @@ mod tests {
                         assert_eq!(a.6, labels[a.0]);
                     }
                     match oracle {
-                        TraceOracle::AnswerError => assert!(t.oracle_value.is_nan()),
+                        TraceOracle::AnswerError | TraceOracle::PublicMean => assert!(t.oracle_value.is_nan()),
                         _ => assert!(t.oracle_value >= 0.0, "{oracle:?}: {}", t.oracle_value),
                     }
                 }
