@@ -6,20 +6,10 @@ pseudo-rows with nothing from the peer. Per view split and n, over splits and no
 alone (alone RMSE minus) of the co-trained model and of the re-read, without DP and at eps = 1, and the party-runs
 each hurts (test RMSE above alone by >= 1% and two paired SE, as floor.py counts them)."""
 import json, os, sys
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'node-seeds'))
+from hurt import rmse, hurt_points as hurt
 from collections import defaultdict
 d = sys.argv[1]
-
-def rmse(e):
-    return (sum(e) / len(e)) ** 0.5
-
-def se(a, b):
-    t = len(a); ra, rb = rmse(a), rmse(b)
-    g = [y / (2 * rb) - x / (2 * ra) for x, y in zip(a, b)]
-    m = sum(g) / t
-    return (sum((v - m) ** 2 for v in g) / (t - 1) / t) ** 0.5
-
-def hurt(a, b):
-    return rmse(b) > rmse(a) * 1.01 and rmse(b) - rmse(a) > 2 * se(a, b)
 
 cells = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0, 0, 0, 0]))  # (name, nobs) -> cell -> gain co, gain mean, hurt co, hurt mean, runs
 for name in sorted(f for f in os.listdir(d) if f.endswith('.jsonl')):

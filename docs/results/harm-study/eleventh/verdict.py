@@ -14,12 +14,11 @@ The no-DP gain a share is taken of is RUN_DIR's own unless REFERENCE_DIR (anothe
 splits, e.g. the product's defaults) is given: a rule that also removes the gain without DP must be judged
 against the gain co-training gives without it, not against what the rule left."""
 import json, math, os, re, subprocess, sys
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'node-seeds'))
+from hurt import hurt
 from collections import defaultdict
 run_dir, fit, floor_dir = sys.argv[1], sys.argv[2], sys.argv[3]
 ref_dir = sys.argv[4] if len(sys.argv) > 4 else run_dir
-
-def hurt(alone, after, se):
-    return se is not None and after > alone * 1.01 and after - alone > 2 * se
 
 def load(d):
     by = defaultdict(dict)  # (name, nobs, seed, node, party) -> cell -> row

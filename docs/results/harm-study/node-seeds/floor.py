@@ -5,21 +5,11 @@ co-trained mean and the mean of the private-only fit given the true labels of th
 asked about. A run is hurt when its test RMSE is above alone by at least 1% and two paired SE (the delta
 method, as the frontier and the node count them). Prints, per data set, n and node seed, the party-runs
 hurt by the answers (no DP; eps = 1) and by the true labels, then the totals per node seed."""
-import json, math, os, sys
+import json, os, sys
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hurt import rmse, hurt_points as hurt
 from collections import defaultdict
 d = sys.argv[1]
-
-def rmse(e):
-    return math.sqrt(sum(e) / len(e))
-
-def se(a, b):  # SE of RMSE(b) - RMSE(a) from per-point squared errors (metrics::rmse_change_se)
-    t = len(a); ra, rb = rmse(a), rmse(b)
-    g = [y / (2 * rb) - x / (2 * ra) for x, y in zip(a, b)]
-    m = sum(g) / t
-    return math.sqrt(sum((v - m) ** 2 for v in g) / (t - 1) / t)
-
-def hurt(a, b):
-    return rmse(b) > rmse(a) * 1.01 and rmse(b) - rmse(a) > 2 * se(a, b)
 
 cells = defaultdict(lambda: [0, 0, 0, 0])  # (data, nobs, node) -> runs, hurt no DP, hurt eps=1, hurt by labels
 gains = defaultdict(lambda: [0.0, 0.0, 0.0, 0])  # (data, nobs) -> gain no DP, eps=1, labels, runs

@@ -6,12 +6,11 @@ by more than 0.1% and 1%); then per node seed the party-runs hurt without DP and
 (after above alone by at least 1% and two paired SE, as the frontier counts them) beside the
 mean baseline, and the share of the no-DP gain kept at eps = 1 per party (mean over splits)."""
 import json, os, sys
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hurt import hurt
 from collections import defaultdict
 out = sys.argv[1]
 fits = sys.argv[2:] or sorted(f for f in os.listdir(out) if os.path.isdir(os.path.join(out, f)) and f != 'views')
-
-def hurt(alone, after, se):
-    return se is not None and after > alone * 1.01 and after - alone > 2 * se
 
 for fit in fits:
     rows = []
