@@ -198,15 +198,63 @@ pub enum RefitTheta {
     /// Keep the private fit's θ (fitted to the party's own labels only): answers enter the
     /// posterior as data but cannot move the hyperparameters.
     Own,
+    /// As `Augmented`, but no length-scale may end shorter than the private fit's: answers may
+    /// make a covariate less relevant to this party's function, never more (its own labelled
+    /// rows decide what varies along each covariate). A harm-study switch (docs/results.md, "The
+    /// twelfth pass"): a DP answer's noise can otherwise make a covariate look relevant.
+    AugmentedNoShorter,
+    /// Both re-fits, `Augmented` and `AugmentedNoShorter`; the free one is kept only when the
+    /// length-scales it shortens raise the augmented log marginal likelihood significantly: twice
+    /// the gain above the χ² 95% quantile with one degree of freedom per shortened length-scale
+    /// (Wilks 1938; the constrained fit is nested in the free one). A harm-study switch.
+    AugmentedTested,
+    /// As `Augmented`, with every length-scale held at the private fit's: the answers re-fit the
+    /// signal and noise variances only. A peer's answers are a function of the peer's view, so
+    /// along a covariate the peer does not see they are flat whatever the truth, and under DP
+    /// their noise has shapes of its own; neither says how fast this party's function varies,
+    /// which its own labelled rows decide. A harm-study switch (docs/results.md, "The twelfth
+    /// pass").
+    AugmentedAmplitude,
+    /// As `Augmented`, kept inside the private rows' 95% likelihood region for θ: when the
+    /// re-fitted θ lowers the private rows' own log marginal likelihood by more than half the χ²
+    /// 95% quantile with one degree of freedom per hyperparameter (Wilks 1938), θ is moved back
+    /// along the line to the private fit's θ̂ until it is on the region's edge. Answers choose
+    /// among the θ the party's own labels allow; they cannot overrule them. A harm-study switch
+    /// (docs/results.md, "The twelfth pass").
+    AugmentedWithinOwn,
+    /// As `Augmented`, with the length-scale of every covariate that is constant on the party's
+    /// own labelled rows held at the private fit's value. Those rows cannot tell how fast the
+    /// function varies along such a covariate (its length-scale stays where the private fit
+    /// started it), so the re-fit would set it from the answers alone, and a peer that does not
+    /// see the covariate answers flat along it whatever the truth. A harm-study switch
+    /// (docs/results.md, "The twelfth pass").
+    AugmentedHoldConstant,
 }
 
-crate::named_enum!(RefitTheta, "refit theta", [Augmented, Own]);
+crate::named_enum!(
+    RefitTheta,
+    "refit theta",
+    [
+        Augmented,
+        Own,
+        AugmentedNoShorter,
+        AugmentedTested,
+        AugmentedAmplitude,
+        AugmentedWithinOwn,
+        AugmentedHoldConstant
+    ]
+);
 
 impl RefitTheta {
     pub fn name(self) -> &'static str {
         match self {
             RefitTheta::Augmented => "augmented",
             RefitTheta::Own => "own",
+            RefitTheta::AugmentedNoShorter => "augmented-no-shorter",
+            RefitTheta::AugmentedTested => "augmented-tested",
+            RefitTheta::AugmentedAmplitude => "augmented-amplitude",
+            RefitTheta::AugmentedWithinOwn => "augmented-within-own",
+            RefitTheta::AugmentedHoldConstant => "augmented-hold-constant",
         }
     }
 }
@@ -271,7 +319,7 @@ pub struct CoModel {
     /// Whether answers are checked against the private labels before use.
     guard: AnswerGuard,
     /// The readings of the ambiguous protocol choices ([`CoModel::set_readings`]).
-    readings: Readings,
+    pub(crate) readings: Readings,
     /// The private-only posterior at the private fit's θ (answers under
     /// `answer_source = private`), built on first use.
     private_post: Option<ExactPosterior>,
@@ -279,7 +327,7 @@ pub struct CoModel {
     loo: Option<LooCheck>,
     pub(crate) kernel: Box<dyn Kernel>,
     pub(crate) noise: NoiseVariance,
-    x_tr: DMatrix<f64>,
+    pub(crate) x_tr: DMatrix<f64>,
     y_tr: DVector<f64>,
     /// This party's covariates of the shared pool.
     x_pool: DMatrix<f64>,
@@ -287,7 +335,7 @@ pub struct CoModel {
     /// Bumped whenever the model (data or hyperparameters) changes.
     pub(crate) version: u64,
     /// Hyperparameters of the private-only fit (the restart point of every re-fit).
-    pre_params: Option<Vec<f64>>,
+    pub(crate) pre_params: Option<Vec<f64>>,
     pub(crate) train: TrainOptions,
     /// Where D5 re-fits start (see [`RefitPolicy`]).
     pub(crate) refit_policy: RefitPolicy,
@@ -676,11 +724,11 @@ impl CoModel {
         v
     }
 
-    fn params(&self) -> Vec<f64> {
+    pub(crate) fn params(&self) -> Vec<f64> {
         crate::kernel_noise_params(self.kernel.as_ref(), &self.noise)
     }
 
-    fn set_params(&mut self, p: &[f64]) {
+    pub(crate) fn set_params(&mut self, p: &[f64]) {
         crate::set_kernel_noise_params(&mut self.kernel, &mut self.noise, p)
     }
 
@@ -689,6 +737,15 @@ impl CoModel {
         if let (Some(m), Some(t)) = (self.sparse_m, self.svgp) {
             return self.fit_private_svgp(m, t);
         }
+        let held = self.hold_unseen();
+        let result = self.fit_private_inner();
+        if let Some(b) = held {
+            self.kernel.set_bounds(&b);
+        }
+        result
+    }
+
+    fn fit_private_inner(&mut self) -> Result<f64, CotrainError> {
         if let Some(m) = self.sparse_m {
             let z = greedy_variance(self.kernel.as_ref(), &self.x_tr, m, 0.0, self.train.seed)?.z;
             let mut gp = SparseGp::new(
@@ -1063,7 +1120,7 @@ impl CoModel {
     }
 
     /// The exact GP on the private rows alone with `kernel` and `noise`.
-    fn private_gp(&self, kernel: Box<dyn Kernel>, noise: NoiseVariance) -> Result<ExactGp, CotrainError> {
+    pub(crate) fn private_gp(&self, kernel: Box<dyn Kernel>, noise: NoiseVariance) -> Result<ExactGp, CotrainError> {
         Ok(ExactGp::new(kernel, NoiseModel::Homoscedastic(noise), self.x_tr.clone(), self.y_tr.clone())?)
     }
 
@@ -1077,7 +1134,7 @@ impl CoModel {
     }
 
     /// Run the guard's comparison on the current (re-fitted) model and apply its verdict.
-    fn check_answers(&mut self) -> Result<(), CotrainError> {
+    pub(crate) fn check_answers(&mut self) -> Result<(), CotrainError> {
         self.loo = None;
         let n = self.x_tr.nrows();
         if self.guard == AnswerGuard::Off || self.n_pseudo() == 0 || n < 2 {
@@ -1286,6 +1343,44 @@ impl CoModel {
             self.check_answers()?;
             return Ok(value);
         }
+        if self.refit_theta == RefitTheta::AugmentedTested {
+            return self.refit_tested();
+        }
+        // Under `AugmentedNoShorter` the length-scales' lower bounds are raised to the private
+        // fit's values for this re-fit only, under `AugmentedAmplitude` both bounds, under
+        // `AugmentedHoldConstant` both bounds of the covariates constant on the private rows
+        // (restored, whatever the re-fit's outcome); `UnseenCovariates::Median` holds those at
+        // the private fit's value (√(2D)) under every rule.
+        let saved_bounds = match (self.refit_theta, self.pre_params.clone()) {
+            (RefitTheta::AugmentedNoShorter | RefitTheta::AugmentedAmplitude, Some(pre)) => {
+                let both = self.refit_theta == RefitTheta::AugmentedAmplitude;
+                self.hold_lengthscales(|_| true, |i| (pre[i], both))
+            }
+            (RefitTheta::AugmentedHoldConstant, Some(pre)) => {
+                let constant = self.constant_covariates();
+                self.hold_lengthscales(
+                    |j| j.is_some_and(|j| constant.get(j).copied().unwrap_or(false)),
+                    |i| (pre[i], true),
+                )
+            }
+            _ => self.hold_unseen(),
+        };
+        // The model is built again under the held bounds (whose parameters may have moved).
+        let result = match saved_bounds {
+            Some(_) => self.build().and_then(|b| self.refit_augmented(b)),
+            None => self.refit_augmented(built),
+        };
+        if let Some(b) = saved_bounds {
+            self.kernel.set_bounds(&b);
+        }
+        match (self.refit_theta, result) {
+            (RefitTheta::AugmentedWithinOwn, Ok(_)) => self.within_own_region(),
+            (_, result) => result,
+        }
+    }
+
+    /// The D5 re-fit proper ([`CoModel::refit`]) from the model `built` at the current θ.
+    fn refit_augmented(&mut self, built: Built) -> Result<f64, CotrainError> {
         let pre = if self.refit_policy.restarts(self.refits) { self.pre_params.clone() } else { None };
         self.refits += 1;
         let opts = self.train.clone();

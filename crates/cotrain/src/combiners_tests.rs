@@ -494,3 +494,144 @@ fn refit_on_own_labels_and_the_answer_check() {
     let agreeing = Answer::marginal("B", vec![0], vec![private + 0.01], vec![0.01]);
     assert_eq!(moved(None, &agreeing).to_bits(), moved(Some(2.0), &agreeing).to_bits());
 }
+
+/// Private rows of `setup()` and a pool of 40 points, fitted privately.
+fn swings_model() -> CoModel {
+    let (x_tr, y_tr, _, _, _) = setup();
+    let pool = rows(40, 2, 9);
+    let mut m =
+        CoModel::new(CombinerKind::Noisy, Uncertainty::Marginal, kern(), NoiseVariance::new(0.05), x_tr, y_tr, pool)
+            .unwrap();
+    m.fit_private().unwrap();
+    m
+}
+
+/// `swings_model()` re-fitted under `how` after answers at every pool point that swing along the
+/// first covariate faster than the private rows do, each with variance `var`.
+fn refit_swings(how: crate::combiner::RefitTheta, var: f64) -> CoModel {
+    let pool = rows(40, 2, 9);
+    let idx: Vec<usize> = (0..pool.nrows()).collect();
+    let swings: Vec<f64> = idx.iter().map(|&i| 2.0 * (2.5 * pool[(i, 0)]).sin()).collect();
+    let mut m = swings_model();
+    m.refit_theta = how;
+    m.absorb(&Answer::marginal("B", idx.clone(), swings, vec![var; idx.len()])).unwrap();
+    m.refit().unwrap();
+    m
+}
+
+/// The model's log length-scales.
+fn lengthscales(m: &CoModel) -> Vec<f64> {
+    let names = m.kernel.param_names();
+    m.kernel.params().iter().zip(&names).filter(|(_, n)| n.starts_with("lengthscale")).map(|(p, _)| *p).collect()
+}
+
+/// The private rows' own log marginal likelihood at `m`'s current θ.
+fn own_evidence(m: &CoModel) -> f64 {
+    m.private_gp(m.kernel.clone(), m.noise.clone()).unwrap().evaluate().unwrap().value
+}
+
+/// The harm study's length-scale rules (`RefitTheta::AugmentedNoShorter`, `AugmentedTested`,
+/// `AugmentedAmplitude`) on `refit_swings`' answers, which ask for a shorter length-scale. The
+/// free re-fit shortens one; the constrained one ends with none shorter than the private fit's
+/// and leaves the kernel's bounds as they were; the tested one keeps the free fit when the
+/// answers are precise (a large likelihood gain) and the constrained one when they are too vague
+/// to pass; the held one keeps every length-scale and re-fits the variances.
+#[test]
+fn the_refit_may_keep_length_scales_from_shortening() {
+    use crate::combiner::RefitTheta;
+    let private = swings_model();
+    let before = lengthscales(&private);
+    let free = lengthscales(&refit_swings(RefitTheta::Augmented, 0.01));
+    assert!(free.iter().zip(&before).any(|(a, b)| a < &(b - 0.05)), "free {free:?}, private {before:?}");
+    let tied_model = refit_swings(RefitTheta::AugmentedNoShorter, 0.01);
+    let tied = lengthscales(&tied_model);
+    assert!(tied.iter().zip(&before).all(|(a, b)| a >= &(b - 1e-9)), "tied {tied:?}, private {before:?}");
+    assert_eq!(tied_model.kernel.bounds(), private.kernel.bounds(), "the bounds are restored");
+    assert_ne!(tied, free);
+    // Precise answers pass the test: the free fit is kept.
+    let tested = refit_swings(RefitTheta::AugmentedTested, 0.01);
+    assert_eq!(lengthscales(&tested), free);
+    assert_eq!(tested.refit_theta, RefitTheta::AugmentedTested);
+    // Held: every length-scale stays the private fit's, and the variances still move.
+    let held = refit_swings(RefitTheta::AugmentedAmplitude, 0.01);
+    assert_eq!(lengthscales(&held), before);
+    assert_eq!(held.kernel.bounds(), private.kernel.bounds(), "the bounds are restored");
+    assert_ne!(held.kernel.params(), private.kernel.params());
+    // Vague answers do not pass: the constrained fit is kept.
+    let vague_free = lengthscales(&refit_swings(RefitTheta::Augmented, 3.0));
+    let vague_tied = lengthscales(&refit_swings(RefitTheta::AugmentedNoShorter, 3.0));
+    let vague_tested = lengthscales(&refit_swings(RefitTheta::AugmentedTested, 3.0));
+    assert_ne!(vague_free, vague_tied);
+    assert_eq!(vague_tested, vague_tied, "free {vague_free:?}, tied {vague_tied:?}");
+}
+
+/// `RefitTheta::AugmentedWithinOwn`: precise answers that pull θ far from what the private rows
+/// support are followed only to the edge of the private rows' 95% likelihood region (their own
+/// evidence falls by χ²₉₅(p)/2 there, not more), on the segment from θ̂; vague answers whose
+/// re-fit stays inside are followed all the way (the same θ as the free re-fit).
+#[test]
+fn the_refit_stays_inside_the_private_rows_likelihood_region() {
+    use crate::combiner::RefitTheta;
+    use crate::refit_rules::chi2_95;
+    let private = swings_model();
+    let best = own_evidence(&private);
+    let allowed = 0.5 * chi2_95(private.params().len());
+    let free = refit_swings(RefitTheta::Augmented, 0.01);
+    assert!(best - own_evidence(&free) > 2.0 * allowed, "the free re-fit leaves the region");
+    let kept = refit_swings(RefitTheta::AugmentedWithinOwn, 0.01);
+    let drop = best - own_evidence(&kept);
+    assert!((drop - allowed).abs() < 1e-3 * allowed, "on the edge: drop {drop}, allowed {allowed}");
+    // On the segment θ̂ → free θ, strictly between.
+    let (a, b, c) = (private.params(), free.params(), kept.params());
+    let t: Vec<f64> =
+        (0..a.len()).filter(|&i| (b[i] - a[i]).abs() > 1e-6).map(|i| (c[i] - a[i]) / (b[i] - a[i])).collect();
+    assert!(t.iter().all(|x| (x - t[0]).abs() < 1e-9) && t[0] > 0.0 && t[0] < 1.0, "t {t:?}");
+    // Inside: the same θ as the free re-fit.
+    let vague_free = refit_swings(RefitTheta::Augmented, 3.0);
+    assert!(best - own_evidence(&vague_free) <= allowed);
+    assert_eq!(refit_swings(RefitTheta::AugmentedWithinOwn, 3.0).params(), vague_free.params());
+    // The quantile: the table and, above 10 degrees of freedom, Wilson–Hilferty.
+    assert_eq!(chi2_95(1), 3.841);
+    assert!((chi2_95(20) - 31.410).abs() < 0.05, "{}", chi2_95(20));
+}
+
+/// `UnseenCovariates::Median`: a covariate constant on the private rows has its length-scale
+/// held at √(2D) through the private fit and the re-fit after answers that swing along it (which
+/// move it when it is free); the kernel's bounds are as before after each fit; the covariate
+/// that varies is fitted as usual.
+#[test]
+fn a_covariate_constant_on_the_private_rows_keeps_the_public_length_scale() {
+    use crate::readings::{Readings, UnseenCovariates};
+    let (mut x_tr, y_tr, _, _, _) = setup();
+    x_tr.column_mut(1).fill(0.7);
+    let pool = rows(40, 2, 9);
+    let idx: Vec<usize> = (0..pool.nrows()).collect();
+    let swings: Vec<f64> = idx.iter().map(|&i| 2.0 * (2.5 * pool[(i, 1)]).sin()).collect();
+    let fitted = |unseen: UnseenCovariates| {
+        let mut m = CoModel::new(
+            CombinerKind::Noisy,
+            Uncertainty::Marginal,
+            kern(),
+            NoiseVariance::new(0.05),
+            x_tr.clone(),
+            y_tr.clone(),
+            pool.clone(),
+        )
+        .unwrap();
+        m.set_readings(Readings { unseen_covariates: unseen, ..Readings::default() });
+        let bounds = m.kernel.bounds();
+        m.fit_private().unwrap();
+        assert_eq!(m.kernel.bounds(), bounds, "the bounds are restored after the private fit");
+        let private = lengthscales(&m);
+        m.absorb(&Answer::marginal("B", idx.clone(), swings.clone(), vec![0.01; idx.len()])).unwrap();
+        m.refit().unwrap();
+        assert_eq!(m.kernel.bounds(), bounds, "the bounds are restored after the re-fit");
+        (private, lengthscales(&m))
+    };
+    let median = 4.0f64.sqrt().ln(); // ln √(2D), D = 2
+    let (private, refitted) = fitted(UnseenCovariates::Median);
+    assert!((private[1] - median).abs() < 1e-12 && (refitted[1] - median).abs() < 1e-12, "{private:?} {refitted:?}");
+    assert_ne!(private[0], refitted[0], "the varying covariate's length-scale is re-fitted");
+    let (free_private, free_refitted) = fitted(UnseenCovariates::Free);
+    assert!((free_refitted[1] - free_private[1]).abs() > 0.1, "free: {free_private:?} → {free_refitted:?}");
+}

@@ -28,6 +28,7 @@ pub mod party;
 pub mod peer;
 pub mod psd;
 pub mod readings;
+mod refit_rules;
 
 pub mod release_model;
 pub mod select;

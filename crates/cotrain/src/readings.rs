@@ -157,6 +157,32 @@ impl SelectionVariance {
 
 crate::named_enum!(SelectionVariance, "selection variance", [Clamped, Raw]);
 
+/// The length-scale of a covariate that is constant on the party's own labelled rows (a masked
+/// party that has seen one value of a category). Those rows cannot tell how fast the function
+/// varies along it, so the private fit leaves it wherever its winning start put it, and the D5
+/// re-fit sets it from the answers alone, though a peer that does not see the covariate answers
+/// flat along it whatever the truth (docs/results.md, "The twelfth pass").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum UnseenCovariates {
+    /// Fitted like any other (default).
+    #[default]
+    Free,
+    /// Held, in the private fit and in every re-fit, at the median-heuristic length-scale √(2D)
+    /// for a view of D standardised covariates (the release's public unit, D32).
+    Median,
+}
+
+impl UnseenCovariates {
+    pub fn name(self) -> &'static str {
+        match self {
+            UnseenCovariates::Free => "free",
+            UnseenCovariates::Median => "median",
+        }
+    }
+}
+
+crate::named_enum!(UnseenCovariates, "unseen covariates", [Free, Median]);
+
 /// How the private-only fit starts (the "before" model of Thomas 2017 App. C, Table C.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FitStarts {
@@ -270,6 +296,7 @@ pub struct Readings {
     pub shared_variance: SharedVariance,
     pub fit_starts: FitStarts,
     pub selection_variance: SelectionVariance,
+    pub unseen_covariates: UnseenCovariates,
 }
 
 impl Readings {
@@ -289,6 +316,7 @@ impl Readings {
             shared_variance: SharedVariance::Y,
             fit_starts: FitStarts::Single,
             selection_variance: SelectionVariance::Raw,
+            unseen_covariates: UnseenCovariates::Free,
         }
     }
 

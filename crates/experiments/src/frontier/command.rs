@@ -61,6 +61,10 @@ pub struct FrontierArgs {
     /// from the node's seed: the default before D38) or single.
     #[arg(long, default_value = "fixed-4", value_name = "STARTS")]
     pub fit_starts: dpcotrain_cotrain::readings::FitStarts,
+    /// The length-scale of a covariate constant on a party's own rows: free (fitted like any
+    /// other; the default) or median (held at √(2D) in the private fit and every re-fit).
+    #[arg(long, default_value = "free")]
+    pub unseen_covariates: dpcotrain_cotrain::readings::UnseenCovariates,
     /// ε of the one release each party makes to each peer.
     #[arg(long, value_delimiter = ',', default_value = "0.25,0.5,1,2,4,8", value_parser = dpcotrain_privacy::calibrate::parse_epsilon, allow_negative_numbers = true)]
     pub epsilons: Vec<f64>,
@@ -95,7 +99,13 @@ pub struct FrontierArgs {
     #[arg(long, default_value = "off")]
     pub guard: AnswerGuard,
     /// Whose data a querier's θ is re-fitted to after the answers arrive: augmented (own rows
-    /// and answers, D5) or own (θ stays the private fit's).
+    /// and answers, D5), own (θ stays the private fit's), augmented-no-shorter (as augmented,
+    /// no length-scale shorter than the private fit's), augmented-tested (the free re-fit only
+    /// when the length-scales it shortens pass a likelihood-ratio test at 95%),
+    /// augmented-amplitude (the length-scales stay the private fit's; the variances are re-fitted)
+    /// augmented-within-own (as augmented, kept inside the private rows' 95% likelihood region)
+    /// or augmented-hold-constant (as augmented, the length-scales of covariates constant on the
+    /// private rows held).
     #[arg(long, default_value = "augmented")]
     pub refit_theta: RefitTheta,
     /// What a querier adds to each answer's reported variance: reported (nothing), own (its own
@@ -151,8 +161,9 @@ pub struct FrontierArgs {
     #[arg(long)]
     pub json: bool,
     /// Instead of the cells, write each run's inside view to FILE (JSON lines: per party, every
-    /// test point's label and predictions alone and after, every answer read): the harm study's
-    /// diagnostics. Label-dependent; only for experiments.
+    /// test point's label and predictions alone and after, every answer read, the hyperparameters
+    /// before and after the re-fit): the harm study's diagnostics. Label-dependent; only for
+    /// experiments.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["out", "json"])]
     pub trace: Option<PathBuf>,
     /// With --trace: what the re-read of each run knows from the true pool labels
@@ -252,6 +263,7 @@ fn config(a: &FrontierArgs) -> anyhow::Result<FrontierConfig> {
         seeds: (0..a.seeds).collect(),
         node_seeds: (0..a.node_seeds.max(1)).collect(),
         fit_starts: a.fit_starts,
+        unseen_covariates: a.unseen_covariates,
         epsilons: a.epsilons.clone(),
         mechanisms,
         thetas,
@@ -389,6 +401,9 @@ fn protocol_settings(cfg: &FrontierConfig) -> String {
     // folder without it was run with best-of-4, and a default run now records fixed-4.
     if cfg.fit_starts != dpcotrain_cotrain::readings::FitStarts::BestOf(4) {
         v["fit_starts"] = cfg.fit_starts.to_string().into();
+    }
+    if cfg.unseen_covariates != dpcotrain_cotrain::readings::UnseenCovariates::Free {
+        v["unseen_covariates"] = cfg.unseen_covariates.name().into();
     }
     if cfg.release_theta.unit != LengthscaleUnit::Absolute {
         v["release_lengthscale"] = cfg.release_theta.unit.name().into();

@@ -159,6 +159,8 @@ pub struct FrontierConfig {
     pub node_seeds: Vec<u64>,
     /// How each party's private-only fit starts.
     pub fit_starts: FitStarts,
+    /// How the parties treat covariates constant on their own rows ([`UnseenCovariates`]).
+    pub unseen_covariates: dpcotrain_cotrain::readings::UnseenCovariates,
     pub epsilons: Vec<f64>,
     pub mechanisms: Vec<FrontierMechanism>,
     pub thetas: Vec<ThetaChoice>,
@@ -287,6 +289,7 @@ impl FrontierConfig {
             seeds: (0..10).collect(),
             node_seeds: vec![0],
             fit_starts: FitStarts::default(),
+            unseen_covariates: dpcotrain_cotrain::readings::UnseenCovariates::Free,
             epsilons: vec![0.25, 0.5, 1.0, 2.0, 4.0, 8.0],
             mechanisms: vec![FrontierMechanism::Rkhs, FrontierMechanism::Finite, FrontierMechanism::FiniteCap],
             thetas: vec![ThetaChoice::Public, ThetaChoice::Fitted],
@@ -559,6 +562,9 @@ pub struct PartyTrace {
     /// The querier's fitted noise variance before and after the re-fit.
     pub noise_before: f64,
     pub noise_after: f64,
+    /// The querier's hyperparameters (the kernel's, then σ²) before and after the re-fit.
+    pub theta_before: Vec<f64>,
+    pub theta_after: Vec<f64>,
     /// What the oracle used: the level variance or the own calibration (NaN otherwise).
     pub oracle_value: f64,
 }
@@ -671,7 +677,7 @@ pub fn trace_run(
     for (p, d) in parties.iter().zip(&sc.parties) {
         let mut g = lock_party(p)?;
         let pred = g.predict(&d.x_test, false)?;
-        before.push((pred, g.model().noise_variance()));
+        before.push((pred, g.model().noise_variance(), g.model().hyperparameters()));
     }
     block_on(run_in_process(&parties, 1))?;
     // The same run read again under the oracle (same seed: the same queries and noise draws).
@@ -684,7 +690,7 @@ pub fn trace_run(
         }
     }
     let mut out = Vec::new();
-    for (i, (p, (alone, noise_before))) in parties.iter().zip(before).enumerate() {
+    for (i, (p, (alone, noise_before, theta_before))) in parties.iter().zip(before).enumerate() {
         let mut g = lock_party(p)?;
         let data = &sc.parties[i];
         let x = &data.x_test;
@@ -706,7 +712,11 @@ pub fn trace_run(
                 }
                 d.x_train = x_new;
                 d.y_train = y_new;
-                let readings = Readings { fit_starts: cfg.fit_starts, ..Readings::default() };
+                let readings = Readings {
+                    fit_starts: cfg.fit_starts,
+                    unseen_covariates: cfg.unseen_covariates,
+                    ..Readings::default()
+                };
                 let op = build_parties_with(
                     &o,
                     CombinerKind::Noisy,
@@ -750,6 +760,8 @@ pub fn trace_run(
             answers,
             noise_before,
             noise_after: g.model().noise_variance(),
+            theta_before,
+            theta_after: g.model().hyperparameters(),
             oracle_value,
         });
     }
@@ -763,7 +775,8 @@ fn configured_parties(
     seed: u64,
     cfg: &FrontierConfig,
 ) -> Result<Vec<std::sync::Arc<std::sync::Mutex<dpcotrain_cotrain::party::Party>>>, CotrainError> {
-    let readings = Readings { fit_starts: cfg.fit_starts, ..Readings::default() };
+    let readings =
+        Readings { fit_starts: cfg.fit_starts, unseen_covariates: cfg.unseen_covariates, ..Readings::default() };
     let parties = build_parties_with(sc, CombinerKind::Noisy, Uncertainty::Marginal, dp, seed, readings)?;
     let fitted_noise: Vec<f64> =
         parties.iter().map(|p| lock_party(p).map(|g| g.model().noise_variance())).collect::<Result<_, _>>()?;
