@@ -734,11 +734,11 @@ impl CoModel {
 
     /// Fit the hyperparameters on the private data alone (the pre-co-training model).
     pub fn fit_private(&mut self) -> Result<f64, CotrainError> {
-        if let (Some(m), Some(t)) = (self.sparse_m, self.svgp) {
-            return self.fit_private_svgp(m, t);
-        }
         let held = self.hold_unseen();
-        let result = self.fit_private_inner();
+        let result = match (self.sparse_m, self.svgp) {
+            (Some(m), Some(t)) => self.fit_private_svgp(m, t),
+            _ => self.fit_private_inner(),
+        };
         if let Some(b) = held {
             self.kernel.set_bounds(&b);
         }
@@ -1346,12 +1346,13 @@ impl CoModel {
         if self.refit_theta == RefitTheta::AugmentedTested {
             return self.refit_tested();
         }
-        // Under `AugmentedNoShorter` the length-scales' lower bounds are raised to the private
-        // fit's values for this re-fit only, under `AugmentedAmplitude` both bounds, under
-        // `AugmentedHoldConstant` both bounds of the covariates constant on the private rows
-        // (restored, whatever the re-fit's outcome); `UnseenCovariates::Median` holds those at
-        // the private fit's value (√(2D)) under every rule.
-        let saved_bounds = match (self.refit_theta, self.pre_params.clone()) {
+        // `UnseenCovariates::Median` holds the length-scales of covariates constant on the private
+        // rows at their private value (√(2D)) under every rule; on top of it, for this re-fit
+        // only, `AugmentedNoShorter` raises every length-scale's lower bound to the private fit's
+        // value, `AugmentedAmplitude` pins both bounds there, `AugmentedHoldConstant` pins those of
+        // the constant covariates. The bounds are put back in reverse order, whatever the outcome.
+        let unseen_bounds = self.hold_unseen();
+        let rule_bounds = match (self.refit_theta, self.pre_params.clone()) {
             (RefitTheta::AugmentedNoShorter | RefitTheta::AugmentedAmplitude, Some(pre)) => {
                 let both = self.refit_theta == RefitTheta::AugmentedAmplitude;
                 self.hold_lengthscales(|_| true, |i| (pre[i], both))
@@ -1363,14 +1364,17 @@ impl CoModel {
                     |i| (pre[i], true),
                 )
             }
-            _ => self.hold_unseen(),
+            _ => None,
         };
-        // The model is built again under the held bounds (whose parameters may have moved).
-        let result = match saved_bounds {
-            Some(_) => self.build().and_then(|b| self.refit_augmented(b)),
-            None => self.refit_augmented(built),
+        // The model is built again under held bounds (whose parameters may have moved).
+        let result = match (&unseen_bounds, &rule_bounds) {
+            (None, None) => self.refit_augmented(built),
+            _ => self.build().and_then(|b| self.refit_augmented(b)),
         };
-        if let Some(b) = saved_bounds {
+        if let Some(b) = rule_bounds {
+            self.kernel.set_bounds(&b);
+        }
+        if let Some(b) = unseen_bounds {
             self.kernel.set_bounds(&b);
         }
         match (self.refit_theta, result) {

@@ -597,17 +597,19 @@ fn the_refit_stays_inside_the_private_rows_likelihood_region() {
 
 /// `UnseenCovariates::Median`: a covariate constant on the private rows has its length-scale
 /// held at √(2D) through the private fit and the re-fit after answers that swing along it (which
-/// move it when it is free); the kernel's bounds are as before after each fit; the covariate
-/// that varies is fitted as usual.
+/// move it when it is free), under the plain, the no-shorter and the tested re-fit; the kernel's
+/// bounds are as before after each fit; the covariate that varies is fitted as usual.
+/// `RefitTheta::AugmentedHoldConstant` holds it at the private fit's value instead.
 #[test]
 fn a_covariate_constant_on_the_private_rows_keeps_the_public_length_scale() {
+    use crate::combiner::RefitTheta;
     use crate::readings::{Readings, UnseenCovariates};
     let (mut x_tr, y_tr, _, _, _) = setup();
     x_tr.column_mut(1).fill(0.7);
     let pool = rows(40, 2, 9);
     let idx: Vec<usize> = (0..pool.nrows()).collect();
     let swings: Vec<f64> = idx.iter().map(|&i| 2.0 * (2.5 * pool[(i, 1)]).sin()).collect();
-    let fitted = |unseen: UnseenCovariates| {
+    let fitted = |unseen: UnseenCovariates, how: RefitTheta| {
         let mut m = CoModel::new(
             CombinerKind::Noisy,
             Uncertainty::Marginal,
@@ -623,15 +625,28 @@ fn a_covariate_constant_on_the_private_rows_keeps_the_public_length_scale() {
         m.fit_private().unwrap();
         assert_eq!(m.kernel.bounds(), bounds, "the bounds are restored after the private fit");
         let private = lengthscales(&m);
+        m.refit_theta = how;
         m.absorb(&Answer::marginal("B", idx.clone(), swings.clone(), vec![0.01; idx.len()])).unwrap();
         m.refit().unwrap();
         assert_eq!(m.kernel.bounds(), bounds, "the bounds are restored after the re-fit");
         (private, lengthscales(&m))
     };
     let median = 4.0f64.sqrt().ln(); // ln √(2D), D = 2
-    let (private, refitted) = fitted(UnseenCovariates::Median);
-    assert!((private[1] - median).abs() < 1e-12 && (refitted[1] - median).abs() < 1e-12, "{private:?} {refitted:?}");
-    assert_ne!(private[0], refitted[0], "the varying covariate's length-scale is re-fitted");
-    let (free_private, free_refitted) = fitted(UnseenCovariates::Free);
+    for how in [RefitTheta::Augmented, RefitTheta::AugmentedNoShorter, RefitTheta::AugmentedTested] {
+        let (private, refitted) = fitted(UnseenCovariates::Median, how);
+        assert!(
+            (private[1] - median).abs() < 1e-12 && (refitted[1] - median).abs() < 1e-12,
+            "{how:?}: {private:?} {refitted:?}"
+        );
+        if how == RefitTheta::Augmented {
+            assert_ne!(private[0], refitted[0], "the varying covariate's length-scale is re-fitted");
+        }
+    }
+    let (free_private, free_refitted) = fitted(UnseenCovariates::Free, RefitTheta::Augmented);
     assert!((free_refitted[1] - free_private[1]).abs() > 0.1, "free: {free_private:?} → {free_refitted:?}");
+    // `AugmentedHoldConstant` holds it where the private fit left it, and re-fits the other.
+    let (held_private, held_refitted) = fitted(UnseenCovariates::Free, RefitTheta::AugmentedHoldConstant);
+    assert_eq!(held_private, free_private);
+    assert_eq!(held_refitted[1], held_private[1]);
+    assert_ne!(held_refitted[0], held_private[0]);
 }

@@ -173,6 +173,10 @@ pub enum UnseenCovariates {
 }
 
 impl UnseenCovariates {
+    pub fn is_free(&self) -> bool {
+        *self == UnseenCovariates::Free
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             UnseenCovariates::Free => "free",
@@ -296,6 +300,9 @@ pub struct Readings {
     pub shared_variance: SharedVariance,
     pub fit_starts: FitStarts,
     pub selection_variance: SelectionVariance,
+    /// Written only when not `free`, so every grid.json and config written before the key
+    /// existed is reproduced byte for byte (and older binaries read what this one writes).
+    #[serde(skip_serializing_if = "UnseenCovariates::is_free")]
     pub unseen_covariates: UnseenCovariates,
 }
 
@@ -378,7 +385,11 @@ impl std::fmt::Display for Readings {
             self.shared_variance,
             self.fit_starts,
             self.selection_variance
-        )
+        )?;
+        if !self.unseen_covariates.is_free() {
+            write!(f, " unseen_covariates={}", self.unseen_covariates)?;
+        }
+        Ok(())
     }
 }
 

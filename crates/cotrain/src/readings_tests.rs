@@ -278,3 +278,20 @@ fn selection_variance_raw_breaks_blockys_index_order_scan() {
     }
     assert_ne!(asked[0], asked[1], "the two readings ask different indices");
 }
+
+/// `unseen_covariates` is written only when not `free`: a grid.json or config written before the
+/// key existed reads and writes back byte for byte, and `median` round-trips.
+#[test]
+fn unseen_covariates_is_written_only_when_not_free() {
+    use crate::readings::UnseenCovariates;
+    let plain = serde_json::to_string(&Readings::thesis()).unwrap();
+    assert!(!plain.contains("unseen_covariates"), "{plain}");
+    let back: Readings = serde_json::from_str(&plain).unwrap();
+    assert_eq!(back, Readings::thesis());
+    let median = Readings { unseen_covariates: UnseenCovariates::Median, ..Readings::default() };
+    let text = serde_json::to_string(&median).unwrap();
+    assert!(text.contains("\"unseen_covariates\":\"median\""), "{text}");
+    assert_eq!(serde_json::from_str::<Readings>(&text).unwrap(), median);
+    assert!(median.to_string().ends_with(" unseen_covariates=median"), "{median}");
+    assert!(!Readings::default().to_string().contains("unseen"));
+}

@@ -39,20 +39,26 @@ impl CoModel {
             Ok(m.private_gp(k, s)?.evaluate()?.value)
         };
         let free = self.params();
-        let allowed = 0.5 * chi2_95(free.len());
-        let best = own(self, &pre)?;
-        let inside = |m: &Self, t: f64| -> Result<bool, CotrainError> {
-            let p: Vec<f64> = pre.iter().zip(&free).map(|(a, b)| a + t * (b - a)).collect();
-            let v = own(m, &p)?;
-            Ok(v.is_finite() && best - v <= allowed)
+        // One degree of freedom per hyperparameter the re-fit could move (not those held by
+        // `UnseenCovariates::Median`).
+        let held = match self.readings.unseen_covariates {
+            UnseenCovariates::Median => self.constant_covariates().iter().filter(|c| **c).count(),
+            UnseenCovariates::Free => 0,
         };
-        if inside(self, 1.0)? {
+        let allowed = 0.5 * chi2_95(free.len().saturating_sub(held).max(1));
+        let best = own(self, &pre)?;
+        // A θ on the segment whose own evidence cannot be evaluated counts as outside.
+        let inside = |m: &Self, t: f64| -> bool {
+            let p: Vec<f64> = pre.iter().zip(&free).map(|(a, b)| a + t * (b - a)).collect();
+            own(m, &p).is_ok_and(|v| v.is_finite() && best - v <= allowed)
+        };
+        if inside(self, 1.0) {
             return self.objective();
         }
         let (mut lo, mut hi) = (0.0, 1.0);
         for _ in 0..30 {
             let mid = 0.5 * (lo + hi);
-            if inside(self, mid)? {
+            if inside(self, mid) {
                 lo = mid;
             } else {
                 hi = mid;
@@ -136,8 +142,21 @@ impl CoModel {
             m.refit_theta = RefitTheta::AugmentedTested;
             Ok((m, objective))
         };
-        let (free, free_objective) = run(self, RefitTheta::Augmented)?;
-        let (tied, tied_objective) = run(self, RefitTheta::AugmentedNoShorter)?;
+        // Either fit alone when the other fails; both failing fails the re-fit (the free one's
+        // error).
+        let (free, free_objective, tied, tied_objective) =
+            match (run(self, RefitTheta::Augmented), run(self, RefitTheta::AugmentedNoShorter)) {
+                (Ok((f, fo)), Ok((t, to))) => (f, fo, t, to),
+                (Ok((f, fo)), Err(_)) => {
+                    *self = f;
+                    return Ok(fo);
+                }
+                (Err(_), Ok((t, to))) => {
+                    *self = t;
+                    return Ok(to);
+                }
+                (Err(e), Err(_)) => return Err(e),
+            };
         let shortened = match &self.pre_params {
             Some(pre) => {
                 let names = free.kernel.param_names();
@@ -155,7 +174,10 @@ impl CoModel {
         };
         let threshold = chi2_95(shortened.max(1));
         let keep_free = shortened == 0 || 2.0 * (free_objective - tied_objective) > threshold;
-        let (kept, objective) = if keep_free { (free, free_objective) } else { (tied, tied_objective) };
+        // Both fits' evaluations are spent (each clone counted from this model's total).
+        let spent = free.refit_evaluations + tied.refit_evaluations - self.refit_evaluations;
+        let (mut kept, objective) = if keep_free { (free, free_objective) } else { (tied, tied_objective) };
+        kept.refit_evaluations = spent;
         *self = kept;
         Ok(objective)
     }
