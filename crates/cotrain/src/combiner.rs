@@ -1308,6 +1308,10 @@ impl CoModel {
     pub fn refit(&mut self) -> Result<f64, CotrainError> {
         // Answers set aside earlier are judged afresh with this re-fit.
         self.loo = None;
+        if self.refit_theta == RefitTheta::AugmentedTested {
+            // Two re-fits of clones, each under its own rule (`refit_rules.rs`).
+            return self.refit_tested();
+        }
         if let Some(grid) = self.answer_noise_grid.clone()
             && self.answers_used()
         {
@@ -1329,10 +1333,9 @@ impl CoModel {
             }
             self.answer_extra_var = best.map_or(0.0, |(_, t)| t);
         }
-        let built = self.build()?;
         if self.refit_theta == RefitTheta::Own {
             // θ stays the private fit's: the objective at it, for the turn's record.
-            let value = match &built {
+            let value = match &self.build()? {
                 Built::Noisy(m) => m.evaluate()?.value,
                 Built::Sparse(m) => m.evaluate()?.value,
                 Built::Blocky(m) => m.evaluate()?.value,
@@ -1343,34 +1346,10 @@ impl CoModel {
             self.check_answers()?;
             return Ok(value);
         }
-        if self.refit_theta == RefitTheta::AugmentedTested {
-            return self.refit_tested();
-        }
-        // `UnseenCovariates::Median` holds the length-scales of covariates constant on the private
-        // rows at their private value (√(2D)) under every rule; on top of it, for this re-fit
-        // only, `AugmentedNoShorter` raises every length-scale's lower bound to the private fit's
-        // value, `AugmentedAmplitude` pins both bounds there, `AugmentedHoldConstant` pins those of
-        // the constant covariates. The bounds are put back in reverse order, whatever the outcome.
-        let unseen_bounds = self.hold_unseen();
-        let rule_bounds = match (self.refit_theta, self.pre_params.clone()) {
-            (RefitTheta::AugmentedNoShorter | RefitTheta::AugmentedAmplitude, Some(pre)) => {
-                let both = self.refit_theta == RefitTheta::AugmentedAmplitude;
-                self.hold_lengthscales(|_| true, |i| (pre[i], both))
-            }
-            (RefitTheta::AugmentedHoldConstant, Some(pre)) => {
-                let constant = self.constant_covariates();
-                self.hold_lengthscales(
-                    |j| j.is_some_and(|j| constant.get(j).copied().unwrap_or(false)),
-                    |i| (pre[i], true),
-                )
-            }
-            _ => None,
-        };
-        // The model is built again under held bounds (whose parameters may have moved).
-        let result = match (&unseen_bounds, &rule_bounds) {
-            (None, None) => self.refit_augmented(built),
-            _ => self.build().and_then(|b| self.refit_augmented(b)),
-        };
+        // Held length-scales for this re-fit (`refit_rules.rs`), put back in reverse order
+        // whatever the outcome; the model is built under them.
+        let (unseen_bounds, rule_bounds) = self.hold_for_refit();
+        let result = self.build().and_then(|b| self.refit_augmented(b));
         if let Some(b) = rule_bounds {
             self.kernel.set_bounds(&b);
         }

@@ -121,15 +121,39 @@ impl CoModel {
         Some(saved)
     }
 
+    /// Pin both bounds of the length-scales of covariates constant on the private rows at `at(i)`.
+    fn hold_constant(&mut self, at: impl Fn(usize) -> f64) -> Option<Vec<dpcotrain_gp::Bounds>> {
+        let constant = self.constant_covariates();
+        self.hold_lengthscales(|j| j.is_some_and(|j| constant.get(j).copied().unwrap_or(false)), |i| (at(i), true))
+    }
+
     /// [`UnseenCovariates::Median`]: hold the length-scales of covariates constant on the
     /// private rows at √(2D).
     pub(crate) fn hold_unseen(&mut self) -> Option<Vec<dpcotrain_gp::Bounds>> {
         if self.readings.unseen_covariates != UnseenCovariates::Median {
             return None;
         }
-        let constant = self.constant_covariates();
         let median = (2.0 * self.x_tr.ncols() as f64).sqrt().ln();
-        self.hold_lengthscales(|j| j.is_some_and(|j| constant.get(j).copied().unwrap_or(false)), |_| (median, true))
+        self.hold_constant(|_| median)
+    }
+
+    /// The holds of one D5 re-fit, returned as the bounds to put back (first the rule's, then the
+    /// unseen covariates'): `UnseenCovariates::Median` holds the constant covariates' length-scales
+    /// at their private value (√(2D)) under every rule; on top of it `AugmentedNoShorter` raises
+    /// every length-scale's lower bound to the private fit's value, `AugmentedAmplitude` pins
+    /// both bounds there, `AugmentedHoldConstant` pins those of the constant covariates.
+    pub(crate) fn hold_for_refit(&mut self) -> (Option<Vec<dpcotrain_gp::Bounds>>, Option<Vec<dpcotrain_gp::Bounds>>) {
+        let unseen = self.hold_unseen();
+        let Some(pre) = self.pre_params.clone() else {
+            return (unseen, None);
+        };
+        let rule = match self.refit_theta {
+            RefitTheta::AugmentedNoShorter => self.hold_lengthscales(|_| true, |i| (pre[i], false)),
+            RefitTheta::AugmentedAmplitude => self.hold_lengthscales(|_| true, |i| (pre[i], true)),
+            RefitTheta::AugmentedHoldConstant => self.hold_constant(|i| pre[i]),
+            _ => None,
+        };
+        (unseen, rule)
     }
 
     /// [`RefitTheta::AugmentedTested`]: the free and the constrained re-fit from the same state,
