@@ -869,6 +869,48 @@ fn node_check_counts_the_labels_the_release_clips() {
     assert!(err.contains(&format!("{clipped} of {rows} training labels lie outside privacy.label_range")), "{err}");
 }
 
+/// `node check` names a covariate that takes one value on every labelled row, with the pool
+/// entities at another (label-free, for the operator): here party A's V is set to 0.25 on its
+/// training rows; party B has none. The warning says what the setting does with it (`node serve`
+/// logs the same at start).
+#[test]
+fn node_check_names_a_covariate_constant_on_the_labelled_rows() {
+    let (pa, pb) = ports(11); // `node check` binds nothing: shared with the test above
+    let dir = setup("constant", pa, pb, |t| t);
+    let ex = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/two-party/data/party-a/train.csv");
+    let text = std::fs::read_to_string(ex).unwrap();
+    let mut lines = text.lines();
+    let mut out = format!("{}\n", lines.next().unwrap());
+    for l in lines {
+        let f: Vec<&str> = l.split(',').collect();
+        out.push_str(&format!("{},0.25,{}\n", f[0], f[2]));
+    }
+    std::fs::write(dir.join("train-a.csv"), out).unwrap();
+    let a = std::fs::read_to_string(dir.join("party-a.toml")).unwrap();
+    let a =
+        a.lines().map(|l| if l.starts_with("train = ") { "train = \"train-a.csv\"" } else { l }).collect::<Vec<_>>();
+    std::fs::write(dir.join("party-a.toml"), a.join("\n")).unwrap();
+    let check = |file: &str| {
+        let out = bin().args(["node", "check", "--config"]).arg(dir.join(file)).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(out.status.success(), "{err}");
+        (serde_json::from_slice::<Value>(&out.stdout).unwrap(), err)
+    };
+    let (v, err) = check("party-a.toml");
+    assert_eq!(
+        v["constant_covariates"],
+        serde_json::json!([{"column": "V", "pool_rows_elsewhere": 250, "pool_rows": 250}])
+    );
+    assert!(
+        err.contains("covariate \"V\" takes one value on every labelled row and another at 250 of 250 pool entities"),
+        "{err}"
+    );
+    assert!(err.contains("unseen_covariates = \"drop\" (the default) reads every value as the one seen"), "{err}");
+    let (v, err) = check("party-b.toml");
+    assert_eq!(v["constant_covariates"], serde_json::json!([]));
+    assert!(!err.contains("takes one value"), "{err}");
+}
+
 /// 1,020 connections that never start their TLS handshake, from 16 addresses (127.0.0.2–17,
 /// under the per-address cap of 64 each), against a node whose open-files limit is 1,024 (soft
 /// and hard, so it cannot raise it): silent connections may hold at most 896 descriptors, a new

@@ -96,6 +96,9 @@ pub struct NodeCheck {
     pub peers: Vec<PeerAddress>,
     /// For this party's operator only (label-dependent, never sent to a peer); none offline.
     pub labels: Option<LabelCount>,
+    /// For this party's operator only: covariates constant on its labelled rows (label-free);
+    /// none offline.
+    pub constant_covariates: Option<Vec<dpcotrain_cotrain::data::ConstantCovariate>>,
     /// Whether the settings carry a formal (ε, δ) guarantee, and if not, why.
     pub guaranteed: bool,
     pub guarantee_warning: Option<String>,
@@ -155,6 +158,7 @@ pub fn node_check(a: &CheckArgs) -> anyhow::Result<NodeCheck> {
         secrets.extend(cfg.peers.iter().map(|p| pair_token(&dir, &cfg.name, &p.name)));
     }
     let mut labels = None;
+    let mut constant = None;
     let mut peers = Vec::new();
     for p in &cfg.peers {
         let (host, port) = port_of(&p.address, &format!("peer {} address", p.name))?;
@@ -178,6 +182,13 @@ pub fn node_check(a: &CheckArgs) -> anyhow::Result<NodeCheck> {
         // The same path `node serve` takes: read the data by column name, build the party, fit
         // its local GP, and resume its ledger if there is one.
         let mut party = party_from_config(&cfg, &a.config)?;
+        // Before the restore, which a state saved before D39 can refuse for such a covariate.
+        let c = party.constant_covariates();
+        let how = cfg.model.readings.unseen_covariates;
+        for cov in &c {
+            eprintln!("warning: {f}: {cov}; {}", how.effect());
+        }
+        constant = Some(c);
         let state_dir = cfg.state_dir(&a.config);
         if let Some(st) = dpcotrain_federation::store::peek(&state_dir)? {
             party
@@ -208,6 +219,7 @@ pub fn node_check(a: &CheckArgs) -> anyhow::Result<NodeCheck> {
         data_files: data.iter().map(s).collect(),
         peers,
         labels,
+        constant_covariates: constant,
         guaranteed: guarantee.is_formal(),
         guarantee_warning: guarantee.why_not().map(|w| w.to_string()),
     })

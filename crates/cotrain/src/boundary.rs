@@ -11,7 +11,7 @@
 //! fn outside(p: &mut dpcotrain_cotrain::Party, s: &dpcotrain_cotrain::PartyState) {
 //!     let view = p.model();
 //!     let _ = (view.version(), view.noise_variance(), view.asked(), view.blocks().len());
-//!     let _ = (p.name(), p.n_labels(), p.pool_size(), p.turns().len());
+//!     let _ = (p.name(), p.n_labels(), p.pool_size(), p.turns().len(), p.constant_covariates());
 //!     let _ = s.requesters.values().map(|r| r.ledger.as_ref().map(|l| l.rho_spent()));
 //! }
 //! ```

@@ -227,7 +227,8 @@ pub enum RefitTheta {
     /// function varies along such a covariate (its length-scale stays where the private fit
     /// started it), so the re-fit would set it from the answers alone, and a peer that does not
     /// see the covariate answers flat along it whatever the truth. A harm-study switch
-    /// (docs/results.md, "The twelfth pass").
+    /// (docs/results.md, "The twelfth pass"); under `unseen_covariates = drop`, the default since
+    /// D39, such a length-scale is already held, and this is `Augmented`.
     AugmentedHoldConstant,
 }
 

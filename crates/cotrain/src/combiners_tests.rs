@@ -599,6 +599,7 @@ fn the_refit_stays_inside_the_private_rows_likelihood_region() {
 /// held at √(2D) through the private fit and the re-fit after answers that swing along it (which
 /// move it when it is free), under the plain, the no-shorter and the tested re-fit; the kernel's
 /// bounds are as before after each fit; the covariate that varies is fitted as usual.
+/// `UnseenCovariates::Drop` holds it at the bound's top in both fits (the covariate dropped).
 /// `RefitTheta::AugmentedHoldConstant` holds it at the private fit's value instead.
 #[test]
 fn a_covariate_constant_on_the_private_rows_keeps_the_public_length_scale() {
@@ -642,8 +643,17 @@ fn a_covariate_constant_on_the_private_rows_keeps_the_public_length_scale() {
             assert_ne!(private[0], refitted[0], "the varying covariate's length-scale is re-fitted");
         }
     }
+    let k = kern();
+    let at = k.param_names().iter().position(|n| n == "lengthscale[1]").expect("an ARD length-scale");
+    let top = k.bounds()[at].upper;
+    assert!(top > 6.0, "the length-scale's upper bound: {top}");
+    for how in [RefitTheta::Augmented, RefitTheta::AugmentedTested] {
+        let (private, refitted) = fitted(UnseenCovariates::Drop, how);
+        assert!(private[1] == top && refitted[1] == top, "{how:?}: {private:?} {refitted:?}");
+    }
     let (free_private, free_refitted) = fitted(UnseenCovariates::Free, RefitTheta::Augmented);
     assert!((free_refitted[1] - free_private[1]).abs() > 0.1, "free: {free_private:?} → {free_refitted:?}");
+    assert!(free_private[1] < top - 1.0 && free_refitted[1] < top - 1.0, "{free_private:?} {free_refitted:?}");
     // `AugmentedHoldConstant` holds it where the private fit left it, and re-fits the other.
     let (held_private, held_refitted) = fitted(UnseenCovariates::Free, RefitTheta::AugmentedHoldConstant);
     assert_eq!(held_private, free_private);

@@ -472,7 +472,7 @@ pub enum StateRefusal {
         groups: usize,
     },
     #[error(
-        "replaying round {round} gives objective {replayed:?}, the saved run had {saved:?}: data or configuration changed (a state saved before 2026-12-07 was fitted with [model.readings] fit_starts = \"best-of-4\", the default then: set it to resume that state; docs/decisions.md D38)"
+        "replaying round {round} gives objective {replayed:?}, the saved run had {saved:?}: data or configuration changed (a state saved before 2026-12-07 was fitted with [model.readings] fit_starts = \"best-of-4\", the default then, and one saved before D39 whose labelled rows hold a covariate at one value with unseen_covariates = \"free\": set the old default to resume that state; docs/decisions.md D38, D39)"
     )]
     Replay { round: usize, replayed: Option<f64>, saved: Option<f64> },
     #[error("replay reached model version {replayed}, saved {saved}")]

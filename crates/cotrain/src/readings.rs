@@ -1,6 +1,6 @@
 //! Readings of the protocol choices that Thomas 2017 ch. 4 leaves ambiguous (docs/decisions.md
 //! D25; docs/results.md, "Readings of the protocol"). Each is a switch whose default is the
-//! reading the project has always used; [`Readings::thesis`] is the combination that reproduces
+//! project's reading (for `fit_starts` and `unseen_covariates` since D38 and D39); [`Readings::thesis`] is the combination that reproduces
 //! the thesis's tables best (the `--reading thesis` preset of `dpcotrain-lab experiment`).
 //!
 //! | key | default | other reading | where it acts |
@@ -12,6 +12,7 @@
 //! | `shared_variance` | `latent` | `y` | which variance an answer carries (§4.2.3) |
 //! | `fit_starts` | `fixed-4` (D38) | `single`, `best-of-K` | starts of the private-only fit (App. C) |
 //! | `selection_variance` | `clamped` | `raw` | the variance uncertainty sampling ranks (§4.2.1) |
+//! | `unseen_covariates` | `drop` (D39) | `free`, `median` | a covariate constant on the labelled rows |
 
 use crate::CotrainError;
 use crate::error::Conflict;
@@ -159,33 +160,54 @@ crate::named_enum!(SelectionVariance, "selection variance", [Clamped, Raw]);
 
 /// The length-scale of a covariate that is constant on the party's own labelled rows (a masked
 /// party that has seen one value of a category). Those rows cannot tell how fast the function
-/// varies along it, so the private fit leaves it wherever its winning start put it, and the D5
-/// re-fit sets it from the answers alone, though a peer that does not see the covariate answers
-/// flat along it whatever the truth (docs/results.md, "The twelfth pass").
+/// varies along it: fitted freely, the private fit leaves it wherever its winning start put it,
+/// and the D5 re-fit sets it from the answers alone, though a peer that does not see the
+/// covariate answers flat along it whatever the truth (docs/results.md, "The twelfth pass").
+/// Dropped (the default since the thirteenth pass, D39), co-training cannot move it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum UnseenCovariates {
-    /// Fitted like any other (default).
-    #[default]
+    /// Fitted like any other (the default before D39).
     Free,
     /// Held, in the private fit and in every re-fit, at the median-heuristic length-scale √(2D)
     /// for a view of D standardised covariates (the release's public unit, D32).
     Median,
+    /// Held, in the private fit and in every re-fit, at the length-scale's upper bound: the
+    /// covariate is dropped, as a zero-variance column is dropped before any fit (Kuhn & Johnson
+    /// 2013, §3.5), and a value the party has never seen is read as the one it has (default, D39).
+    #[default]
+    Drop,
 }
 
 impl UnseenCovariates {
-    pub fn is_free(&self) -> bool {
-        *self == UnseenCovariates::Free
+    /// What this setting does with such a covariate, for a node's warning about one.
+    pub fn effect(self) -> &'static str {
+        match self {
+            UnseenCovariates::Drop => {
+                "model.readings.unseen_covariates = \"drop\" (the default) reads every value as the one seen, and co-training cannot change that"
+            }
+            UnseenCovariates::Free => {
+                "model.readings.unseen_covariates = \"free\": peers' answers set how much it matters (docs/decisions.md D39)"
+            }
+            UnseenCovariates::Median => {
+                "model.readings.unseen_covariates = \"median\" holds its length-scale at the median heuristic's"
+            }
+        }
+    }
+
+    pub fn is_default(&self) -> bool {
+        *self == UnseenCovariates::default()
     }
 
     pub fn name(self) -> &'static str {
         match self {
             UnseenCovariates::Free => "free",
             UnseenCovariates::Median => "median",
+            UnseenCovariates::Drop => "drop",
         }
     }
 }
 
-crate::named_enum!(UnseenCovariates, "unseen covariates", [Free, Median]);
+crate::named_enum!(UnseenCovariates, "unseen covariates", [Free, Median, Drop]);
 
 /// How the private-only fit starts (the "before" model of Thomas 2017 App. C, Table C.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -300,9 +322,11 @@ pub struct Readings {
     pub shared_variance: SharedVariance,
     pub fit_starts: FitStarts,
     pub selection_variance: SelectionVariance,
-    /// Written only when not `free`, so every grid.json and config written before the key
-    /// existed is reproduced byte for byte (and older binaries read what this one writes).
-    #[serde(skip_serializing_if = "UnseenCovariates::is_free")]
+    /// Written only when not the default (`drop`), so every grid.json and config written before
+    /// the key existed is reproduced byte for byte and reads as `drop`. Those files were run with
+    /// `free`, which gives the same numbers unless a covariate is constant on a party's rows (the
+    /// grids' simulated and CCPP views have none).
+    #[serde(skip_serializing_if = "UnseenCovariates::is_default")]
     pub unseen_covariates: UnseenCovariates,
 }
 
@@ -323,7 +347,9 @@ impl Readings {
             shared_variance: SharedVariance::Y,
             fit_starts: FitStarts::Single,
             selection_variance: SelectionVariance::Raw,
-            unseen_covariates: UnseenCovariates::Free,
+            // The product's value: the thesis's views have no covariate constant on a party's
+            // rows, where `free` and `drop` agree, and the preset's files stay as they were.
+            unseen_covariates: UnseenCovariates::Drop,
         }
     }
 
@@ -386,7 +412,7 @@ impl std::fmt::Display for Readings {
             self.fit_starts,
             self.selection_variance
         )?;
-        if !self.unseen_covariates.is_free() {
+        if !self.unseen_covariates.is_default() {
             write!(f, " unseen_covariates={}", self.unseen_covariates)?;
         }
         Ok(())

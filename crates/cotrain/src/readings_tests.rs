@@ -279,19 +279,25 @@ fn selection_variance_raw_breaks_blockys_index_order_scan() {
     assert_ne!(asked[0], asked[1], "the two readings ask different indices");
 }
 
-/// `unseen_covariates` is written only when not `free`: a grid.json or config written before the
-/// key existed reads and writes back byte for byte, and `median` round-trips.
+/// `unseen_covariates` is written only when not the default (`drop`, D39): a grid.json or config
+/// written before the key existed (the thesis preset's, say) reads and writes back byte for byte,
+/// a missing key reads as `drop`, and `free` and `median` round-trip.
 #[test]
-fn unseen_covariates_is_written_only_when_not_free() {
+fn unseen_covariates_is_written_only_when_not_the_default() {
     use crate::readings::UnseenCovariates;
+    assert_eq!(Readings::default().unseen_covariates, UnseenCovariates::Drop);
     let plain = serde_json::to_string(&Readings::thesis()).unwrap();
     assert!(!plain.contains("unseen_covariates"), "{plain}");
     let back: Readings = serde_json::from_str(&plain).unwrap();
     assert_eq!(back, Readings::thesis());
-    let median = Readings { unseen_covariates: UnseenCovariates::Median, ..Readings::default() };
-    let text = serde_json::to_string(&median).unwrap();
-    assert!(text.contains("\"unseen_covariates\":\"median\""), "{text}");
-    assert_eq!(serde_json::from_str::<Readings>(&text).unwrap(), median);
-    assert!(median.to_string().ends_with(" unseen_covariates=median"), "{median}");
+    let missing: Readings = serde_json::from_str(r#"{"fit_starts": "single"}"#).unwrap();
+    assert_eq!(missing.unseen_covariates, UnseenCovariates::Drop);
+    for (how, name) in [(UnseenCovariates::Median, "median"), (UnseenCovariates::Free, "free")] {
+        let held = Readings { unseen_covariates: how, ..Readings::default() };
+        let text = serde_json::to_string(&held).unwrap();
+        assert!(text.contains(&format!("\"unseen_covariates\":\"{name}\"")), "{text}");
+        assert_eq!(serde_json::from_str::<Readings>(&text).unwrap(), held);
+        assert!(held.to_string().ends_with(&format!(" unseen_covariates={name}")), "{held}");
+    }
     assert!(!Readings::default().to_string().contains("unseen"));
 }

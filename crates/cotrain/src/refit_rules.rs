@@ -1,6 +1,7 @@
-//! The harm study's rules for the D5 re-fit (docs/results.md, "The twelfth pass"): which of a
-//! querier's hyperparameters the answers may move, [`RefitTheta`]'s lab switches beyond
-//! `Augmented` and `Own`, and [`UnseenCovariates`]. Each either holds length-scales through their
+//! The harm study's rules for the D5 re-fit (docs/results.md, "The twelfth pass" and "The
+//! thirteenth pass"): which of a querier's hyperparameters the answers may move, [`RefitTheta`]'s
+//! lab switches beyond `Augmented` and `Own`, and [`UnseenCovariates`] (whose `Drop` is the
+//! product's default, D39). Each either holds length-scales through their
 //! bounds for one fit and puts the bounds back, or compares fits by the private rows' own
 //! evidence (Wilks 1938).
 
@@ -40,9 +41,11 @@ impl CoModel {
         };
         let free = self.params();
         // One degree of freedom per hyperparameter the re-fit could move (not those held by
-        // `UnseenCovariates::Median`).
+        // `UnseenCovariates::Median` or `Drop`).
         let held = match self.readings.unseen_covariates {
-            UnseenCovariates::Median => self.constant_covariates().iter().filter(|c| **c).count(),
+            UnseenCovariates::Median | UnseenCovariates::Drop => {
+                self.constant_covariates().iter().filter(|c| **c).count()
+            }
             UnseenCovariates::Free => 0,
         };
         let allowed = 0.5 * chi2_95(free.len().saturating_sub(held).max(1));
@@ -73,12 +76,7 @@ impl CoModel {
 
     /// Whether each covariate is constant on the private rows.
     pub(crate) fn constant_covariates(&self) -> Vec<bool> {
-        (0..self.x_tr.ncols())
-            .map(|j| {
-                let c = self.x_tr.column(j);
-                c.max() - c.min() <= 1e-12 * c.amax().max(1.0)
-            })
-            .collect()
+        crate::data::constant_columns(&self.x_tr)
     }
 
     /// Hold the length-scales that `which` selects (given the covariate j of a name
@@ -127,21 +125,30 @@ impl CoModel {
         self.hold_lengthscales(|j| j.is_some_and(|j| constant.get(j).copied().unwrap_or(false)), |i| (at(i), true))
     }
 
-    /// [`UnseenCovariates::Median`]: hold the length-scales of covariates constant on the
-    /// private rows at √(2D).
+    /// [`UnseenCovariates::Median`] and [`UnseenCovariates::Drop`]: hold the length-scales of
+    /// covariates constant on the private rows at √(2D), or at their upper bound.
     pub(crate) fn hold_unseen(&mut self) -> Option<Vec<dpcotrain_gp::Bounds>> {
-        if self.readings.unseen_covariates != UnseenCovariates::Median {
-            return None;
+        match self.readings.unseen_covariates {
+            UnseenCovariates::Free => None,
+            UnseenCovariates::Median => {
+                let median = (2.0 * self.x_tr.ncols() as f64).sqrt().ln();
+                self.hold_constant(|_| median)
+            }
+            // Each length-scale's upper bound (ln 10³ for the standardised covariates of
+            // `default_kernel`); ln 10⁶ where a bound is infinite, since an infinite ℓ is no number.
+            UnseenCovariates::Drop => {
+                let bounds = self.kernel.bounds();
+                self.hold_constant(|i| if bounds[i].upper.is_finite() { bounds[i].upper } else { 1e6f64.ln() })
+            }
         }
-        let median = (2.0 * self.x_tr.ncols() as f64).sqrt().ln();
-        self.hold_constant(|_| median)
     }
 
     /// The holds of one D5 re-fit, returned as the bounds to put back (first the rule's, then the
-    /// unseen covariates'): `UnseenCovariates::Median` holds the constant covariates' length-scales
-    /// at their private value (√(2D)) under every rule; on top of it `AugmentedNoShorter` raises
-    /// every length-scale's lower bound to the private fit's value, `AugmentedAmplitude` pins
-    /// both bounds there, `AugmentedHoldConstant` pins those of the constant covariates.
+    /// unseen covariates'): `UnseenCovariates::Median` and `Drop` hold the constant covariates'
+    /// length-scales at their private value (√(2D), the upper bound) under every rule; on top of
+    /// it `AugmentedNoShorter` raises every length-scale's lower bound to the private fit's value,
+    /// `AugmentedAmplitude` pins both bounds there, `AugmentedHoldConstant` pins those of the
+    /// constant covariates (already held under `Drop`, the default, where it changes nothing).
     pub(crate) fn hold_for_refit(&mut self) -> (Option<Vec<dpcotrain_gp::Bounds>>, Option<Vec<dpcotrain_gp::Bounds>>) {
         let unseen = self.hold_unseen();
         let Some(pre) = self.pre_params.clone() else {

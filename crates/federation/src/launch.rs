@@ -169,6 +169,9 @@ pub async fn launch(cfg: &PartyConfig, path: &Path) -> Result<Launched, LaunchEr
     let cfg_path = path.to_path_buf();
     let (party, alone, resumed) = tokio::task::block_in_place(|| -> Result<_, LaunchError> {
         let mut party = party_from_config(cfg, &cfg_path)?;
+        for c in party.constant_covariates() {
+            tracing::warn!("{}: {c}; {}", cfg.name, cfg.model.readings.unseen_covariates.effect());
+        }
         let (_, alone) = evaluate_with_errors(&mut party)?;
         let resumed = match store.load()? {
             Some(st) => {

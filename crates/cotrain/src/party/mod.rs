@@ -595,6 +595,13 @@ impl Party {
         }
     }
 
+    /// The covariates constant on this party's labelled rows, and how many pool entities lie
+    /// at another value (label-free; for the party's own operator: `node check`, `node serve`'s
+    /// start-up warning).
+    pub fn constant_covariates(&self) -> Vec<crate::data::ConstantCovariate> {
+        self.data.constant_covariates()
+    }
+
     /// The co-trained model's prediction at covariates the caller supplies (in this party's
     /// view): for the party's own operator and evaluation. Nothing a peer receives comes from
     /// here; the release path is [`Party::answer`].

@@ -61,9 +61,10 @@ pub struct FrontierArgs {
     /// from the node's seed: the default before D38) or single.
     #[arg(long, default_value = "fixed-4", value_name = "STARTS")]
     pub fit_starts: dpcotrain_cotrain::readings::FitStarts,
-    /// The length-scale of a covariate constant on a party's own rows: free (fitted like any
-    /// other; the default) or median (held at √(2D) in the private fit and every re-fit).
-    #[arg(long, default_value = "free")]
+    /// The length-scale of a covariate constant on a party's own rows: drop (held at its upper
+    /// bound in the private fit and every re-fit, the covariate dropped; the default, D39), free
+    /// (fitted like any other; the default before D39) or median (held at √(2D)).
+    #[arg(long, default_value = "drop")]
     pub unseen_covariates: dpcotrain_cotrain::readings::UnseenCovariates,
     /// ε of the one release each party makes to each peer.
     #[arg(long, value_delimiter = ',', default_value = "0.25,0.5,1,2,4,8", value_parser = dpcotrain_privacy::calibrate::parse_epsilon, allow_negative_numbers = true)]
@@ -105,7 +106,7 @@ pub struct FrontierArgs {
     /// augmented-amplitude (the length-scales stay the private fit's; the variances are re-fitted)
     /// augmented-within-own (as augmented, kept inside the private rows' 95% likelihood region)
     /// or augmented-hold-constant (as augmented, the length-scales of covariates constant on the
-    /// private rows held).
+    /// private rows held; what --unseen-covariates drop, the default, already does).
     #[arg(long, default_value = "augmented")]
     pub refit_theta: RefitTheta,
     /// What a querier adds to each answer's reported variance: reported (nothing), own (its own
@@ -402,6 +403,8 @@ fn protocol_settings(cfg: &FrontierConfig) -> String {
     if cfg.fit_starts != dpcotrain_cotrain::readings::FitStarts::BestOf(4) {
         v["fit_starts"] = cfg.fit_starts.to_string().into();
     }
+    // Recorded away from free, the default when the key was added (not today's, D39): a folder
+    // without it was run with free, and a default run now records drop.
     if cfg.unseen_covariates != dpcotrain_cotrain::readings::UnseenCovariates::Free {
         v["unseen_covariates"] = cfg.unseen_covariates.name().into();
     }
@@ -672,18 +675,23 @@ mod tests {
     use super::*;
     use dpcotrain_cotrain::readings::FitStarts;
 
-    /// A folder's settings record the private fit's starts unless they are best-of-4, the
-    /// default when the key was added: an older folder (no key) is not taken for a run at
-    /// today's default (D38), and a default run says fixed-4.
+    /// A folder's settings record the private fit's starts unless they are best-of-4, and the
+    /// unseen covariates' treatment unless it is free, the defaults when the keys were added: an
+    /// older folder (no key) is not taken for a run at today's defaults (D38, D39), and a default
+    /// run says fixed-4 and drop.
     #[test]
     fn the_settings_tell_a_folder_of_the_old_default_from_one_of_today() {
+        use dpcotrain_cotrain::readings::UnseenCovariates;
         let mut cfg = FrontierConfig::full();
         assert_eq!(cfg.fit_starts, FitStarts::Fixed(4));
+        assert_eq!(cfg.unseen_covariates, UnseenCovariates::Drop);
         let today = protocol_settings(&cfg);
         assert!(today.contains(r#""fit_starts":"fixed-4""#), "{today}");
+        assert!(today.contains(r#""unseen_covariates":"drop""#), "{today}");
         cfg.fit_starts = FitStarts::BestOf(4);
+        cfg.unseen_covariates = UnseenCovariates::Free;
         let before = protocol_settings(&cfg);
-        assert!(!before.contains("fit_starts"), "{before}");
+        assert!(!before.contains("fit_starts") && !before.contains("unseen_covariates"), "{before}");
         assert_ne!(today, before);
     }
 }

@@ -289,7 +289,7 @@ impl FrontierConfig {
             seeds: (0..10).collect(),
             node_seeds: vec![0],
             fit_starts: FitStarts::default(),
-            unseen_covariates: dpcotrain_cotrain::readings::UnseenCovariates::Free,
+            unseen_covariates: dpcotrain_cotrain::readings::UnseenCovariates::default(),
             epsilons: vec![0.25, 0.5, 1.0, 2.0, 4.0, 8.0],
             mechanisms: vec![FrontierMechanism::Rkhs, FrontierMechanism::Finite, FrontierMechanism::FiniteCap],
             thetas: vec![ThetaChoice::Public, ThetaChoice::Fitted],
