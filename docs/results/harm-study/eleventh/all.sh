@@ -1,7 +1,7 @@
 #!/bin/sh
 # Every figure of docs/results.md's "The eleventh pass" in one command (about 45 minutes on 2 cores):
 # on the two data sets of prep.py (never used before this pass), 4 view splits (specs.sh), masked, n_obs 100 and 400,
-# 10 splits x 5 node seeds, fixed-4 starts, eps = 1: the product's defaults, the narrower label range, the tenth
+# 10 splits x 5 node seeds, fixed-4 starts, eps = 1: the product's defaults of the time (--unseen-covariates free since D39), the narrower label range, the tenth
 # pass's candidate (label range +-2 with the value rule K = 0.3), the value rule weighed on the undiscounted variance
 # (K = 0.3 and 0.1), the release model's noise variance 1, the θ vote, the true-label floor, on star five counterfactuals (own theta; the decline rule; the answer check; tempering; the posterior reading), the private
 # fit under four start rules (D38), where the harm is (splits.py, where.py), the fitted noise (noise.sh) and the
@@ -11,7 +11,7 @@
 #   sh docs/results/harm-study/eleventh/all.sh OUT_DIR
 set -e
 OUT=${1:?usage: all.sh OUT_DIR}
-unset THETAS EXTRA  # the runs below set what they need
+unset THETAS EXTRA UNSEEN  # the runs below set what they need (UNSEEN: free in node-seeds/run.sh, the default then)
 HERE=docs/results/harm-study/eleventh
 NS=docs/results/harm-study/node-seeds
 . $HERE/specs.sh

@@ -6,7 +6,7 @@
 # were a real label). Then floor.py counts the party-runs that adding those labels hurt, beside
 # those the answers hurt. Run from the repository root with the lab binary built (cargo build --release -p dpcotrain-lab):
 #   FIT=fixed-4 sh docs/results/harm-study/node-seeds/floor.sh OUT_DIR
-# About 6 minutes on 2 cores.
+# About 6 minutes on 2 cores. UNSEEN sets --unseen-covariates as in run.sh (free unless set).
 set -e
 BIN=${BIN:-target/release/dpcotrain-lab}
 OUT=${1:?usage: floor.sh OUT_DIR}
@@ -19,7 +19,7 @@ echo "$SPECS" | tr ';' '\n' | nl -ba -w1 -s' ' | while read -r i data a b; do
   d=$OUT/views/$name
   sh docs/results/harm-study/unseen/views.sh $data $a $b masked $d $name
   $BIN experiment frontier --data views --views $d/party-a.toml,$d/party-b.toml --pool-labels $d/pool-labels.csv \
-    --nobs 100,400 --seeds 10 --node-seeds 5 --fit-starts $FIT --epsilons 1 --mechanisms finite+cap --thetas public $EXTRA \
+    --nobs 100,400 --seeds 10 --node-seeds 5 --fit-starts $FIT --unseen-covariates ${UNSEEN:-free} --epsilons 1 --mechanisms finite+cap --thetas public $EXTRA \
     --trace $OUT/floor-$FIT/$name.jsonl 2>$OUT/floor-$FIT/$name.log || { cat $OUT/floor-$FIT/$name.log; exit 1; }
 done
 python3 docs/results/harm-study/node-seeds/floor.py $OUT/floor-$FIT

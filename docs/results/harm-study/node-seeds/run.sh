@@ -8,7 +8,8 @@
 # with the lab binary built (cargo build --release -p dpcotrain-lab):
 #   FIT=fixed-4 sh docs/results/harm-study/node-seeds/run.sh OUT_DIR
 # EXTRA adds frontier flags (e.g. EXTRA="--refit-theta own": the counterfactual of the pass); THETAS=select
-# puts the release θ to the DP vote (default public).
+# puts the release θ to the DP vote (default public). UNSEEN sets --unseen-covariates: free (fitted, the default
+# before D39, so the earlier passes' figures reprint; the thirteenth pass sets it) or drop (today's default).
 # then python3 docs/results/harm-study/node-seeds/summarise.py OUT_DIR. About 2 minutes on 2 cores.
 set -e
 BIN=${BIN:-target/release/dpcotrain-lab}
@@ -23,6 +24,6 @@ echo "$SPECS" | tr ';' '\n' | nl -ba -w1 -s' ' | while read -r i data a b; do
   sh docs/results/harm-study/unseen/views.sh $data $a $b masked $d $name
   mkdir -p $OUT/$FIT
   $BIN experiment frontier --data views --views $d/party-a.toml,$d/party-b.toml --nobs 100,400 --seeds 10 \
-    --node-seeds 5 --fit-starts $FIT --epsilons 1 --mechanisms finite+cap --thetas ${THETAS:-public} $EXTRA \
+    --node-seeds 5 --fit-starts $FIT --unseen-covariates ${UNSEEN:-free} --epsilons 1 --mechanisms finite+cap --thetas ${THETAS:-public} $EXTRA \
     --out $OUT/$FIT/$name > /dev/null 2>$OUT/$FIT/$name.log || { cat $OUT/$FIT/$name.log; exit 1; }
 done

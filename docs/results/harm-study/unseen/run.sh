@@ -7,7 +7,8 @@
 #   sh docs/results/harm-study/unseen/run.sh [OUT_DIR]   (default: a temporary directory)
 # SPECS ("DATA A_COLS B_COLS" separated by ";"; DATA a UCI name or a CSV path) and NOBS change the
 # data and the labelled rows (docs/results/harm-study/unseen400/run.sh); LENGTHSCALE=median
-# runs the release with today's length-scale (D32; the cells here were measured with absolute).
+# runs the release with today's length-scale (D32; the cells here were measured with absolute), and
+# UNSEEN=drop today's treatment of a covariate constant on a party's rows (D39; measured with free).
 set -e
 BIN=${BIN:-target/release/dpcotrain-lab}
 OUT=${1:-$(mktemp -d)}
@@ -32,7 +33,7 @@ for spec in $SPECS; do
       case $V in *+decline:*) extra="--decline-ratio ${V##*+decline:}" ;; esac
       $BIN experiment frontier --data views --views $d/party-a.toml,$d/party-b.toml --nobs $NOBS --seeds 20 \
         --epsilons 1 --mechanisms finite+cap --thetas public --json --answer-noise $noise $extra \
-        --release-lengthscale ${LENGTHSCALE:-absolute} 2>/dev/null \
+        --release-lengthscale ${LENGTHSCALE:-absolute} --unseen-covariates ${UNSEEN:-free} 2>/dev/null \
         | sed "s/\"data\":\"views\"/\"data\":\"$name-v$i-$m\"/" >> $OUT/cells-$(echo $V | tr : -).jsonl
     done
   done
